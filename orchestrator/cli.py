@@ -1,0 +1,252 @@
+"""The `orch` command line (typer + rich).
+
+Heavy imports stay inside the commands that need them: `orch --help`, `orch submit` and
+`orch list` never import torch or start Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import click
+import typer
+from rich.console import Console
+
+from orchestrator.config import Settings
+from orchestrator.errors import OrchError, SpecError
+
+if TYPE_CHECKING:
+    from orchestrator.store import JobStore
+
+app = typer.Typer(
+    name="orch",
+    help="SLA Orchestrator: tune, schedule and run PyTorch jobs with SLAs on a shared GPU pool.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+VirtualGPUs = Annotated[
+    int | None,
+    typer.Option("--virtual-gpus", min=1, help="CPU-backed GPU slots when there is no GPU."),
+]
+
+
+def _settings(**overrides: object) -> Settings:
+    return Settings.from_env(**overrides)
+
+
+@app.command()
+def up(
+    virtual_gpus: VirtualGPUs = None,
+    policy: Annotated[str, typer.Option(help="Scheduling policy.")] = "gang",
+    queue: Annotated[str, typer.Option(help="Queue order: class-fifo or fifo.")] = "class-fifo",
+    placement: Annotated[str, typer.Option(help="Placement: pack or spread.")] = "pack",
+) -> None:
+    """Start the pool and run the scheduler until interrupted (Ctrl-C requeues running jobs)."""
+    from orchestrator.services import make_policy, serve_in_background
+
+    settings = _settings(virtual_gpus=virtual_gpus)
+    chosen = make_policy(policy, queue, placement)
+    with console.status("starting Redis and Ray..."):
+        running = serve_in_background(settings, chosen)
+    console.print(
+        f"scheduler up: namespace [bold]{settings.namespace}[/], "
+        f"Redis {settings.redis_url or 'embedded (' + str(settings.data_dir) + ')'}, "
+        f"Ray {settings.ray_address or 'local'}; Ctrl-C to stop"
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while running.thread.is_alive() and not stop.is_set():
+            running.thread.join(0.5)
+    except KeyboardInterrupt:
+        pass
+    console.print("stopping: running jobs are checkpointed and requeued...")
+    running.shutdown()
+    if running.errors:
+        raise running.errors[0]
+
+
+@app.command()
+def submit(
+    files: Annotated[list[Path], typer.Argument(help="Job files (YAML or JSON).")],
+    wait: Annotated[bool, typer.Option("--wait", help="Follow the jobs until they end.")] = False,
+    by: Annotated[str | None, typer.Option(help="Who submits (recorded).")] = None,
+) -> None:
+    """Validate job files and queue them. If any file is invalid, nothing is submitted."""
+    from orchestrator.spec import load_spec
+
+    specs, errors = [], []
+    for path in files:
+        try:
+            specs.append(load_spec(path))
+        except SpecError as err:
+            errors.append(err)
+    if errors:
+        for problem in errors:
+            err_console.print(f"[red]error:[/] {problem}", highlight=False)
+        raise typer.Exit(2)
+    from orchestrator.services import open_store
+
+    store, _ = open_store(_settings())
+    ids = []
+    for spec in specs:
+        rec = store.submit(spec, by=by)
+        ids.append(rec.id)
+        console.print(f"submitted [bold]{rec.id}[/] ({spec.job_class}, team {spec.team})")
+    if wait:
+        _wait(store, ids)
+
+
+def _wait(store: JobStore, ids: list[str]) -> None:
+    from orchestrator.store.states import JobState
+    from orchestrator.views import follow, jobs_table
+
+    records = follow(store, ids, console)
+    console.print(jobs_table(store, records, title="result"))
+    if any(r.state is not JobState.FINISHED for r in records):
+        raise typer.Exit(1)
+
+
+@app.command(name="list")
+def list_jobs(
+    state: Annotated[list[str] | None, typer.Option(help="Only jobs in this state.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many (newest).")] = 50,
+) -> None:
+    """List jobs, oldest first."""
+    from orchestrator.services import open_store
+    from orchestrator.store.states import JobState
+    from orchestrator.views import jobs_table
+
+    valid = [s.value for s in JobState]
+    for s in state or []:
+        if s not in valid:
+            raise typer.BadParameter(f"{s!r}; allowed: {', '.join(valid)}", param_hint="--state")
+    store, _ = open_store(_settings())
+    console.print(jobs_table(store, store.list(states=state or None, limit=limit)))
+
+
+@app.command()
+def show(job: Annotated[str, typer.Argument(help="Job id or unique name.")]) -> None:
+    """Show one job: settings, SLA and whether it is met, live metrics, events."""
+    from orchestrator.services import open_store
+    from orchestrator.views import show_job
+
+    store, _ = open_store(_settings())
+    console.print(show_job(store, store.get(store.resolve(job))))
+
+
+@app.command()
+def cancel(
+    job: Annotated[str, typer.Argument(help="Job id or unique name.")],
+    by: Annotated[str | None, typer.Option(help="Who cancels (recorded).")] = None,
+) -> None:
+    """Cancel a job: a queued job at once; a running job is stopped and its GPUs freed."""
+    from orchestrator.errors import IllegalTransition
+    from orchestrator.services import open_store
+    from orchestrator.store.states import JobState
+
+    store, _ = open_store(_settings())
+    job_id = store.resolve(job)
+    note = f"cancelled by {by}" if by else "cancelled"
+    rec = store.get(job_id)
+    for _ in range(3):  # the state may move under us (queued -> placed): retry on the new one
+        target = (
+            JobState.CANCELLED
+            if rec.state in (JobState.SUBMITTED, JobState.QUEUED)
+            else (JobState.CANCELLING)
+        )
+        try:
+            rec = store.transition(job_id, target, expect=rec.state, message=note)
+            break
+        except IllegalTransition as err:
+            rec = store.get(job_id)
+            if rec.state.value in ("finished", "failed", "cancelled", "cancelling"):
+                raise OrchError(f"job {job_id} is already {rec.state.value}") from err
+    word = (
+        "cancelled"
+        if rec.state is JobState.CANCELLED
+        else "stopping (the scheduler frees its GPUs)"
+    )
+    console.print(f"{job_id}: {word}")
+
+
+@app.command()
+def pool() -> None:
+    """Show the pool's nodes and GPUs as the running scheduler sees them."""
+    from orchestrator.services import open_store
+    from orchestrator.views import pool_table
+
+    store, _ = open_store(_settings())
+    raw = store.client.get(store.keys.key("pool"))
+    if not raw:
+        raise OrchError("no scheduler is running for this namespace; start one with `orch up`")
+    view = json.loads(str(raw))
+    console.print(pool_table(view))
+    age = time.time() - float(view.get("at", 0))
+    console.print(f"[dim]as of {age:.1f} s ago[/]")
+
+
+@app.command()
+def down() -> None:
+    """Stop the embedded Redis server (its data stays under the data directory)."""
+    from orchestrator.store.server import EmbeddedRedis
+
+    settings = _settings()
+    if settings.redis_url:
+        raise OrchError("REDIS_URL is set: that Redis is not ours to stop")
+    EmbeddedRedis(settings.data_dir).stop()
+    console.print("embedded Redis stopped")
+
+
+@app.command()
+def demo(
+    examples: Annotated[Path, typer.Option(help="Folder of job files.")] = Path("examples"),
+    virtual_gpus: VirtualGPUs = None,
+    timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 600,
+) -> None:
+    """Bring everything up, run the example jobs, and print how each did against its SLA."""
+    from orchestrator.demo import run_demo
+
+    settings = _settings(virtual_gpus=virtual_gpus, namespace=None)
+    if not run_demo(settings, examples, console, timeout_s=timeout):
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    """Entry point: one clear line for a user's mistake, no traceback (``--debug`` shows it)."""
+    debug = "--debug" in sys.argv
+    if debug:
+        sys.argv.remove("--debug")
+    try:
+        code = app(prog_name="orch", standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except click.exceptions.Exit as err:
+        sys.exit(err.exit_code)
+    except click.exceptions.Abort:
+        err_console.print("aborted")
+        sys.exit(130)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(2 if isinstance(err, click.UsageError) else err.exit_code)
+    except OrchError as err:
+        if debug:
+            raise
+        err_console.print(f"[red]error:[/] {err}", highlight=False)
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""One exceptions module for the control plane.
+
+Every error a user can cause derives from :class:`OrchError`. The CLI prints ``str(err)`` on one
+line (several lines for a :class:`SpecError`, one per problem) and exits with ``err.exit_code``;
+``--debug`` shows the traceback. Errors carry data so callers never parse messages.
+"""
+
+from __future__ import annotations
+
+
+class OrchError(Exception):
+    """Root of every orchestrator error. ``exit_code`` is what the CLI returns."""
+
+    exit_code: int = 1
+
+
+class SpecError(OrchError):
+    """A job file (or other user input) failed validation.
+
+    Attributes:
+        source: where the input came from (a file path, or ``"<input>"``).
+        problems: one message per problem, each naming the field and what is allowed.
+    """
+
+    exit_code = 2
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        noun = "problem" if len(problems) == 1 else "problems"
+        super().__init__(f"{source}: {len(problems)} {noun}:\n{lines}")
+
+
+class ConfigError(OrchError):
+    """Orchestrator settings (environment variables, config files) are invalid."""
+
+    exit_code = 2
+
+
+class StoreError(OrchError):
+    """The Redis store could not be reached or started."""
+
+
+class JobNotFound(OrchError):
+    """No job with this id (or name) exists under the namespace."""
+
+    def __init__(self, ref: str) -> None:
+        self.ref = ref
+        super().__init__(f"no job matches {ref!r} (see `orch list`)")
+
+
+class AmbiguousJob(OrchError):
+    """A job reference (a name) matches several jobs."""
+
+    def __init__(self, ref: str, matches: list[str]) -> None:
+        self.ref = ref
+        self.matches = matches
+        super().__init__(f"{ref!r} matches {len(matches)} jobs: {', '.join(matches)}; use the id")
+
+
+class IllegalTransition(OrchError):
+    """The state machine refused a transition (the job was not in an allowed state)."""
+
+    def __init__(self, job_id: str, current: str, target: str) -> None:
+        self.job_id = job_id
+        self.current = current
+        self.target = target
+        super().__init__(f"job {job_id} is {current}; it cannot become {target}")
+
+
+class PoolError(OrchError):
+    """The Ray pool could not be started, joined or used."""

@@ -1,0 +1,222 @@
+"""Runs one job's gang on Ray: placement group, one worker actor per GPU, outcome.
+
+Why not Ray Train's ``TorchTrainer``: it creates and owns its own placement group and its own
+failure handling. The scheduler must own the placement group itself (the policy picks the nodes,
+preemption removes the group, a resize is a restart on a new group), and a second controller
+under it would make two layers decide about the same GPUs. The harness sets up
+``torch.distributed`` itself (see ``workers.distributed``), which is all Ray Train would add here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.spec import JobSpec
+
+log = logging.getLogger(__name__)
+
+
+class OutcomeKind(enum.Enum):
+    """How a run ended."""
+
+    FINISHED = "finished"  # the harness completed its steps
+    STOPPED = "stopped"  # stopped on request (cancel); a checkpoint was written
+    FAILED = "failed"  # the workload or harness raised: do not retry
+    LOST = "lost"  # a worker or node died, or placement timed out: retry from checkpoint
+
+
+@dataclass
+class Outcome:
+    """What the scheduler needs to record when a run ends."""
+
+    kind: OutcomeKind
+    message: str = ""
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+def harness_config(spec: JobSpec) -> dict[str, Any]:
+    """The worker harness configuration for a job (a plain dict: it crosses to Ray workers)."""
+    run = spec.run
+    tp = spec.sla.throughput
+    cfg: dict[str, Any] = {
+        "workload": spec.workload.ref,
+        "workload_args": dict(spec.workload.args),
+        "micro_batch": run.micro_batch,
+        "grad_accum": run.grad_accum,
+        "precision": run.precision,
+        "activation_checkpointing": run.activation_checkpointing,
+        "compile": run.compile,
+        "steps": run.steps,
+        "duration_s": run.duration_s,
+        "warmup_steps": run.warmup_steps,
+        "checkpoint_every": run.checkpoint_every,
+        "seed": run.seed,
+    }
+    if tp is not None and tp.deadline_s is not None:
+        if tp.work_samples is not None:
+            cfg["steps"] = spec.steps_for()
+        else:
+            cfg["work_tokens"] = tp.work_tokens
+    return cfg
+
+
+def _failure_message(err: BaseException) -> str:
+    """The user-facing line of a worker failure: the original exception, not Ray's wrapper."""
+    cause = getattr(err, "cause", None)
+    if isinstance(cause, BaseException):
+        err = cause
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"[:500]
+
+
+class JobRun(threading.Thread):
+    """One attempt at running a job on the nodes the policy chose.
+
+    The thread blocks on Ray; the scheduler loop stays responsive and reads :attr:`outcome` once
+    the thread ends. ``on_running`` is called when the workers have started (the scheduler marks
+    the job running); returning ``False`` means the job was cancelled meanwhile.
+
+    Args:
+        job_id: the job.
+        spec: its validated spec.
+        nodes: the node id of each GPU (from the policy's START decision).
+        strategy: the Ray placement-group strategy.
+        checkpoint_dir: where this job's checkpoints go (kept across attempts).
+        reporter_factory: picklable; builds rank 0's metrics sink on the worker.
+        num_threads: torch CPU threads per worker (1 on virtual GPU slots; ``None`` = default).
+        placement_timeout_s: give the GPUs back and retry later if Ray cannot place the gang.
+        stop_grace_s: how long a stop request waits for the checkpoint before killing.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        spec: JobSpec,
+        nodes: tuple[str, ...],
+        strategy: str,
+        checkpoint_dir: Path,
+        reporter_factory: Any,
+        on_running: Any,
+        *,
+        num_threads: int | None = None,
+        placement_timeout_s: float = 60.0,
+        stop_grace_s: float = 30.0,
+    ) -> None:
+        super().__init__(name=f"job-{job_id}", daemon=True)
+        self.job_id = job_id
+        self.spec = spec
+        self.nodes = nodes
+        self.strategy = strategy
+        self.checkpoint_dir = checkpoint_dir
+        self.reporter_factory = reporter_factory
+        self.num_threads = num_threads
+        self.on_running = on_running
+        self.placement_timeout_s = placement_timeout_s
+        self.stop_grace_s = stop_grace_s
+        self.outcome: Outcome | None = None
+        self._stop_requested = threading.Event()
+        self._actors: list[Any] = []
+
+    def request_stop(self) -> None:
+        """Ask the workers to checkpoint and stop (idempotent; returns at once)."""
+        self._stop_requested.set()
+
+    def run(self) -> None:
+        """Thread body: never raises; always leaves :attr:`outcome` set and the GPUs freed."""
+        import ray
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        pg = None
+        try:
+            pg = placement_group(
+                [{"GPU": 1} for _ in self.nodes],
+                strategy=self.strategy,
+                name=f"orch-{self.job_id}",
+                bundle_label_selector=[{"ray.io/node-id": n} for n in self.nodes],
+            )
+            ready, _ = ray.wait([pg.ready()], timeout=self.placement_timeout_s)
+            if self._stop_requested.is_set():
+                self.outcome = Outcome(OutcomeKind.STOPPED, "stopped before it started")
+                return
+            if not ready:
+                self.outcome = Outcome(
+                    OutcomeKind.LOST,
+                    f"Ray could not place the gang in {self.placement_timeout_s:g} s",
+                )
+                return
+            self.outcome = self._run_gang(pg)
+        except Exception as err:  # the thread must report, never die silently
+            log.exception("job %s: launcher error", self.job_id)
+            self.outcome = Outcome(OutcomeKind.LOST, _failure_message(err))
+        finally:
+            for actor in self._actors:
+                with contextlib.suppress(Exception):  # already dead
+                    ray.kill(actor)
+            if pg is not None:
+                with contextlib.suppress(Exception):  # already removed (cluster shutting down)
+                    remove_placement_group(pg)
+
+    def _run_gang(self, pg: Any) -> Outcome:
+        import ray
+        from ray.exceptions import RayActorError, RayTaskError
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from workers.actor import WorkerActor
+
+        world = len(self.nodes)
+        remote_cls = ray.remote(WorkerActor)
+        self._actors = [
+            remote_cls.options(
+                num_cpus=0,
+                num_gpus=1,
+                max_concurrency=2,
+                max_restarts=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    pg, placement_group_bundle_index=rank
+                ),
+            ).remote(
+                job_id=self.job_id,
+                rank=rank,
+                world_size=world,
+                reporter_factory=self.reporter_factory if rank == 0 else None,
+                num_threads=self.num_threads,
+            )
+            for rank in range(world)
+        ]
+        init_method = None
+        if world > 1:
+            host, port = ray.get(self._actors[0].node_address.remote())
+            init_method = f"tcp://{host}:{port}"
+        if not self.on_running():
+            return Outcome(OutcomeKind.STOPPED, "cancelled before it started")
+        cfg = harness_config(self.spec)
+        refs = [a.run.remote(cfg, init_method, str(self.checkpoint_dir)) for a in self._actors]
+        pending = list(refs)
+        stop_sent_at: float | None = None
+        while pending:
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.25)
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except RayTaskError as err:
+                    return Outcome(OutcomeKind.FAILED, _failure_message(err))
+                except RayActorError as err:
+                    return Outcome(OutcomeKind.LOST, f"worker lost: {_failure_message(err)}")
+            if self._stop_requested.is_set():
+                if stop_sent_at is None:
+                    stop_sent_at = time.monotonic()
+                    for actor in self._actors:
+                        actor.request_stop.remote()
+                elif time.monotonic() - stop_sent_at > self.stop_grace_s:
+                    return Outcome(OutcomeKind.STOPPED, "stopped (grace period over, killed)")
+        result = dict(ray.get(refs[0]))
+        if result.get("status") == "stopped":
+            return Outcome(OutcomeKind.STOPPED, "stopped on request", result)
+        return Outcome(OutcomeKind.FINISHED, "", result)

@@ -1,0 +1,189 @@
+"""The GPU pool: a Ray cluster (started locally or joined) and what each node has.
+
+Without CUDA the local Ray instance is started with ``virtual_gpus`` GPU slots backed by the CPU
+(Ray's ``GPU`` resource declared by hand), so gang placement, placement groups and every code
+path run unchanged; every view labels such slots ``virtual``. With NVIDIA GPUs, a probe task on
+each node reads the model, memory and utilisation through NVML.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from orchestrator.config import Settings
+from orchestrator.errors import PoolError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GPUInfo:
+    """One GPU as NVML sees it."""
+
+    index: int
+    model: str
+    memory_mb: float
+    util_pct: float | None = None
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node of the pool.
+
+    Attributes:
+        node_id: Ray's node id.
+        address: the node's IP address.
+        gpus: GPU slots Ray offers on the node.
+        virtual: the slots are CPU-backed (no NVIDIA GPU answered NVML on the node).
+        models: the NVML view of each physical GPU (empty when virtual).
+    """
+
+    node_id: str
+    address: str
+    gpus: int
+    virtual: bool
+    models: tuple[GPUInfo, ...] = field(default_factory=tuple)
+
+    def label(self) -> str:
+        """A short description for tables, saying plainly when slots are virtual."""
+        if self.virtual or not self.models:
+            return f"{self.gpus} virtual GPU slot(s) (CPU-backed)"
+        names = sorted({g.model for g in self.models})
+        return f"{self.gpus} x {', '.join(names)}"
+
+
+def probe_nvml() -> list[dict[str, Any]]:
+    """NVML inventory of this host's GPUs; empty when there is no NVIDIA driver or GPU."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no library, no driver: a CPU host, not an error
+        return []
+    try:
+        out: list[dict[str, Any]] = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            try:
+                util: float | None = float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
+            except Exception:  # some devices (MIG) do not report utilisation
+                util = None
+            out.append(
+                {
+                    "index": i,
+                    "model": name.decode() if isinstance(name, bytes) else str(name),
+                    "memory_mb": mem.total / 2**20,
+                    "util_pct": util,
+                }
+            )
+        return out
+    finally:
+        pynvml.nvmlShutdown()
+
+
+class GPUPool:
+    """Starts or joins Ray and reports the pool's nodes.
+
+    Args:
+        settings: ``ray_address`` to join a cluster; otherwise a local instance is started
+            with ``virtual_gpus`` slots when this host has no NVIDIA GPU.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._probes: dict[str, list[dict[str, Any]]] = {}
+        self._probed_at = 0.0
+        self.started_ray = False
+
+    def start(self) -> None:
+        """Connect to Ray (or start it). Safe to call when Ray is already initialised.
+
+        Raises:
+            PoolError: Ray could not be started or reached.
+        """
+        import ray
+
+        if ray.is_initialized():
+            return
+        kwargs: dict[str, Any] = {
+            "include_dashboard": False,
+            "log_to_driver": False,
+            "configure_logging": False,
+            "namespace": f"orch-{self.settings.namespace}",
+        }
+        try:
+            if self.settings.ray_address:
+                ray.init(address=self.settings.ray_address, **kwargs)
+            else:
+                if not probe_nvml():
+                    kwargs["num_gpus"] = self.settings.virtual_gpus
+                kwargs["num_cpus"] = max(2, os.cpu_count() or 2)
+                ray.init(**kwargs)
+                self.started_ray = True
+        except Exception as err:
+            where = self.settings.ray_address or "a local Ray instance"
+            raise PoolError(f"cannot start or join Ray at {where}: {err}") from err
+
+    def stop(self) -> None:
+        """Shut down Ray if this pool started it."""
+        import ray
+
+        if self.started_ray and ray.is_initialized():
+            ray.shutdown()
+        self.started_ray = False
+
+    def nodes(self, refresh_probe_s: float = 30.0) -> list[NodeInfo]:
+        """Alive nodes that offer GPU slots, in a stable order (by node id)."""
+        import ray
+
+        alive = [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get("GPU", 0) > 0]
+        alive.sort(key=lambda n: n["NodeID"])
+        self._refresh_probes([n["NodeID"] for n in alive], refresh_probe_s)
+        out = []
+        for n in alive:
+            probe = self._probes.get(n["NodeID"], [])
+            out.append(
+                NodeInfo(
+                    node_id=n["NodeID"],
+                    address=n.get("NodeManagerAddress", "?"),
+                    gpus=int(n["Resources"]["GPU"]),
+                    virtual=not probe,
+                    models=tuple(GPUInfo(**g) for g in probe),
+                )
+            )
+        return out
+
+    def _refresh_probes(self, node_ids: list[str], max_age_s: float) -> None:
+        """Run the NVML probe on nodes not probed yet (and on all of them every ``max_age_s``)."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        stale = time.monotonic() - self._probed_at > max_age_s
+        todo = [n for n in node_ids if stale or n not in self._probes]
+        if not todo:
+            return
+        probe = ray.remote(num_cpus=0)(probe_nvml)
+        refs = {
+            node: probe.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
+            ).remote()
+            for node in todo
+        }
+        for node, ref in refs.items():
+            try:
+                self._probes[node] = ray.get(ref, timeout=30)
+            except Exception as err:  # an unreachable node is shown without NVML data
+                log.warning("NVML probe on node %s failed: %s", node[:8], err)
+                self._probes[node] = []
+        self._probed_at = time.monotonic()
+
+
+def nodes_to_json(nodes: list[NodeInfo]) -> list[dict[str, Any]]:
+    """Serialisable form of the pool view (published to Redis for `orch pool`)."""
+    return [asdict(n) for n in nodes]

@@ -1,0 +1,87 @@
+"""Bringing the parts up: the store, the pool, the policy and the scheduler thread.
+
+The CLI commands and the demo use these, so each part is set up one way only.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from orchestrator.config import Settings
+from orchestrator.errors import ConfigError
+from orchestrator.store import JobStore, open_url, resolve_url
+from policies import SCHEDULING_POLICIES, SchedulingPolicy, UnknownPolicyError
+
+if TYPE_CHECKING:
+    from orchestrator.scheduler import Scheduler
+
+
+def open_store(settings: Settings) -> tuple[JobStore, str]:
+    """The job store of ``settings.namespace`` and the Redis URL workers should use.
+
+    Starts the embedded Redis server when ``REDIS_URL`` is unset.
+
+    Raises:
+        StoreError: Redis is unreachable or could not be started.
+    """
+    url = resolve_url(settings)
+    return JobStore(open_url(url), settings.namespace), url
+
+
+def make_policy(
+    name: str = "gang", queue: str = "class-fifo", placement: str = "pack"
+) -> SchedulingPolicy:
+    """The scheduling policy selected by names.
+
+    Raises:
+        ConfigError: an unknown name; the message lists the valid ones.
+    """
+    try:
+        return SCHEDULING_POLICIES.create(name, queue=queue, placement=placement)
+    except UnknownPolicyError as err:
+        raise ConfigError(str(err)) from None
+
+
+@dataclass
+class Running:
+    """A scheduler serving in a background thread (for `orch up`, `orch demo` and tests)."""
+
+    scheduler: Scheduler
+    thread: threading.Thread
+    stop: threading.Event
+    errors: list[BaseException]
+
+    def shutdown(self, timeout: float = 60.0) -> None:
+        """Stop the loop; running jobs are stopped and requeued; wait for the thread."""
+        self.stop.set()
+        self.thread.join(timeout)
+
+
+def serve_in_background(settings: Settings, policy: SchedulingPolicy | None = None) -> Running:
+    """Start the pool (local Ray unless ``RAY_ADDRESS``) and a scheduler thread.
+
+    The store, pool and lease are set up before returning, so errors (Redis unreachable,
+    another scheduler already serving) are raised here, not lost in the thread.
+    """
+    from orchestrator.pool import GPUPool
+    from orchestrator.scheduler import Scheduler
+
+    store, url = open_store(settings)
+    pool = GPUPool(settings)
+    pool.start()
+    scheduler = Scheduler(settings, store, pool, policy or make_policy(), url)
+    scheduler.acquire()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            scheduler.serve(stop)
+        except BaseException as err:  # surfaced by the caller through `errors`
+            errors.append(err)
+
+    thread = threading.Thread(target=loop, name="orch-scheduler", daemon=True)
+    thread.start()
+    return Running(scheduler, thread, stop, errors)

@@ -1,0 +1,104 @@
+"""Is a job meeting its SLA? One function, used by `orch show`, the demo table and the scheduler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class SLAVerdict:
+    """Whether the SLA is met, with the figures that decided it.
+
+    Attributes:
+        met: ``True``/``False``, or ``None`` when there is nothing measured yet.
+        target: the SLA in words (``"p95 <= 50 ms"``).
+        measured: the measured figure in words (``"p95 38.2 ms"``), or ``"-"``.
+    """
+
+    met: bool | None
+    target: str
+    measured: str
+
+
+def describe_sla(spec: JobSpec) -> str:
+    """The SLA in a few words, for tables."""
+    parts: list[str] = []
+    tp = spec.sla.throughput
+    if tp is not None:
+        if tp.min_samples_per_s is not None:
+            parts.append(f">= {tp.min_samples_per_s:g} samples/s")
+        elif tp.min_tokens_per_s is not None:
+            parts.append(f">= {tp.min_tokens_per_s:g} tokens/s")
+        else:
+            work = f"{tp.work_samples} samples" if tp.work_samples else f"{tp.work_tokens} tokens"
+            parts.append(f"{work} in {tp.deadline_s:g} s")
+    lat = spec.sla.latency
+    if lat is not None:
+        parts.append(f"p{lat.percentile} <= {lat.max_ms:g} ms")
+    return ", ".join(parts)
+
+
+def _num(metrics: dict[str, Any], key: str) -> float | None:
+    value = metrics.get(key)
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def evaluate_sla(
+    spec: JobSpec,
+    metrics: dict[str, Any],
+    *,
+    elapsed_s: float | None = None,
+    finished: bool = False,
+) -> SLAVerdict:
+    """Judge measured metrics against the job's SLA (every stated part must hold).
+
+    Args:
+        spec: the job.
+        metrics: the latest metrics the harness reported (``p95_ms``, ``samples_per_s``, ...).
+        elapsed_s: seconds from submission to completion (or to now), for deadlines.
+        finished: whether the job has completed its work (a deadline is judged only then,
+            unless it has already passed).
+    """
+    verdicts: list[bool | None] = []
+    measured: list[str] = []
+    tp = spec.sla.throughput
+    if tp is not None:
+        if tp.min_samples_per_s is not None or tp.min_tokens_per_s is not None:
+            key, floor, unit = (
+                ("samples_per_s", tp.min_samples_per_s, "samples/s")
+                if tp.min_samples_per_s is not None
+                else ("tokens_per_s", tp.min_tokens_per_s, "tokens/s")
+            )
+            value = _num(metrics, key)
+            verdicts.append(None if value is None else value >= (floor or 0))
+            measured.append("-" if value is None else f"{value:,.1f} {unit}")
+        elif tp.deadline_s is not None:
+            if elapsed_s is None:
+                verdicts.append(None)
+                measured.append("-")
+            elif finished or elapsed_s > tp.deadline_s:
+                verdicts.append(finished and elapsed_s <= tp.deadline_s)
+                measured.append(f"{'done' if finished else 'running'} at {elapsed_s:.1f} s")
+            else:
+                verdicts.append(None)
+                measured.append(f"running, {elapsed_s:.1f} s elapsed")
+    lat = spec.sla.latency
+    if lat is not None:
+        value = _num(metrics, f"p{lat.percentile}_ms")
+        verdicts.append(None if value is None else value <= lat.max_ms)
+        measured.append("-" if value is None else f"p{lat.percentile} {value:.1f} ms")
+    if any(v is False for v in verdicts):
+        met: bool | None = False
+    elif verdicts and all(v is True for v in verdicts):
+        met = True
+    else:
+        met = None
+    return SLAVerdict(met=met, target=describe_sla(spec), measured=", ".join(measured) or "-")

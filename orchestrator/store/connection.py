@@ -1,0 +1,65 @@
+"""Open the orchestrator's Redis: the one ``REDIS_URL`` names, or the embedded server."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+
+from orchestrator.config import Settings
+from orchestrator.errors import StoreError
+from orchestrator.store.server import EmbeddedRedis
+
+__all__ = ["connect", "open_url", "resolve_url"]
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+def connect(settings: Settings) -> redis.Redis:
+    """A client for the orchestrator's Redis, checked with a PING.
+
+    With ``settings.redis_url`` set, that server; otherwise the embedded server of
+    ``settings.data_dir``, started if it is not running.
+
+    Raises:
+        StoreError: the server cannot be reached (the message names the URL) or started.
+    """
+    return open_url(resolve_url(settings))
+
+
+def resolve_url(settings: Settings) -> str:
+    """The URL of the orchestrator's Redis: ``REDIS_URL``, or the embedded server's (started
+    if it is not running). Workers get this URL to stream their metrics.
+
+    Raises:
+        StoreError: the embedded server could not be started.
+    """
+    return settings.redis_url or EmbeddedRedis(settings.data_dir).ensure_running()
+
+
+def open_url(url: str) -> redis.Redis:
+    """A client for ``url`` (responses decoded to ``str``), checked with a PING.
+
+    Raises:
+        StoreError: the URL is invalid or the server does not answer.
+    """
+    try:
+        client = redis.Redis.from_url(
+            url, decode_responses=True, socket_connect_timeout=CONNECT_TIMEOUT_S
+        )
+        client.ping()
+    except (redis.RedisError, ValueError, OSError) as err:
+        raise StoreError(f"cannot reach Redis at {redact(url)}: {err}") from None
+    return client
+
+
+def redact(url: str) -> str:
+    """``url`` with its password replaced by ``***``, for messages and logs."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        return urlunsplit(parts._replace(netloc=netloc))
+    except ValueError:
+        return url

@@ -1,0 +1,62 @@
+"""The job state machine: states and the legal transitions between them.
+
+Pure data, no Redis: the table here is the only copy. The store's transition script receives
+the allowed source states from :func:`sources` as arguments, so Lua never holds its own table.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["ACTIVE", "TERMINAL", "TRANSITIONS", "JobState", "is_legal", "sources"]
+
+
+class JobState(StrEnum):
+    """Where a job is in its life. The string value is what Redis stores."""
+
+    SUBMITTED = "submitted"
+    QUEUED = "queued"
+    PLACED = "placed"
+    RUNNING = "running"
+    CANCELLING = "cancelling"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+_S = JobState
+
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    _S.SUBMITTED: frozenset({_S.QUEUED, _S.CANCELLED, _S.FAILED}),
+    _S.QUEUED: frozenset({_S.PLACED, _S.CANCELLED, _S.FAILED}),
+    # Back to queued: the placement failed or the scheduler released it before it started.
+    # Finished: a placed job can complete before its "running" report is applied.
+    _S.PLACED: frozenset({_S.RUNNING, _S.QUEUED, _S.CANCELLING, _S.FAILED, _S.FINISHED}),
+    # Back to queued: the worker was lost (orchestrator restart) or the job was preempted.
+    _S.RUNNING: frozenset({_S.FINISHED, _S.FAILED, _S.CANCELLING, _S.QUEUED}),
+    # A job asked to stop may still finish or fail before it notices.
+    _S.CANCELLING: frozenset({_S.CANCELLED, _S.FINISHED, _S.FAILED}),
+    _S.FINISHED: frozenset(),
+    _S.FAILED: frozenset(),
+    _S.CANCELLED: frozenset(),
+}
+
+TERMINAL: frozenset[JobState] = frozenset(s for s, exits in TRANSITIONS.items() if not exits)
+"""States a job never leaves."""
+
+ACTIVE: frozenset[JobState] = frozenset(JobState) - TERMINAL
+"""States of a job that is not done yet (waiting, placed, running or stopping)."""
+
+
+def is_legal(current: JobState | str, target: JobState | str) -> bool:
+    """Whether a job in ``current`` may move to ``target`` (unknown state names are illegal)."""
+    try:
+        return JobState(target) in TRANSITIONS[JobState(current)]
+    except ValueError:
+        return False
+
+
+def sources(target: JobState | str) -> frozenset[JobState]:
+    """The states from which ``target`` may be entered."""
+    t = JobState(target)
+    return frozenset(s for s, exits in TRANSITIONS.items() if t in exits)

@@ -1,0 +1,36 @@
+-- Write a new job, queued, in one step: never a half-written job.
+--
+-- KEYS[1] submit counter   KEYS[2] job hash    KEYS[3] all jobs zset   KEYS[4] class queue
+-- KEYS[5] event stream     KEYS[6] name set
+-- ARGV[1] id  ARGV[2] name  ARGV[3] team  ARGV[4] class  ARGV[5] spec (JSON)  ARGV[6] gpus
+-- ARGV[7] submitted by ("" if unknown)  ARGV[8] event stream cap (approximate MAXLEN)
+--
+-- Returns {"exists"} when the id is taken (the caller draws another), else {"ok", job hash}.
+
+if redis.call("EXISTS", KEYS[2]) == 1 then
+  return {"exists"}
+end
+
+local seq = redis.call("INCR", KEYS[1])
+local t = redis.call("TIME")
+local ts = t[1] .. "." .. string.format("%06d", tonumber(t[2]))
+local id = ARGV[1]
+
+redis.call("HSET", KEYS[2],
+  "id", id, "name", ARGV[2], "team", ARGV[3], "class", ARGV[4], "state", "queued",
+  "spec", ARGV[5], "submitted_at", ts, "updated_at", ts, "seq", seq, "gpus", ARGV[6],
+  "attempts", 0, "message", "", "by", ARGV[7])
+redis.call("ZADD", KEYS[3], seq, id)
+redis.call("ZADD", KEYS[4], seq, id)
+redis.call("SADD", KEYS[6], id)
+
+local by = ""
+if ARGV[7] ~= "" then
+  by = "by " .. ARGV[7]
+end
+redis.call("XADD", KEYS[5], "MAXLEN", "~", ARGV[8], "*",
+  "event", "submitted", "ts", ts, "message", by, "from", "")
+redis.call("XADD", KEYS[5], "MAXLEN", "~", ARGV[8], "*",
+  "event", "queued", "ts", ts, "message", "", "from", "submitted")
+
+return {"ok", redis.call("HGETALL", KEYS[2])}

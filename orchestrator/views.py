@@ -1,0 +1,231 @@
+"""What the CLI shows: job tables, one job in full, the pool, and live progress."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from orchestrator.sla import SLAVerdict, describe_sla, evaluate_sla
+from orchestrator.store import JobStore
+from orchestrator.store.records import JobRecord
+from orchestrator.store.states import TERMINAL, JobState
+
+STATE_STYLE = {
+    "queued": "yellow",
+    "placed": "cyan",
+    "running": "bold cyan",
+    "cancelling": "magenta",
+    "finished": "green",
+    "failed": "bold red",
+    "cancelled": "magenta",
+}
+
+
+def _ts(seconds: float | None) -> str:
+    if not seconds:
+        return "-"
+    return dt.datetime.fromtimestamp(seconds).strftime("%H:%M:%S")
+
+
+def _met(verdict: SLAVerdict) -> str:
+    return {True: "[green]met[/]", False: "[red]missed[/]", None: "[dim]-[/]"}[verdict.met]
+
+
+def _fnum(value: Any, fmt: str = "{:,.1f}") -> str:
+    try:
+        return fmt.format(float(value))
+    except (TypeError, ValueError):
+        return "-"
+
+
+def verdict_of(store: JobStore, rec: JobRecord) -> SLAVerdict:
+    """The SLA verdict of a job from its latest metrics."""
+    metrics = store.metrics(rec.id)
+    finished_at = _float(rec.fields.get("finished_at"))
+    end = finished_at or time.time()
+    return evaluate_sla(
+        rec.spec,
+        metrics,
+        elapsed_s=end - rec.submitted_at,
+        finished=rec.state is JobState.FINISHED,
+    )
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def jobs_table(store: JobStore, records: Sequence[JobRecord], title: str = "jobs") -> Table:
+    """One row per job: id, class, team, state, GPUs, SLA, measured, met."""
+    table = Table(title=title)
+    table.add_column("job", no_wrap=True)
+    for col in ("class", "team", "state", "GPUs", "SLA", "measured", "met"):
+        table.add_column(col)
+    for rec in records:
+        verdict = verdict_of(store, rec)
+        style = STATE_STYLE.get(rec.state.value, "")
+        table.add_row(
+            rec.id,
+            rec.job_class,
+            rec.team,
+            f"[{style}]{rec.state.value}[/]" if style else rec.state.value,
+            str(rec.gpus),
+            verdict.target,
+            verdict.measured,
+            _met(verdict),
+        )
+    return table
+
+
+def show_job(store: JobStore, rec: JobRecord) -> Group:
+    """Everything about one job: state, settings, SLA verdict, live metrics, events."""
+    spec = rec.spec
+    verdict = verdict_of(store, rec)
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    run = spec.run
+    head.add_row("job", f"{rec.id}  ({rec.name}, team {rec.team}, {rec.job_class})")
+    head.add_row("state", f"{rec.state.value}  {rec.message}".rstrip())
+    head.add_row("workload", f"{spec.workload.ref} {spec.workload.args or ''}".rstrip())
+    measured = "not measured yet" if verdict.measured == "-" else verdict.measured
+    head.add_row("SLA", f"{describe_sla(spec)}  ->  {measured}  {_met(verdict)}")
+    head.add_row(
+        "settings",
+        f"micro-batch {run.micro_batch}, grad-accum {run.grad_accum}, {run.precision}, "
+        f"GPUs {spec.gpus} (data-parallel), "
+        f"checkpointing {'on' if run.activation_checkpointing else 'off'}, "
+        f"compile {'on' if run.compile else 'off'}",
+    )
+    length = (
+        f"{run.steps} steps"
+        if run.steps
+        else (f"{run.duration_s:g} s" if run.duration_s else "until the SLA's work is done")
+    )
+    every = run.checkpoint_every
+    head.add_row(
+        "length",
+        f"{length}, " + (f"checkpoint every {every} steps" if every else "no periodic checkpoints"),
+    )
+    if rec.placement:
+        nodes = rec.placement.get("nodes", [])
+        head.add_row(
+            "placement",
+            f"{rec.placement.get('strategy')}: "
+            + ", ".join(f"{n[:8]} x{nodes.count(n)}" for n in dict.fromkeys(nodes)),
+        )
+    head.add_row("attempts", str(rec.attempts))
+    parts: list[Any] = [Panel(head, title=f"job {rec.id}")]
+    metrics = store.metrics(rec.id)
+    if metrics:
+        mt = Table(title="metrics (latest)", show_header=True)
+        mt.add_column("metric")
+        mt.add_column("value", justify="right")
+        for key in sorted(metrics):
+            value = metrics[key]
+            mt.add_row(key, _fnum(value, "{:,.3f}") if isinstance(value, float) else str(value))
+        parts.append(mt)
+    et = Table(title="events")
+    for col in ("time", "event", "from", "message"):
+        et.add_column(col)
+    for ev in store.events(rec.id):
+        et.add_row(
+            _ts(_float(ev.get("ts"))),
+            ev.get("event", ""),
+            ev.get("from", ""),
+            ev.get("message", ""),
+        )
+    parts.append(et)
+    return Group(*parts)
+
+
+def pool_table(view: dict[str, Any]) -> Table:
+    """The pool as the scheduler last published it."""
+    table = Table(
+        title=f"pool (scheduler {view.get('scheduler', '?')}, policy {view.get('policy')})"
+    )
+    for col in ("node", "address", "GPUs", "used", "free", "kind"):
+        table.add_column(col)
+    for n in view.get("nodes", []):
+        models = n.get("models") or []
+        kind = (
+            "virtual (CPU-backed)"
+            if n.get("virtual") or not models
+            else ", ".join(sorted({m["model"] for m in models}))
+        )
+        table.add_row(
+            n["node_id"][:12],
+            n.get("address", "?"),
+            str(n["gpus"]),
+            str(n.get("used_gpus", 0)),
+            str(n["gpus"] - n.get("used_gpus", 0)),
+            kind,
+        )
+    return table
+
+
+def _progress_of(rec: JobRecord, metrics: dict[str, Any]) -> tuple[float, str]:
+    """Fraction done (0..1) and a short status, from the latest metrics."""
+    step = _float(metrics.get("step")) or 0.0
+    total = _float(metrics.get("total_steps"))
+    if total:
+        frac = step / total
+    elif rec.spec.run.duration_s:
+        frac = (_float(metrics.get("elapsed_s")) or 0.0) / rec.spec.run.duration_s
+    else:
+        frac = 0.0
+    if rec.state in TERMINAL:
+        frac = 1.0 if rec.state is JobState.FINISHED else frac
+    return min(max(frac, 0.0), 1.0), rec.state.value
+
+
+def follow(
+    store: JobStore,
+    job_ids: Sequence[str],
+    console: Console,
+    *,
+    timeout_s: float | None = None,
+    poll_s: float = 0.5,
+) -> list[JobRecord]:
+    """Show a progress bar per job until every job ends (or ``timeout_s``); return records."""
+    progress = Progress(
+        TextColumn("{task.description}", justify="left"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    tasks = {j: progress.add_task(j, total=1.0, status="queued") for j in job_ids}
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    records: dict[str, JobRecord] = {}
+    with progress:
+        while True:
+            for job_id in job_ids:
+                rec = store.get(job_id)
+                records[job_id] = rec
+                metrics = store.metrics(job_id)
+                frac, status = _progress_of(rec, metrics)
+                extra = ""
+                if "p95_ms" in metrics:
+                    extra = (
+                        f" p95 {_fnum(metrics['p95_ms'])} ms,"
+                        f" {_fnum(metrics.get('samples_per_s'))} samples/s"
+                    )
+                progress.update(tasks[job_id], completed=frac, status=status + extra)
+            if all(r.state in TERMINAL for r in records.values()):
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            time.sleep(poll_s)
+    return [records[j] for j in job_ids]

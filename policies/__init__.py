@@ -1,0 +1,34 @@
+"""Pure decision logic: no Ray, Redis, torch or orchestrator imports.
+
+Input: an immutable :class:`Snapshot`. Output: :class:`Decision` values. The same objects run in
+the live scheduler and in a simulator; they are deterministic for the same snapshot and seed.
+"""
+
+from policies.decisions import Decision, DecisionKind
+from policies.placement import PLACEMENTS, PackPlacement, Placement, SpreadPlacement
+from policies.queue import QUEUE_ORDERS, ClassFifoQueue, FifoQueue, QueueOrder
+from policies.registry import Registry, UnknownPolicyError
+from policies.scheduling import SCHEDULING_POLICIES, GangSchedulingPolicy, SchedulingPolicy
+from policies.snapshot import NodeView, QueuedJob, RunningJob, Snapshot
+
+__all__ = [
+    "PLACEMENTS",
+    "QUEUE_ORDERS",
+    "SCHEDULING_POLICIES",
+    "ClassFifoQueue",
+    "Decision",
+    "DecisionKind",
+    "FifoQueue",
+    "GangSchedulingPolicy",
+    "NodeView",
+    "PackPlacement",
+    "Placement",
+    "QueueOrder",
+    "QueuedJob",
+    "Registry",
+    "RunningJob",
+    "SchedulingPolicy",
+    "Snapshot",
+    "SpreadPlacement",
+    "UnknownPolicyError",
+]

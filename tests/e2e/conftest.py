@@ -1,0 +1,105 @@
+"""End-to-end fixtures: one multi-node Ray cluster with virtual GPUs for the whole session.
+
+Node layout: a head with no GPU, node A with 4 GPU slots, node B with 2. A scheduler (with its
+own namespace and data directory) is started per test against the shared cluster and Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.config import Settings
+from orchestrator.services import Running, serve_in_background
+from orchestrator.store import JobStore
+from orchestrator.store.records import JobRecord
+from orchestrator.store.states import JobState
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Any]:
+    """A real multi-node Ray cluster (``ray.cluster_utils.Cluster``), shared by the session."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
+    cluster.add_node(num_cpus=1, num_gpus=4)
+    cluster.add_node(num_cpus=1, num_gpus=2)
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    cluster.wait_for_nodes()
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+@dataclass
+class Orch:
+    """A live orchestrator for one test: settings, store, scheduler thread, CLI runner."""
+
+    settings: Settings
+    store: JobStore
+    running: Running
+
+    def cli(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+        """Run the real `orch` command in a subprocess against this orchestrator."""
+        env = {
+            **os.environ,
+            "REDIS_URL": self.settings.redis_url or "",
+            "ORCH_NAMESPACE": self.settings.namespace,
+            "ORCH_DATA_DIR": str(self.settings.data_dir),
+        }
+        orch = Path(sys.executable).parent / "orch"
+        return subprocess.run(
+            [str(orch), *args],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=check,
+        )
+
+    def wait(self, job_id: str, states: set[JobState], timeout_s: float = 180) -> JobRecord:
+        """Poll the store until the job is in one of ``states``; fail the test on timeout."""
+        deadline = time.monotonic() + timeout_s
+        rec = self.store.get(job_id)
+        while rec.state not in states:
+            if self.running.errors:
+                raise self.running.errors[0]
+            if time.monotonic() > deadline:
+                pytest.fail(f"{job_id} stayed {rec.state.value} ({rec.message}); wanted {states}")
+            time.sleep(0.2)
+            rec = self.store.get(job_id)
+        return rec
+
+
+def start_orch(ray_address: str, redis_url: str, namespace: str, data_dir: Path) -> Orch:
+    """A scheduler on the shared cluster, in its own namespace and data directory."""
+    settings = Settings(
+        redis_url=redis_url,
+        ray_address=ray_address,
+        data_dir=data_dir,
+        namespace=namespace,
+        scheduler_interval_s=0.2,
+    )
+    running = serve_in_background(settings)
+    return Orch(settings, running.scheduler.store, running)
+
+
+@pytest.fixture
+def orch(ray_cluster: Any, redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Orch]:
+    """A scheduler for this test; stopped, and its namespace deleted, afterwards."""
+    o = start_orch(ray_cluster.address, redis_url, namespace, tmp_path)
+    yield o
+    o.running.shutdown()
+    o.store.delete_namespace()

@@ -1,0 +1,32 @@
+"""Small job specs for the end-to-end tests (tiny MLP steps, so CPU slots finish quickly)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.spec import JobSpec, parse_spec
+
+
+def mlp_job(
+    name: str,
+    *,
+    gpus: int = 1,
+    cls: str = "bulk",
+    workload: str = "mlp",
+    **run: Any,
+) -> JobSpec:
+    """An MLP job of ``gpus`` GPUs; ``run`` sets run settings (steps or duration_s...)."""
+    sla = (
+        {"throughput": {"min_samples_per_s": 1}} if cls == "bulk" else {"latency": {"max_ms": 1000}}
+    )
+    return parse_spec(
+        {
+            "name": name,
+            "team": "e2e",
+            "class": cls,
+            "workload": workload,
+            "sla": sla,
+            "resources": {"gpus": gpus},
+            "run": {"micro_batch": 8, "warmup_steps": 1, **run},
+        }
+    )

@@ -1,0 +1,97 @@
+"""Jobs from submission to the end through the real CLI, Ray workers, torch and Redis."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from orchestrator.store.states import JobState
+from tests.e2e.conftest import ROOT, Orch, start_orch
+from tests.e2e.jobs import mlp_job
+
+EXAMPLES = sorted((ROOT / "examples").glob("*.*"))
+
+
+def test_every_example_submitted_with_the_cli_finishes_with_metrics(orch: Orch) -> None:
+    out = orch.cli("submit", *[str(p) for p in EXAMPLES])
+    assert out.returncode == 0, out.stderr
+    ids = re.findall(r"submitted (\S+)", out.stdout)
+    assert len(ids) == len(EXAMPLES)
+    for job_id in ids:
+        rec = orch.wait(job_id, {JobState.FINISHED, JobState.FAILED, JobState.CANCELLED})
+        assert rec.state is JobState.FINISHED, f"{job_id}: {rec.message}"
+        metrics = orch.store.metrics(job_id)
+        for key in ("p50_ms", "p95_ms", "p99_ms", "samples_per_s", "peak_mem_mb", "step"):
+            assert float(metrics[key]) > 0, (job_id, key, metrics)
+        assert rec.message.startswith("SLA "), rec.message
+        assert rec.result and rec.result["status"] == "finished"
+    show = orch.cli("show", ids[0])
+    assert show.returncode == 0 and "p95_ms" in show.stdout and "finished" in show.stdout
+    listing = orch.cli("list")
+    assert all(job_id in listing.stdout for job_id in ids)
+
+
+def test_gpt_work_in_tokens_runs_the_steps_it_needs(orch: Orch) -> None:
+    path = ROOT / "examples" / "bulk-gpt.yaml"
+    out = orch.cli("submit", str(path))
+    (job_id,) = re.findall(r"submitted (\S+)", out.stdout)
+    rec = orch.wait(job_id, {JobState.FINISHED, JobState.FAILED})
+    assert rec.state is JobState.FINISHED, rec.message
+    # 40,960 tokens at 8 x 2 samples of 64 tokens per step = 40 steps.
+    assert rec.result and rec.result["steps_done"] == 40
+    assert float(orch.store.metrics(job_id)["tokens_per_s"]) > 0
+
+
+def test_a_failing_workload_fails_visibly(orch: Orch) -> None:
+    spec = mlp_job("broken", workload="tests.e2e.failing_workload:build", steps=5)
+    job_id = orch.store.submit(spec).id
+    rec = orch.wait(job_id, {JobState.FINISHED, JobState.FAILED})
+    assert rec.state is JobState.FAILED
+    assert "synthetic failure in the user's workload" in rec.message
+    assert rec.attempts == 1  # a workload error is not retried
+
+
+def test_cancel_a_queued_job_and_refuse_to_cancel_twice(orch: Orch) -> None:
+    job_id = orch.store.submit(mlp_job("huge", gpus=64, steps=1)).id  # never fits: stays queued
+    out = orch.cli("cancel", job_id, "--by", "alice")
+    assert out.returncode == 0 and "cancelled" in out.stdout
+    assert orch.store.get(job_id).state is JobState.CANCELLED
+    again = orch.cli("cancel", job_id)
+    assert again.returncode == 1 and "already cancelled" in again.stderr
+    assert "Traceback" not in again.stderr
+
+
+def test_scheduler_restart_loses_no_job_and_resumes_from_checkpoint(
+    orch: Orch, tmp_path: Path
+) -> None:
+    # Long enough (a few seconds per thousand steps) to be stopped part-way.
+    job_id = orch.store.submit(mlp_job("long", steps=3000, checkpoint_every=25)).id
+    orch.wait(job_id, {JobState.RUNNING})
+    deadline = time.monotonic() + 120
+    while int(orch.store.metrics(job_id).get("step", 0)) < 50 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    orch.running.shutdown()  # stops the job (checkpoint), requeues it, releases the lease
+    assert orch.store.get(job_id).state is JobState.QUEUED
+    settings = orch.settings
+    second = start_orch(
+        settings.ray_address or "", settings.redis_url or "", settings.namespace, settings.data_dir
+    )
+    try:
+        rec = second.wait(job_id, {JobState.FINISHED, JobState.FAILED})
+    finally:
+        second.running.shutdown()
+    assert rec.state is JobState.FINISHED, rec.message
+    assert rec.result and rec.result["steps_done"] == 3000
+    assert 50 <= rec.result["resumed_from_step"] < 3000
+    events = [e["event"] for e in orch.store.events(job_id)]
+    assert events == [
+        "submitted",
+        "queued",
+        "placed",
+        "running",
+        "queued",
+        "placed",
+        "running",
+        "finished",
+    ]

@@ -1,0 +1,56 @@
+"""Gang placement on a multi-node Ray cluster with virtual GPUs (real Ray, real Redis)."""
+
+from __future__ import annotations
+
+import time
+
+from ray.util.placement_group import placement_group_table
+
+from orchestrator.store.states import JobState
+from tests.e2e.conftest import Orch
+from tests.e2e.jobs import mlp_job
+
+
+def _bundle_nodes(job_id: str) -> set[str]:
+    for pg in placement_group_table().values():
+        if pg["name"] == f"orch-{job_id}" and pg["state"] == "CREATED":
+            return set(pg["bundles_to_node_id"].values())
+    return set()
+
+
+def test_pack_keeps_a_4_gpu_job_on_one_node_and_a_job_that_cannot_fit_waits(orch: Orch) -> None:
+    big = orch.store.submit(mlp_job("big", gpus=4, duration_s=60)).id
+    rec = orch.wait(big, {JobState.RUNNING})
+    nodes = rec.placement["nodes"] if rec.placement else []
+    assert len(nodes) == 4 and len(set(nodes)) == 1
+    assert _bundle_nodes(big) == set(nodes)  # Ray put the gang where the policy said
+
+    wide = orch.store.submit(mlp_job("wide", gpus=3, steps=3)).id
+    deadline = time.monotonic() + 30
+    while "waiting" not in orch.store.get(wide).message and time.monotonic() < deadline:
+        time.sleep(0.2)
+    waiting = orch.store.get(wide)
+    assert waiting.state is JobState.QUEUED
+    assert waiting.message == "waiting: needs 3 GPUs; 2 free"
+
+    out = orch.cli("cancel", big)
+    assert out.returncode == 0, out.stderr
+    assert orch.wait(big, {JobState.CANCELLED}).state is JobState.CANCELLED
+    assert _bundle_nodes(big) == set()  # the placement group is gone: GPUs freed
+    # The waiting job now fits (3 of node A's 4 GPUs) and runs to the end.
+    done = orch.wait(wide, {JobState.FINISHED, JobState.FAILED})
+    assert done.state is JobState.FINISHED, done.message
+    assert done.placement is None
+    assert [e["event"] for e in orch.store.events(wide)][-3:] == ["placed", "running", "finished"]
+
+
+def test_interactive_goes_before_earlier_bulk(orch: Orch) -> None:
+    # Fill node A and node B so both queued jobs must wait, then free the pool.
+    blocker = orch.store.submit(mlp_job("blocker", gpus=6, duration_s=60)).id
+    orch.wait(blocker, {JobState.RUNNING})
+    bulk = orch.store.submit(mlp_job("bulk", gpus=4, steps=3)).id
+    inter = orch.store.submit(mlp_job("inter", gpus=4, cls="interactive", steps=3)).id
+    orch.store.transition(blocker, JobState.CANCELLING)
+    rec = orch.wait(inter, {JobState.RUNNING, JobState.FINISHED})
+    assert orch.store.get(bulk).state is JobState.QUEUED, rec
+    assert orch.wait(bulk, {JobState.FINISHED}).state is JobState.FINISHED

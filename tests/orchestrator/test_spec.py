@@ -1,0 +1,98 @@
+"""Job spec: the examples validate; each bad file fails with the message a user needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import SpecError
+from orchestrator.spec import JobSpec, load_spec, parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.*"))
+BAD = Path(__file__).parent / "bad_jobs"
+
+EXPECTED = {
+    "wrong-class.yaml": "class must be one of 'bulk' or 'interactive', got 'batch'",
+    "negative-latency.yaml": "sla.latency.max_ms must be > 0",
+    "unknown-workload.yaml": "workload.name: unknown built-in workload 'resnet9'; built-ins: mlp",
+    "typo-field.yaml": "run.micro_bach: unknown field; allowed: micro_batch, grad_accum",
+    "bad-precision.yaml": "run.precision must be one of 'fp32', 'bf16' or 'fp16', got 'fp8'",
+    "gpus-reversed.yaml": "resources.gpus: max (2) must be >= min (4)",
+    "dp-out-of-range.yaml": "run.data_parallel must be within resources.gpus [1, 2], got 4",
+    "work-without-deadline.yaml": "sla.throughput: deadline_s is required with work_samples",
+    "no-run-length.yaml": "give exactly one run length: run.steps, run.duration_s",
+    "bulk-without-throughput.yaml": "sla.throughput is required for class bulk",
+    "missing-team.yaml": "team is required",
+    "bad-name.yaml": "name must be 1-63 lowercase letters",
+    "bad-entry.yaml": "workload.entry must be an entry point 'package.module:function'",
+    "not-yaml.yaml": "not valid YAML",
+    "not-a-mapping.yaml": "the job must be a mapping of fields, got list",
+    "string-floor.json": "sla.throughput.min_samples_per_s must be a number, got 'fast'",
+}
+
+
+def test_there_are_examples_of_both_classes() -> None:
+    classes = [load_spec(p).job_class for p in EXAMPLES]
+    assert classes.count("bulk") >= 2 and classes.count("interactive") >= 2
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_validates(path: Path) -> None:
+    spec = load_spec(path)
+    again = JobSpec.model_validate(spec.model_dump(mode="json", by_alias=True))
+    assert again == spec
+
+
+def test_every_bad_file_has_an_expectation() -> None:
+    assert sorted(p.name for p in BAD.iterdir()) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_bad_file_fails_with_message(name: str) -> None:
+    with pytest.raises(SpecError) as info:
+        load_spec(BAD / name)
+    assert any(EXPECTED[name] in p for p in info.value.problems), info.value.problems
+    assert info.value.exit_code == 2
+    assert str(BAD / name) in str(info.value)
+
+
+def test_all_problems_are_reported_together() -> None:
+    data = {
+        "name": "a",
+        "team": "t",
+        "class": "batch",
+        "workload": "mlp",
+        "sla": {"latency": {"max_ms": 0}},
+        "run": {"steps": 0, "precision": "fp8"},
+    }
+    with pytest.raises(SpecError) as info:
+        parse_spec(data)
+    assert len(info.value.problems) == 4
+
+
+def test_missing_file_and_wrong_suffix() -> None:
+    with pytest.raises(SpecError, match="file not found"):
+        load_spec(BAD / "nope.yaml")
+    with pytest.raises(SpecError, match=r"end in \.yaml, \.yml or \.json"):
+        load_spec(ROOT / "README.md")
+
+
+def test_shorthands_and_defaults() -> None:
+    spec = parse_spec(
+        {
+            "name": "a",
+            "team": "t",
+            "class": "bulk",
+            "workload": "pkg.mod:build",
+            "sla": {"throughput": {"work_samples": 1000, "deadline_s": 60}},
+            "resources": {"gpus": 2},
+            "run": {"micro_batch": 10, "grad_accum": 5},
+        }
+    )
+    assert spec.workload.entry == "pkg.mod:build" and spec.workload.ref == "pkg.mod:build"
+    assert (spec.resources.gpus.min, spec.resources.gpus.upper, spec.gpus) == (2, 2, 2)
+    assert spec.sla.latency is None and spec.run.precision == "fp32"
+    # 1000 samples at 10 x 5 x 2 = 100 per step.
+    assert spec.steps_for() == 10

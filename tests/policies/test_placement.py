@@ -1,0 +1,81 @@
+"""Contract tests every placement policy runs (as Optuna's shared storage tests)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from policies import PLACEMENTS, PackPlacement, Placement, SpreadPlacement, UnknownPolicyError
+
+free_maps = st.lists(st.integers(min_value=0, max_value=8), min_size=1, max_size=6).map(
+    lambda xs: {f"node{i}": x for i, x in enumerate(xs)}
+)
+
+
+class PlacementContract:
+    """Shared contract: whole gang or nothing, never beyond a node's free GPUs, deterministic.
+
+    Hypothesis runs the same inherited test on each subclass: that is intended here.
+    """
+
+    placement: Placement
+
+    @settings(suppress_health_check=[HealthCheck.differing_executors])
+    @given(free=free_maps, gpus=st.integers(min_value=1, max_value=20))
+    def test_gang_fits_within_free(self, free: dict[str, int], gpus: int) -> None:
+        nodes = self.placement.place(gpus, free)
+        if sum(free.values()) < gpus:
+            assert nodes is None
+            return
+        assert nodes is not None
+        assert len(nodes) == gpus
+        for node, used in Counter(nodes).items():
+            assert used <= free[node]
+
+    @settings(suppress_health_check=[HealthCheck.differing_executors])
+    @given(free=free_maps, gpus=st.integers(min_value=1, max_value=20))
+    def test_deterministic(self, free: dict[str, int], gpus: int) -> None:
+        assert self.placement.place(gpus, free) == self.placement.place(gpus, dict(free))
+
+    def test_zero_free_does_not_fit(self) -> None:
+        assert self.placement.place(1, {"a": 0, "b": 0}) is None
+
+
+class TestPack(PlacementContract):
+    placement = PackPlacement()
+
+    @given(free=free_maps, gpus=st.integers(min_value=1, max_value=8))
+    def test_single_node_when_one_fits(self, free: dict[str, int], gpus: int) -> None:
+        nodes = self.placement.place(gpus, free)
+        if any(f >= gpus for f in free.values()):
+            assert nodes is not None and len(set(nodes)) == 1
+
+    def test_best_fit(self) -> None:
+        # The tightest node is used, keeping the 8-GPU hole for a large gang.
+        assert self.placement.place(2, {"big": 8, "small": 2, "mid": 4}) == ("small", "small")
+
+    def test_spans_fewest_nodes(self) -> None:
+        nodes = self.placement.place(5, {"a": 1, "b": 3, "c": 2})
+        assert nodes is not None and sorted(set(nodes)) == ["b", "c"]
+
+
+class TestSpread(PlacementContract):
+    placement = SpreadPlacement()
+
+    def test_one_per_node_when_possible(self) -> None:
+        assert self.placement.place(3, {"a": 4, "b": 4, "c": 4}) == ("a", "b", "c")
+
+
+def test_registry_selects_by_name() -> None:
+    assert isinstance(PLACEMENTS.create("pack"), PackPlacement)
+    assert isinstance(PLACEMENTS.create("spread"), SpreadPlacement)
+
+
+def test_registry_unknown_name_lists_valid() -> None:
+    with pytest.raises(
+        UnknownPolicyError, match=r"unknown placement policy 'packed'; valid: pack, spread"
+    ):
+        PLACEMENTS.create("packed")

@@ -1,0 +1,125 @@
+"""The harness configuration: the knobs the tuner turns, as one immutable value.
+
+No torch here: the control plane builds these from a job spec and a tuned trial, and ships them
+to worker actors as plain dicts (:meth:`HarnessConfig.to_dict` / :meth:`HarnessConfig.from_dict`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from workers.errors import HarnessConfigError
+
+__all__ = ["OPTIMIZERS", "PRECISIONS", "HarnessConfig"]
+
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
+OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
+
+
+@dataclass(frozen=True)
+class HarnessConfig:
+    """How to run one workload: batch geometry, precision, memory/speed options, length.
+
+    Attributes:
+        workload: a built-in workload name or a user entry point ``"package.module:function"``.
+        workload_args: arguments passed to the workload builder.
+        micro_batch: samples per forward/backward pass on one rank.
+        grad_accum: micro-batches per optimizer step (must be 1 for inference workloads).
+        precision: ``fp32``, ``bf16`` or ``fp16`` (autocast; fp16 uses a GradScaler on CUDA).
+        activation_checkpointing: recompute the workload's ``blocks`` in backward.
+        compile: run the model through ``torch.compile``.
+        steps: optimizer steps in total, counting those done before a resume.
+        duration_s: wall-clock seconds for this run, set-up (compile) included.
+        work_tokens: tokens to train on in total; the harness turns it into steps from the
+            workload's tokens per sample and the global batch. Exactly one of ``steps``,
+            ``duration_s`` and ``work_tokens`` is set.
+        warmup_steps: steps at the start of this run excluded from latency and throughput.
+        checkpoint_every: write a checkpoint every this many optimizer steps (0 = never; a
+            checkpoint is still written when the run is stopped).
+        seed: seeds model initialisation, the data stream and the RNGs.
+        lr: learning rate.
+        optimizer: ``adamw`` or ``sgd`` (momentum 0.9).
+    """
+
+    workload: str
+    workload_args: dict[str, Any] = field(default_factory=dict)
+    micro_batch: int = 8
+    grad_accum: int = 1
+    precision: str = "fp32"
+    activation_checkpointing: bool = False
+    compile: bool = False
+    steps: int | None = None
+    duration_s: float | None = None
+    work_tokens: int | None = None
+    warmup_steps: int = 3
+    checkpoint_every: int = 0
+    seed: int = 0
+    lr: float = 1e-3
+    optimizer: str = "adamw"
+
+    def __post_init__(self) -> None:
+        problems = self._problems()
+        if problems:
+            raise HarnessConfigError("invalid harness config: " + "; ".join(problems))
+
+    def _problems(self) -> list[str]:
+        p: list[str] = []
+        if not self.workload:
+            p.append("workload must be a built-in name or 'package.module:function'")
+        for name in ("micro_batch", "grad_accum"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                p.append(f"{name} must be an integer >= 1, got {value!r}")
+        for name in ("warmup_steps", "checkpoint_every", "seed"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                p.append(f"{name} must be an integer >= 0, got {value!r}")
+        if self.precision not in PRECISIONS:
+            p.append(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.optimizer not in OPTIMIZERS:
+            p.append(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        lengths = (self.steps, self.duration_s, self.work_tokens)
+        if sum(x is not None for x in lengths) != 1:
+            p.append("exactly one of steps, duration_s and work_tokens must be set")
+        if self.work_tokens is not None and (
+            not isinstance(self.work_tokens, int) or self.work_tokens < 1
+        ):
+            p.append(f"work_tokens must be an integer >= 1, got {self.work_tokens!r}")
+        if self.steps is not None and (not isinstance(self.steps, int) or self.steps < 1):
+            p.append(f"steps must be an integer >= 1, got {self.steps!r}")
+        if self.duration_s is not None and not (
+            isinstance(self.duration_s, int | float) and self.duration_s > 0
+        ):
+            p.append(f"duration_s must be > 0, got {self.duration_s!r}")
+        if not (isinstance(self.lr, int | float) and math.isfinite(self.lr) and self.lr > 0):
+            p.append(f"lr must be a finite number > 0, got {self.lr!r}")
+        return p
+
+    @property
+    def samples_per_rank_step(self) -> int:
+        """Samples one rank processes per optimizer step."""
+        return self.micro_batch * self.grad_accum
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict that :meth:`from_dict` turns back into this config."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HarnessConfig:
+        """Build a config from a dict, refusing unknown keys.
+
+        Raises:
+            HarnessConfigError: an unknown key, a missing ``workload`` or an invalid value.
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise HarnessConfigError(
+                f"unknown harness config keys {unknown}; allowed: {', '.join(sorted(known))}"
+            )
+        if "workload" not in data:
+            raise HarnessConfigError("harness config needs 'workload'")
+        return cls(**data)

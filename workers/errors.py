@@ -1,0 +1,23 @@
+"""One exceptions module for the data plane.
+
+Every error a user's configuration can cause derives from :class:`WorkerError`; each also
+derives from :class:`ValueError` so callers that validate input can catch the familiar type.
+"""
+
+from __future__ import annotations
+
+
+class WorkerError(Exception):
+    """Root of every data-plane error."""
+
+
+class WorkloadError(WorkerError, ValueError):
+    """A workload name, entry point or its arguments are invalid, or the builder failed."""
+
+
+class HarnessConfigError(WorkerError, ValueError):
+    """A harness setting is invalid, or impossible on this device (e.g. fp16 without CUDA)."""
+
+
+class CheckpointError(WorkerError, ValueError):
+    """A checkpoint cannot be resumed by this run (it belongs to a different workload)."""

@@ -1,0 +1,454 @@
+"""The worker harness: runs any workload's training (or inference) loop and measures it.
+
+The harness owns the loop; a workload owns only the model (rule 3). For an optimizer step the
+harness draws ``grad_accum`` micro-batches of ``micro_batch`` samples on each of ``world_size``
+ranks, runs them under the configured precision, with activation checkpointing and
+torch.compile when asked, synchronises gradients across ranks (DDP) and times the step.
+
+Sample indices: the step that starts at global sample ``s`` gives rank ``r``'s micro-batch
+``k`` the samples ``s + (r * grad_accum + k) * micro_batch`` onwards. Every step reads the next
+``micro_batch * grad_accum * world_size`` samples of the stream whatever its split, so gradient
+accumulation, data parallelism and resumption all see exactly the data one large batch would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from workers import distributed
+from workers.checkpoint import (
+    CHECKPOINT_FILE,
+    Checkpoint,
+    load_checkpoint,
+    restore_rng,
+    rng_state,
+    save_checkpoint,
+)
+from workers.config import HarnessConfig
+from workers.errors import HarnessConfigError
+from workers.optimizations import apply_activation_checkpointing, autocast_context, make_grad_scaler
+from workers.result import RunResult
+from workers.telemetry import NvmlSampler, percentile, process_peak_rss_mb
+from workers.workloads.base import Batch
+from workers.workloads.registry import build_workload
+
+__all__ = ["Harness", "HarnessConfig", "RunResult"]
+
+log = logging.getLogger(__name__)
+
+Report = Callable[[dict[str, Any]], None]
+
+
+class Harness:
+    """Runs one rank of a job: builds the workload, then :meth:`run` loops and measures.
+
+    Args:
+        config: what to run and how.
+        rank: this process's data-parallel rank.
+        world_size: number of ranks; above 1 the harness joins a process group at
+            ``init_method`` and wraps the model in DistributedDataParallel.
+        init_method: ``tcp://host:port`` of rank 0 (required when ``world_size > 1``).
+        device: ``cpu``, ``cuda`` or ``cuda:N``; by default ``cuda:rank % n_gpus`` when CUDA is
+            present, else ``cpu``.
+        checkpoint_dir: where checkpoints are written (rank 0) and resumed from (all ranks).
+        report: called with a report dict at most every ``report_every_s`` and once at the end.
+        report_every_s: minimum seconds between two periodic reports.
+        should_stop: polled once per optimizer step; when it returns True on any rank, all
+            ranks checkpoint (rank 0 writes) and return with status ``stopped``.
+        num_threads: intra-op CPU threads (``torch.set_num_threads``), e.g. 1 per virtual GPU.
+
+    Raises:
+        HarnessConfigError: an impossible setting (fp16 where autocast lacks it, a missing
+            ``init_method``, accumulation on an inference workload, a bad rank).
+        WorkloadError: the workload cannot be resolved or built.
+    """
+
+    def __init__(
+        self,
+        config: HarnessConfig,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        init_method: str | None = None,
+        device: str | None = None,
+        checkpoint_dir: Path | str | None = None,
+        report: Report | None = None,
+        report_every_s: float = 1.0,
+        should_stop: Callable[[], bool] | None = None,
+        num_threads: int | None = None,
+    ) -> None:
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise HarnessConfigError(f"rank must be in [0, {world_size}), got {rank}")
+        if world_size > 1 and not init_method:
+            raise HarnessConfigError("world_size > 1 needs init_method ('tcp://host:port')")
+        self.config = config
+        self.rank = rank
+        self.world_size = world_size
+        self.init_method = init_method
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self._report = report
+        self._report_every_s = report_every_s
+        self._should_stop = should_stop or (lambda: False)
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
+        self.device = _resolve_device(device, rank)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        self._autocast = autocast_context(config.precision, self.device)
+
+        # Same seed on every rank: identical initial weights (DDP also broadcasts rank 0's).
+        random.seed(config.seed)
+        torch.manual_seed(config.seed)
+        self.workload = build_workload(config.workload, config.workload_args, config.seed)
+        if not self.workload.train and config.grad_accum != 1:
+            raise HarnessConfigError(
+                f"grad_accum must be 1 for the inference workload {config.workload!r}, "
+                f"got {config.grad_accum}"
+            )
+        if config.work_tokens is not None:
+            config = self.config = self._steps_for_tokens(config, world_size)
+        self._model = self.workload.model.to(self.device)
+        self._model.train(self.workload.train)
+        self._optimizer = _make_optimizer(config, self._model) if self.workload.train else None
+        self._scaler = make_grad_scaler(config.precision, self.device)
+        if config.activation_checkpointing and self.workload.train:
+            apply_activation_checkpointing(self.workload.blocks)
+        self._ran = False
+
+    def _steps_for_tokens(self, config: HarnessConfig, world_size: int) -> HarnessConfig:
+        """The config with ``work_tokens`` turned into optimizer steps for this workload."""
+        per_sample = self.workload.tokens_per_sample
+        if per_sample <= 0:
+            raise HarnessConfigError(
+                f"work_tokens needs a workload that counts tokens; {config.workload!r} does not "
+                "(state the work in samples, or a run length in steps or seconds)"
+            )
+        per_step = config.samples_per_rank_step * world_size * per_sample
+        steps = max(1, math.ceil((config.work_tokens or 0) / per_step))
+        return dataclasses.replace(config, steps=steps, work_tokens=None)
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The workload's model, unwrapped (no DDP, no compile)."""
+        return self._model
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step over all ranks."""
+        return self.config.samples_per_rank_step * self.world_size
+
+    def run(self) -> RunResult:
+        """Run to ``steps`` (or for ``duration_s``) or until stopped; return the outcome.
+
+        A harness runs once; build a new one (same ``checkpoint_dir``) to resume.
+        """
+        if self._ran:
+            raise RuntimeError("Harness.run() can be called once; build a new Harness to resume")
+        self._ran = True
+        run = _Run(self)
+        try:
+            return run.execute()
+        finally:
+            run.close()
+
+
+class _Run:
+    """The mutable state of one :meth:`Harness.run` (kept apart so Harness stays a recipe)."""
+
+    def __init__(self, h: Harness) -> None:
+        self.h = h
+        cfg = h.config
+        self.started = time.perf_counter()
+        self.step = 0
+        self.samples_seen = 0
+        self.resumed_from: int | None = None
+        self.loss: float | None = None
+        self.latencies_ms: list[float] = []
+        self.measured_samples = 0
+        self.measured_time_s = 0.0
+        self.local_steps = 0
+        self.last_report = -float("inf")
+        self.checkpoint_path: str | None = None
+        self.last_saved_step: int | None = None
+        self.tokens_per_sample = h.workload.tokens_per_sample
+        self.ddp: DistributedDataParallel | None = None
+        self.forward_module: torch.nn.Module = h.model
+        self.nvml = NvmlSampler(_device_uuid(h.device))
+        self.deadline = self.started + cfg.duration_s if cfg.duration_s is not None else None
+
+    def execute(self) -> RunResult:
+        h, cfg = self.h, self.h.config
+        if h.world_size > 1:
+            assert h.init_method is not None  # checked in Harness.__init__
+            distributed.init_group(h.device, h.init_method, h.rank, h.world_size)
+        self._resume()
+        if h.world_size > 1 and h.workload.train:
+            device_ids = [h.device.index] if h.device.type == "cuda" else None
+            self.ddp = DistributedDataParallel(h.model, device_ids=device_ids)
+            self.forward_module = self.ddp
+        if cfg.compile:
+            # Compile the DDP wrapper, not the inner model, so DDP's bucketing stays visible
+            # to the compiler (the order PyTorch documents).
+            self.forward_module = torch.compile(self.forward_module)  # type: ignore[assignment]
+        self.nvml.start()
+
+        status = "finished"
+        while cfg.steps is None or self.step < cfg.steps:
+            stop, time_up = distributed.agree_any(
+                [
+                    h._should_stop(),
+                    self.deadline is not None and time.perf_counter() >= self.deadline,
+                ],
+                h.device,
+            )
+            if stop:
+                status = "stopped"
+                break
+            if time_up:
+                break
+            self._timed_step()
+            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                self._save()
+            if time.perf_counter() - self.last_report >= h._report_every_s:
+                self._emit("running")
+        if self.loss is not None:
+            self.loss = distributed.all_mean(self.loss, h.device)
+        if h.checkpoint_dir is not None and self.last_saved_step != self.step:
+            self._save()
+        self._emit(status)
+        return self._result(status)
+
+    def close(self) -> None:
+        self.nvml.stop()
+        # DDP holds the process group: drop it first, so the group is torn down once, here,
+        # and not later by a garbage-collected DDP after the peers are gone (which can hang).
+        self.ddp = None
+        self.forward_module = self.h.model
+        distributed.shutdown_group()
+
+    # -- one step -------------------------------------------------------------------------
+
+    def _timed_step(self) -> None:
+        h, cfg = self.h, self.h.config
+        self._sync()
+        t0 = time.perf_counter()
+        loss: float | None = None
+        if h.workload.train:
+            loss = self._train_step()
+        else:
+            self._infer_step()
+        self._sync()
+        elapsed = time.perf_counter() - t0
+        self.loss = loss
+        self.step += 1
+        self.samples_seen += h.global_batch
+        self.local_steps += 1
+        if self.local_steps > cfg.warmup_steps:
+            self.latencies_ms.append(elapsed * 1000.0)
+            self.measured_samples += h.global_batch
+            self.measured_time_s += elapsed
+
+    def _train_step(self) -> float:
+        h, cfg = self.h, self.h.config
+        assert h._optimizer is not None  # built for every training workload
+        h._optimizer.zero_grad(set_to_none=True)
+        total = torch.zeros((), device=h.device)
+        for k in range(cfg.grad_accum):
+            batch = self._batch(k)
+            # Gradients are all-reduced only on the last micro-batch; earlier ones accumulate
+            # locally, which is what makes accumulation cheaper than a bigger all-reduce count.
+            last = k == cfg.grad_accum - 1
+            sync = (
+                self.ddp.no_sync()
+                if self.ddp is not None and not last
+                else contextlib.nullcontext()
+            )
+            with sync:
+                with h._autocast():
+                    loss = h.workload.loss(self.forward_module, batch) / cfg.grad_accum
+                (h._scaler.scale(loss) if h._scaler is not None else loss).backward()
+            total += loss.detach().float()
+        if h._scaler is not None:
+            h._scaler.step(h._optimizer)
+            h._scaler.update()
+        else:
+            h._optimizer.step()
+        return float(total.item())
+
+    def _infer_step(self) -> None:
+        h = self.h
+        with torch.inference_mode(), h._autocast():
+            h.workload.loss(self.forward_module, self._batch(0))
+
+    def _batch(self, k: int) -> Batch:
+        h, cfg = self.h, self.h.config
+        first = self.samples_seen + (h.rank * cfg.grad_accum + k) * cfg.micro_batch
+        return _to_device(h.workload.make_batch(first, cfg.micro_batch), h.device)
+
+    def _sync(self) -> None:
+        if self.h.device.type == "cuda":
+            torch.cuda.synchronize(self.h.device)
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def _resume(self) -> None:
+        h = self.h
+        if h.checkpoint_dir is None:
+            return
+        ckpt = load_checkpoint(h.checkpoint_dir, h.config.workload, h.config.workload_args)
+        if ckpt is None:
+            return
+        h.model.load_state_dict(ckpt.model)
+        if h._optimizer is not None and ckpt.optimizer:
+            h._optimizer.load_state_dict(ckpt.optimizer)
+        if h._scaler is not None and ckpt.scaler:
+            h._scaler.load_state_dict(ckpt.scaler)
+        restore_rng(ckpt.rng)
+        self.step = self.resumed_from = ckpt.step
+        self.samples_seen = ckpt.samples_seen
+        self.latencies_ms = list(ckpt.latencies_ms)
+        self.measured_samples = ckpt.measured_samples
+        self.measured_time_s = ckpt.measured_time_s
+        self.checkpoint_path = str(h.checkpoint_dir / CHECKPOINT_FILE)
+        self.last_saved_step = ckpt.step
+
+    def _save(self) -> None:
+        h = self.h
+        if h.checkpoint_dir is None:
+            return
+        self.last_saved_step = self.step
+        if h.rank != 0:
+            return
+        ckpt = Checkpoint(
+            step=self.step,
+            samples_seen=self.samples_seen,
+            workload=h.config.workload,
+            workload_args=dict(h.config.workload_args),
+            model=h.model.state_dict(),
+            optimizer=h._optimizer.state_dict() if h._optimizer is not None else {},
+            scaler=h._scaler.state_dict() if h._scaler is not None else {},
+            rng=rng_state(),
+            latencies_ms=list(self.latencies_ms),
+            measured_samples=self.measured_samples,
+            measured_time_s=self.measured_time_s,
+        )
+        self.checkpoint_path = str(save_checkpoint(h.checkpoint_dir, ckpt))
+
+    # -- measurement ----------------------------------------------------------------------
+
+    def _metrics(self) -> dict[str, Any]:
+        lat = self.latencies_ms
+        sps = self.measured_samples / self.measured_time_s if self.measured_time_s > 0 else None
+        tps = sps * self.tokens_per_sample if sps is not None and self.tokens_per_sample else None
+        return {
+            "p50_ms": percentile(lat, 50) if lat else None,
+            "p95_ms": percentile(lat, 95) if lat else None,
+            "p99_ms": percentile(lat, 99) if lat else None,
+            "samples_per_s": sps,
+            "tokens_per_s": tps,
+            "peak_mem_mb": self._peak_mem_mb(),
+            "measured_steps": len(lat),
+        }
+
+    def _peak_mem_mb(self) -> float:
+        if self.h.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.h.device) / 2**20
+        return process_peak_rss_mb()
+
+    def _emit(self, status: str) -> None:
+        h = self.h
+        self.last_report = time.perf_counter()
+        if h._report is None:
+            return
+        report: dict[str, Any] = {
+            "status": status,
+            "step": self.step,
+            "total_steps": h.config.steps,
+            "elapsed_s": time.perf_counter() - self.started,
+            "loss": self.loss,
+            "device": str(h.device),
+            "rank": h.rank,
+            "world_size": h.world_size,
+            "global_batch": h.global_batch,
+            "warmup_steps": h.config.warmup_steps,
+            **self._metrics(),
+            **self.nvml.snapshot(),
+        }
+        try:
+            h._report(report)
+        except Exception:
+            # A failing metrics sink (Redis briefly down) must not kill hours of training.
+            log.warning("report callback failed; the run continues", exc_info=True)
+
+    def _result(self, status: str) -> RunResult:
+        h = self.h
+        with torch.no_grad():
+            fingerprint = sum(float(p.double().abs().sum()) for p in h.model.parameters())
+        m = self._metrics()
+        return RunResult(
+            status=status,
+            steps_done=self.step,
+            resumed_from_step=self.resumed_from,
+            loss=self.loss,
+            p50_ms=m["p50_ms"],
+            p95_ms=m["p95_ms"],
+            p99_ms=m["p99_ms"],
+            samples_per_s=m["samples_per_s"],
+            tokens_per_s=m["tokens_per_s"],
+            peak_mem_mb=m["peak_mem_mb"],
+            measured_steps=m["measured_steps"],
+            warmup_steps=h.config.warmup_steps,
+            elapsed_s=time.perf_counter() - self.started,
+            device=str(h.device),
+            world_size=h.world_size,
+            global_batch=h.global_batch,
+            param_fingerprint=fingerprint,
+            telemetry=self.nvml.snapshot(),
+            checkpoint_path=self.checkpoint_path,
+        )
+
+
+def _resolve_device(device: str | None, rank: int) -> torch.device:
+    if device is not None:
+        return torch.device(device)
+    if torch.cuda.is_available():
+        # Under Ray each actor sees only its own GPU (CUDA_VISIBLE_DEVICES), so this is cuda:0.
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def _device_uuid(device: torch.device) -> str | None:
+    if device.type != "cuda":
+        return None
+    try:
+        uuid = str(torch.cuda.get_device_properties(device).uuid)
+    except Exception:  # older drivers/builds without the field: NVML stays unavailable
+        return None
+    return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+
+
+def _make_optimizer(config: HarnessConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=0.9)
+    return torch.optim.AdamW(model.parameters(), lr=config.lr)
+
+
+def _to_device(batch: Batch, device: torch.device) -> Batch:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, tuple | list):
+        return type(batch)(_to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    return batch

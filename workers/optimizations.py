@@ -1,0 +1,82 @@
+"""Precision, activation checkpointing and compilation, applied the same way to every workload.
+
+The workload never sees these: the harness calls the functions here on the workload's model
+and blocks, which is what lets the tuner search them for any model (rule 3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from workers.errors import HarnessConfigError
+
+__all__ = ["apply_activation_checkpointing", "autocast_context", "make_grad_scaler"]
+
+_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast_context(precision: str, device: torch.device) -> Callable[[], Any]:
+    """A factory of the context that runs forward passes in ``precision`` on ``device``.
+
+    fp32 is a no-op context. bf16 and fp16 use ``torch.autocast``: parameters and optimizer
+    state stay fp32 and eligible ops run in the low precision.
+
+    Raises:
+        HarnessConfigError: autocast does not support this precision on this device type.
+    """
+    if precision == "fp32":
+        return contextlib.nullcontext
+    dtype = _DTYPES[precision]
+    try:
+        # Autocast checks device support when the context is created; probe once here so an
+        # unsupported combination fails with a clear message instead of deep inside the loop.
+        with torch.autocast(device_type=device.type, dtype=dtype):
+            pass
+    except (RuntimeError, ValueError) as exc:
+        needs = " (fp16 needs CUDA)" if precision == "fp16" else ""
+        raise HarnessConfigError(
+            f"precision {precision} is not supported on {device.type}{needs}: {exc}"
+        ) from exc
+    return functools.partial(torch.autocast, device_type=device.type, dtype=dtype)
+
+
+def make_grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler | None:
+    """A GradScaler for fp16 on CUDA, where fp16 gradients underflow without loss scaling.
+
+    bf16 has fp32's exponent range and needs none; on CPU, fp16 autocast runs unscaled.
+    """
+    if precision == "fp16" and device.type == "cuda":
+        return torch.amp.GradScaler("cuda")
+    return None
+
+
+def apply_activation_checkpointing(blocks: Iterable[torch.nn.Module]) -> int:
+    """Make each block recompute its activations in backward instead of storing them.
+
+    The block's ``forward`` is replaced on the instance by a wrapper that calls
+    ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``; the module tree and the
+    ``state_dict`` keys are unchanged, so checkpoints stay interchangeable with runs without it.
+    Without grad (inference) checkpoint simply runs the forward.
+
+    Returns:
+        The number of blocks wrapped.
+    """
+    count = 0
+    for block in blocks:
+        block.forward = _checkpointed(block.forward)
+        count += 1
+    return count
+
+
+def _checkpointed(forward: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(forward)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    return wrapper

@@ -1,0 +1,89 @@
+"""What a harness run reports: the periodic report dict and the final :class:`RunResult`.
+
+Both are plain JSON-serialisable values (no NaN: a figure that cannot be measured yet, such as
+a percentile before the first measured step, is ``None``), so they cross Ray, Redis and the CLI
+unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["REPORT_KEYS", "RunResult"]
+
+# Keys present in every report dict (NVML adds gpu_* keys when available). ``status`` is
+# "running" in periodic reports, then "finished" or "stopped" in the final one.
+REPORT_KEYS: tuple[str, ...] = (
+    "status",
+    "step",
+    "total_steps",
+    "elapsed_s",
+    "p50_ms",
+    "p95_ms",
+    "p99_ms",
+    "samples_per_s",
+    "tokens_per_s",
+    "peak_mem_mb",
+    "loss",
+    "device",
+    "rank",
+    "world_size",
+    "global_batch",
+    "measured_steps",
+    "warmup_steps",
+    "nvml",
+)
+
+
+@dataclass
+class RunResult:
+    """The outcome of one :meth:`workers.harness.Harness.run`.
+
+    Attributes:
+        status: ``finished`` (reached ``steps`` or ``duration_s``) or ``stopped`` (asked to).
+        steps_done: optimizer steps completed in total, including those before a resume.
+        resumed_from_step: the checkpoint step this run started from, ``None`` if fresh.
+        loss: the last step's loss averaged over ranks (``None`` for inference workloads or
+            when no step ran).
+        p50_ms, p95_ms, p99_ms: step-latency percentiles over measured steps (warm-up steps of
+            each run excluded; measured steps from before a resume included).
+        samples_per_s, tokens_per_s: global throughput (all ranks) over measured steps;
+            ``tokens_per_s`` is ``None`` for workloads without tokens.
+        peak_mem_mb: CUDA peak allocated memory, or the process's peak RSS on CPU.
+        measured_steps: how many step latencies the percentiles cover.
+        warmup_steps: steps excluded at the start of this run.
+        elapsed_s: wall time of this run.
+        device: where it ran (``cpu`` or ``cuda:N``).
+        world_size: data-parallel degree.
+        global_batch: samples per optimizer step over all ranks.
+        telemetry: NVML summary (``{"nvml": "unavailable"}`` without it).
+        param_fingerprint: sum of absolute values of all parameters (float64), a cheap check
+            that two runs ended with the same model.
+        checkpoint_path: the last checkpoint written or resumed from, if any.
+    """
+
+    status: str
+    steps_done: int
+    resumed_from_step: int | None
+    loss: float | None
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    samples_per_s: float | None
+    tokens_per_s: float | None
+    peak_mem_mb: float
+    measured_steps: int
+    warmup_steps: int
+    elapsed_s: float
+    device: str
+    world_size: int
+    global_batch: int
+    param_fingerprint: float
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    checkpoint_path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict of every field."""
+        return dataclasses.asdict(self)

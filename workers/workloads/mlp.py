@@ -1,0 +1,66 @@
+"""``mlp``: a small multi-layer perceptron learning a fixed random teacher's classes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from workers.workloads.base import Batch, Workload, require_positive, take_args
+from workers.workloads.data import dataset_generator, stack_samples
+
+DEFAULTS: dict[str, Any] = {"in_features": 32, "hidden": 64, "n_layer": 2, "classes": 10}
+
+
+class MLP(nn.Module):
+    """Input projection, ``n_layer`` residual-free hidden blocks, classification head."""
+
+    def __init__(self, in_features: int, hidden: int, n_layer: int, classes: int) -> None:
+        super().__init__()
+        self.inp = nn.Linear(in_features, hidden)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Linear(hidden, hidden), nn.GELU()) for _ in range(n_layer)
+        )
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits for a batch of feature vectors."""
+        h = F.gelu(self.inp(x))
+        for block in self.blocks:
+            h = block(h)
+        return self.head(h)
+
+
+def make_data(seed: int, in_features: int, classes: int) -> Any:
+    """``make_batch`` for inputs ~ N(0, 1) labelled by a fixed random linear teacher."""
+    teacher = torch.randn(in_features, classes, generator=dataset_generator(seed))
+
+    def sample(gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+        x = torch.randn(in_features, generator=gen)
+        return x, (x @ teacher).argmax()
+
+    def make_batch(first: int, count: int) -> Batch:
+        return stack_samples(seed, first, count, sample)
+
+    return make_batch
+
+
+def classification_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """Mean cross-entropy of ``model(x)`` against labels ``y``."""
+    x, y = batch
+    return F.cross_entropy(model(x), y)
+
+
+def build(args: dict[str, Any], seed: int) -> Workload:
+    """Build the ``mlp`` workload (arguments: in_features, hidden, n_layer, classes)."""
+    a = take_args("mlp", args, DEFAULTS)
+    require_positive("mlp", a, ["in_features", "hidden", "classes"])
+    model = MLP(a["in_features"], a["hidden"], a["n_layer"], a["classes"])
+    return Workload(
+        model=model,
+        loss=classification_loss,
+        make_batch=make_data(seed, a["in_features"], a["classes"]),
+        blocks=list(model.blocks),
+    )

@@ -1,0 +1,82 @@
+"""Select a workload by name: a built-in (``gpt``) or a user entry point (``pkg.module:build``).
+
+Importing this module is cheap (no torch): the control plane reads :data:`BUILTIN_WORKLOADS` to
+validate job specs, and only the worker resolves a builder, which imports the model code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from workers.workloads.base import Builder, Workload, WorkloadError
+
+__all__ = ["BUILTIN_WORKLOADS", "build_workload", "is_entry_point", "resolve_builder"]
+
+BUILTIN_WORKLOADS: tuple[str, ...] = ("mlp", "cnn", "gpt", "infer")
+
+# Built-in name -> module holding its ``build`` function, imported on first use.
+_BUILTIN_MODULES: dict[str, str] = {name: f"workers.workloads.{name}" for name in BUILTIN_WORKLOADS}
+
+
+def is_entry_point(name: str) -> bool:
+    """Whether ``name`` has the ``module:function`` form of a user workload."""
+    return ":" in name
+
+
+def resolve_builder(name: str) -> Builder:
+    """Return the builder function for a built-in name or a ``module:function`` entry point.
+
+    Raises:
+        WorkloadError: an unknown built-in name (the message lists the valid ones), a module
+            that fails to import, or a function that does not exist or is not callable.
+    """
+    if not is_entry_point(name):
+        if name not in _BUILTIN_MODULES:
+            raise WorkloadError(
+                f"unknown workload {name!r}; built-in workloads are: "
+                f"{', '.join(BUILTIN_WORKLOADS)} "
+                "(or give a user entry point 'package.module:function')"
+            )
+        module_name, attr = _BUILTIN_MODULES[name], "build"
+    else:
+        module_name, _, attr = name.partition(":")
+        if not module_name or not attr or ":" in attr:
+            raise WorkloadError(
+                f"workload entry point {name!r} must have the form 'package.module:function'"
+            )
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # a user module can fail in any way while importing
+        raise WorkloadError(
+            f"workload {name!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    builder = getattr(module, attr, None)
+    if not callable(builder):
+        found = "is not callable" if builder is not None else "does not exist"
+        raise WorkloadError(f"workload {name!r}: {module_name}.{attr} {found}")
+    return builder
+
+
+def build_workload(name: str, args: dict[str, Any], seed: int) -> Workload:
+    """Resolve ``name`` and build its workload for ``args`` and ``seed``.
+
+    Raises:
+        WorkloadError: the name cannot be resolved, the builder raised, or it returned
+            something other than a :class:`Workload`.
+    """
+    builder = resolve_builder(name)
+    try:
+        workload = builder(dict(args), seed)
+    except WorkloadError:
+        raise
+    except Exception as exc:  # a user builder can fail in any way; say which workload did
+        raise WorkloadError(
+            f"workload {name!r} failed to build: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(workload, Workload):
+        raise WorkloadError(
+            f"workload {name!r}: the builder must return workers.workloads.base.Workload, "
+            f"got {type(workload).__name__}"
+        )
+    return workload
