@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import click
 import typer
 from rich.console import Console
 
@@ -31,8 +30,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+# Piped output (CI logs, `| less`) gets a wide fixed width instead of rich's 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 VirtualGPUs = Annotated[
     int | None,
@@ -215,9 +215,10 @@ def demo(
     timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 600,
 ) -> None:
     """Bring everything up, run the example jobs, and print how each did against its SLA."""
-    from orchestrator.demo import run_demo
+    from orchestrator.demo import demo_namespace, run_demo
 
-    settings = _settings(virtual_gpus=virtual_gpus, namespace=None)
+    settings = _settings(virtual_gpus=virtual_gpus)
+    settings = settings.model_copy(update={"namespace": demo_namespace(settings.namespace)})
     if not run_demo(settings, examples, console, timeout_s=timeout):
         raise typer.Exit(1)
 
@@ -231,14 +232,18 @@ def main() -> None:
         code = app(prog_name="orch", standalone_mode=False)
         if isinstance(code, int) and code:
             sys.exit(code)
-    except click.exceptions.Exit as err:
+    except typer.Exit as err:
         sys.exit(err.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         err_console.print("aborted")
         sys.exit(130)
-    except click.ClickException as err:
-        err.show()
-        sys.exit(2 if isinstance(err, click.UsageError) else err.exit_code)
+    except typer.TyperException as err:  # usage errors: typer vendors its own click
+        show = getattr(err, "show", None)
+        if callable(show):
+            show()
+        else:
+            err_console.print(f"error: {err}")
+        sys.exit(int(getattr(err, "exit_code", 2)))
     except OrchError as err:
         if debug:
             raise

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -11,7 +13,16 @@ from orchestrator.config import Settings
 from orchestrator.errors import OrchError, SpecError
 from orchestrator.spec import JobSpec, load_spec
 
-DEMO_NAMESPACE = "demo"
+if TYPE_CHECKING:
+    from orchestrator.store import JobStore
+
+DEMO_SUFFIX = "demo"
+
+
+def demo_namespace(namespace: str) -> str:
+    """The demo's own namespace next to ``namespace`` (``orch`` -> ``demo``, ``team`` ->
+    ``team-demo``), so clearing it never touches real jobs."""
+    return DEMO_SUFFIX if namespace == Settings().namespace else f"{namespace}-{DEMO_SUFFIX}"
 
 
 def load_examples(folder: Path) -> list[tuple[Path, JobSpec]]:
@@ -37,15 +48,13 @@ def load_examples(folder: Path) -> list[tuple[Path, JobSpec]]:
 def run_demo(settings: Settings, folder: Path, console: Console, timeout_s: float = 600) -> bool:
     """Run the demo; returns whether every job finished (SLA verdicts are shown, not judged).
 
-    The demo uses its own namespace (``demo`` unless ``ORCH_NAMESPACE`` is set), cleared first,
-    so its table shows only this run's jobs.
+    ``settings.namespace`` is cleared first so the table shows only this run's jobs: give the
+    demo a namespace of its own (see :func:`demo_namespace`).
     """
     from orchestrator.services import open_store, serve_in_background
     from orchestrator.store.states import JobState
     from orchestrator.views import follow, jobs_table, pool_table
 
-    if settings.namespace == Settings().namespace:
-        settings = settings.model_copy(update={"namespace": DEMO_NAMESPACE})
     examples = load_examples(folder)
     with console.status("starting Redis and Ray..."):
         store, _ = open_store(settings)
@@ -61,8 +70,6 @@ def run_demo(settings: Settings, folder: Path, console: Console, timeout_s: floa
         _wait_for_pool_view(store)
         raw = store.client.get(store.keys.key("pool"))
         if raw:
-            import json
-
             console.print(pool_table(json.loads(str(raw))))
         ids = []
         for path, spec in examples:
@@ -81,11 +88,7 @@ def run_demo(settings: Settings, folder: Path, console: Console, timeout_s: floa
     return all(r.state is JobState.FINISHED for r in records)
 
 
-def _wait_for_pool_view(store: object, timeout_s: float = 30.0) -> None:
-    from orchestrator.store import JobStore
-
-    if not isinstance(store, JobStore):
-        return
+def _wait_for_pool_view(store: JobStore, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and not store.client.exists(store.keys.key("pool")):
         time.sleep(0.2)

@@ -24,6 +24,10 @@ def test_pack_keeps_a_4_gpu_job_on_one_node_and_a_job_that_cannot_fit_waits(orch
     nodes = rec.placement["nodes"] if rec.placement else []
     assert len(nodes) == 4 and len(set(nodes)) == 1
     assert _bundle_nodes(big) == set(nodes)  # Ray put the gang where the policy said
+    pool = orch.cli("pool")
+    assert pool.returncode == 0, pool.stderr
+    row = next(line for line in pool.stdout.splitlines() if nodes[0][:12] in line)
+    assert "│ 4    │ 4    │ 0    │ virtual (CPU-backed)" in row, pool.stdout
 
     wide = orch.store.submit(mlp_job("wide", gpus=3, steps=3)).id
     deadline = time.monotonic() + 30
