@@ -52,8 +52,17 @@ def up(
     placement: Annotated[str, typer.Option(help="Placement: pack or spread.")] = "pack",
 ) -> None:
     """Start the pool and run the scheduler until interrupted (Ctrl-C requeues running jobs)."""
+    import logging
+
+    from rich.logging import RichHandler
+
     from orchestrator.services import make_policy, serve_in_background
 
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(message)s",
+        handlers=[RichHandler(console=console, show_path=False)],
+    )
     settings = _settings(virtual_gpus=virtual_gpus)
     chosen = make_policy(policy, queue, placement)
     with console.status("starting Redis and Ray..."):

@@ -193,16 +193,11 @@ class Scheduler:
         nodes = tuple(
             NodeView(n.node_id, n.gpus, n.gpus - held.get(n.node_id, 0)) for n in self._nodes
         )
-        queue: list[QueuedJob] = []
-        for job_class in ("interactive", "bulk"):
-            for job_id in self.store.queued(job_class):
-                try:
-                    rec = self.store.get(job_id)
-                except JobNotFound:
-                    continue
-                queue.append(
-                    QueuedJob(job_id, rec.job_class, rec.team, rec.gpus, rec.seq, rec.submitted_at)
-                )
+        ids = [j for c in ("interactive", "bulk") for j in self.store.queued(c)]
+        queue = [
+            QueuedJob(rec.id, rec.job_class, rec.team, rec.gpus, rec.seq, rec.submitted_at)
+            for rec in self.store.get_many(ids)
+        ]
         running = tuple(
             RunningJob(job_id, run.spec.job_class, run.spec.team, run.nodes)
             for job_id, run in self.runs.items()
@@ -222,7 +217,8 @@ class Scheduler:
         except (IllegalTransition, JobNotFound):
             return  # cancelled (or taken) since the snapshot
         self._waits.pop(job_id, None)
-        self.store.incr_attempts(job_id)
+        attempt = self.store.incr_attempts(job_id)
+        log.info("%s: placed on %s (attempt %d)", job_id, _where(nodes), attempt)
 
         def on_running() -> bool:
             try:
@@ -311,6 +307,7 @@ class Scheduler:
             if outcome.result:
                 fields["result"] = outcome.result
             self.store.transition(job_id, target, expect=active, message=msg, fields=fields)
+            log.info("%s: %s%s", job_id, target.value, f" ({msg})" if msg else "")
         except IllegalTransition as err:
             log.warning("job %s: %s", job_id, err)
 
@@ -333,6 +330,11 @@ class Scheduler:
             "jobs": {job_id: list(run.nodes) for job_id, run in self.runs.items()},
         }
         self.store.client.set(self.store.keys.key("pool"), json.dumps(view), px=LEASE_MS)
+
+
+def _where(nodes: tuple[str, ...]) -> str:
+    """``"2 GPU(s) on 1a2b3c4d"`` style summary of a gang's nodes."""
+    return ", ".join(f"{nodes.count(n)} GPU(s) on {n[:8]}" for n in dict.fromkeys(nodes))
 
 
 def _holder_is_dead(holder: str) -> bool:

@@ -203,6 +203,18 @@ class JobStore:
             raise JobNotFound(job_id)
         return JobRecord.from_hash(h)
 
+    def get_many(self, job_ids: Iterable[str]) -> builtins.list[JobRecord]:
+        """The jobs with these ids, in the same order, in one round trip per batch; ids of
+        jobs that no longer exist are skipped."""
+        ids = builtins.list(job_ids)
+        records: builtins.list[JobRecord] = []
+        for start in range(0, len(ids), _BATCH):
+            pipe = self.client.pipeline(transaction=False)
+            for job_id in ids[start : start + _BATCH]:
+                pipe.hgetall(self.keys.job(job_id))
+            records += [JobRecord.from_hash(h) for h in pipe.execute() if h]
+        return records
+
     def resolve(self, ref: str) -> str:
         """The id of the job ``ref`` names: a job id, or the name of exactly one job.
 
@@ -235,12 +247,7 @@ class JobStore:
             ids = _strs(self.client.zrange(self.keys.jobs, -limit, -1)) if limit > 0 else []
         else:
             ids = _strs(self.client.zrange(self.keys.jobs, 0, -1))
-        records: builtins.list[JobRecord] = []
-        for start in range(0, len(ids), _BATCH):
-            pipe = self.client.pipeline(transaction=False)
-            for job_id in ids[start : start + _BATCH]:
-                pipe.hgetall(self.keys.job(job_id))
-            records += [JobRecord.from_hash(h) for h in pipe.execute() if h]
+        records = self.get_many(ids)
         if wanted is not None:
             records = [r for r in records if r.state in wanted]
         if limit is not None:

@@ -383,3 +383,10 @@ def _spec_for_annotate() -> JobSpec:
             "run": {"steps": 1},
         }
     )
+
+
+def test_get_many_keeps_order_and_skips_missing(store: JobStore) -> None:
+    a = store.submit(_spec_for_annotate())
+    b = store.submit(_spec_for_annotate())
+    got = store.get_many([b.id, "gone-000000", a.id])
+    assert [r.id for r in got] == [b.id, a.id]
