@@ -6,6 +6,13 @@ from typing import Any
 
 from orchestrator.spec import JobSpec, parse_spec
 
+RESUMED_ONCE = [
+    *("submitted", "queued", "placed", "running"),
+    *("queued", "placed", "running", "finished"),
+]
+"""The events of a job requeued once while running, then resumed to the end: it was never
+started twice at the same time, and never lost."""
+
 
 def mlp_job(
     name: str,
