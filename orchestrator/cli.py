@@ -82,7 +82,10 @@ def up(
     console.print("stopping: running jobs are checkpointed and requeued...")
     running.shutdown()
     if running.errors:
-        raise running.errors[0]
+        err = running.errors[0]
+        if isinstance(err, OrchError):
+            raise err
+        raise OrchError(f"the scheduler stopped: {type(err).__name__}: {err}") from err
 
 
 @app.command()
@@ -113,6 +116,11 @@ def submit(
         ids.append(rec.id)
         console.print(f"submitted [bold]{rec.id}[/] ({spec.job_class}, team {spec.team})")
     if wait:
+        if not store.client.exists(store.keys.key("pool")):
+            err_console.print(
+                "[yellow]note:[/] no scheduler is running for this namespace; "
+                "the jobs wait until `orch up` starts one"
+            )
         _wait(store, ids)
 
 
@@ -162,7 +170,7 @@ def cancel(
     """Cancel a job: a queued job at once; a running job is stopped and its GPUs freed."""
     from orchestrator.errors import IllegalTransition
     from orchestrator.services import open_store
-    from orchestrator.store.states import JobState
+    from orchestrator.store.states import TERMINAL, JobState
 
     store, _ = open_store(_settings())
     job_id = store.resolve(job)
@@ -179,7 +187,7 @@ def cancel(
             break
         except IllegalTransition as err:
             rec = store.get(job_id)
-            if rec.state.value in ("finished", "failed", "cancelled", "cancelling"):
+            if rec.state in TERMINAL or rec.state is JobState.CANCELLING:
                 raise OrchError(f"job {job_id} is already {rec.state.value}") from err
     word = (
         "cancelled"

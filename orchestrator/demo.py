@@ -58,6 +58,11 @@ def run_demo(settings: Settings, folder: Path, console: Console, timeout_s: floa
     examples = load_examples(folder)
     with console.status("starting Redis and Ray..."):
         store, _ = open_store(settings)
+        if store.client.exists(store.keys.key("scheduler", "lease")):
+            raise OrchError(
+                f"a scheduler is running in namespace {settings.namespace!r} (another demo?); "
+                "stop it first"
+            )
         store.delete_namespace()
         started = time.monotonic()
         running = serve_in_background(settings)
@@ -76,7 +81,7 @@ def run_demo(settings: Settings, folder: Path, console: Console, timeout_s: floa
             rec = store.submit(spec, by="demo")
             ids.append(rec.id)
             console.print(f"submitted {path.name} -> [bold]{rec.id}[/] ({spec.job_class})")
-        records = follow(store, ids, console, timeout_s=timeout_s)
+        records = follow(store, ids, console, timeout_s=timeout_s, alive=running.thread.is_alive)
         if running.errors:
             raise running.errors[0]
     finally:

@@ -14,6 +14,7 @@ import enum
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,12 @@ from typing import Any
 from orchestrator.spec import JobSpec
 
 log = logging.getLogger(__name__)
+
+
+# torch.distributed's own error types: a collective failed because of a peer or the network.
+_DISTRIBUTED_ERRORS = frozenset(
+    {"DistError", "DistBackendError", "DistNetworkError", "DistStoreError"}
+)
 
 
 class OutcomeKind(enum.Enum):
@@ -59,11 +66,10 @@ def harness_config(spec: JobSpec) -> dict[str, Any]:
         "checkpoint_every": run.checkpoint_every,
         "seed": run.seed,
     }
-    if tp is not None and tp.deadline_s is not None:
-        if tp.work_samples is not None:
-            cfg["steps"] = spec.steps_for()
-        else:
-            cfg["work_tokens"] = tp.work_tokens
+    if tp is not None and tp.work_samples is not None:
+        cfg["steps"] = spec.steps_for()
+    elif tp is not None and tp.work_tokens is not None:
+        cfg["work_tokens"] = tp.work_tokens
     return cfg
 
 
@@ -102,8 +108,8 @@ class JobRun(threading.Thread):
         nodes: tuple[str, ...],
         strategy: str,
         checkpoint_dir: Path,
-        reporter_factory: Any,
-        on_running: Any,
+        reporter_factory: Callable[[], Callable[[dict[str, Any]], None]] | None,
+        on_running: Callable[[], bool],
         *,
         num_threads: int | None = None,
         placement_timeout_s: float = 60.0,
@@ -141,7 +147,7 @@ class JobRun(threading.Thread):
                 name=f"orch-{self.job_id}",
                 bundle_label_selector=[{"ray.io/node-id": n} for n in self.nodes],
             )
-            ready, _ = ray.wait([pg.ready()], timeout=self.placement_timeout_s)
+            ready = self._wait_placed(pg)
             if self._stop_requested.is_set():
                 self.outcome = Outcome(OutcomeKind.STOPPED, "stopped before it started")
                 return
@@ -162,6 +168,34 @@ class JobRun(threading.Thread):
             if pg is not None:
                 with contextlib.suppress(Exception):  # already removed (cluster shutting down)
                     remove_placement_group(pg)
+
+    def _wait_placed(self, pg: Any) -> bool:
+        """Wait for Ray to place the gang, in short slices so a stop request is seen at once."""
+        import ray
+
+        deadline = time.monotonic() + self.placement_timeout_s
+        ref = pg.ready()
+        while time.monotonic() < deadline and not self._stop_requested.is_set():
+            ready, _ = ray.wait([ref], timeout=0.25)
+            if ready:
+                return True
+        return False
+
+    def _lost_peer(self, failed: Any) -> bool:
+        """After a rank raised: whether a distributed error or a dead peer caused it. A peer
+        dying (a node lost) makes the others fail in their collectives within milliseconds,
+        long before Ray reports the dead actor, so the error alone would blame the workload."""
+        import ray
+
+        cause = getattr(failed, "cause", None)
+        if type(cause).__name__ in _DISTRIBUTED_ERRORS:
+            return True
+        pings = [a.__ray_ready__.remote() for a in self._actors]
+        try:
+            ray.get(pings, timeout=5)
+        except Exception:  # a dead actor, or one too stuck to answer: treat as lost
+            return True
+        return False
 
     def _run_gang(self, pg: Any) -> Outcome:
         import ray
@@ -192,7 +226,7 @@ class JobRun(threading.Thread):
         ]
         init_method = None
         if world > 1:
-            host, port = ray.get(self._actors[0].node_address.remote())
+            host, port = ray.get(self._actors[0].node_address.remote(), timeout=120)
             init_method = f"tcp://{host}:{port}"
         if not self.on_running():
             return Outcome(OutcomeKind.STOPPED, "cancelled before it started")
@@ -206,6 +240,8 @@ class JobRun(threading.Thread):
                 try:
                     ray.get(ref)
                 except RayTaskError as err:
+                    if len(self._actors) > 1 and self._lost_peer(err):
+                        return Outcome(OutcomeKind.LOST, f"gang broken: {_failure_message(err)}")
                     return Outcome(OutcomeKind.FAILED, _failure_message(err))
                 except RayActorError as err:
                     return Outcome(OutcomeKind.LOST, f"worker lost: {_failure_message(err)}")

@@ -3,9 +3,9 @@
 Each round takes an immutable snapshot of the pool, the queue and the running jobs, asks the
 policy (pure, in ``policies/``) for decisions and applies them: a START becomes a placement group
 plus worker actors (:class:`~orchestrator.launcher.JobRun`); finished runs become store
-transitions and free their GPUs. Only one scheduler may drive a namespace at a time (a lease in
-Redis), and on start it reconciles: jobs the store says are placed or running but that no live
-scheduler runs are requeued and resume from their last checkpoint.
+transitions and free their GPUs. Only one scheduler drives a namespace at a time
+(:class:`~orchestrator.lease.Lease`), and on start it reconciles: jobs the store says are placed
+or running but that no live scheduler runs are requeued and resume from their last checkpoint.
 """
 
 from __future__ import annotations
@@ -19,41 +19,52 @@ import threading
 import time
 import uuid
 from collections import Counter
-from typing import Any
+
+import redis
+from pydantic import ValidationError
 
 from orchestrator.config import Settings
-from orchestrator.errors import IllegalTransition, JobNotFound, OrchError
+from orchestrator.errors import IllegalTransition, JobNotFound
 from orchestrator.launcher import JobRun, Outcome, OutcomeKind
+from orchestrator.lease import Lease
 from orchestrator.pool import GPUPool, NodeInfo, nodes_to_json
 from orchestrator.sla import evaluate_sla
 from orchestrator.store import JobStore, MetricsSink
-from orchestrator.store.states import JobState
+from orchestrator.store.records import JobRecord
+from orchestrator.store.states import TERMINAL, JobState
 from policies import DecisionKind, NodeView, QueuedJob, RunningJob, SchedulingPolicy, Snapshot
 
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
-"""Starts allowed per job when workers are lost (node failure); a workload error never retries."""
+"""Starts allowed per job when its workers are lost; a workload error never retries."""
 
-LEASE_MS = 15_000
-_RENEW_LUA = """
-if redis.call("GET", KEYS[1]) == ARGV[1] then
-  return redis.call("PEXPIRE", KEYS[1], ARGV[2])
-end
-return 0
-"""
+ACTIVE = (JobState.PLACED, JobState.RUNNING, JobState.CANCELLING)
 
 
-_TAKEOVER_LUA = """
-if redis.call("GET", KEYS[1]) == ARGV[1] then
-  return redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[3])
-end
-return false
-"""
+def next_state(
+    state: JobState, outcome: Outcome, attempts: int, *, requeue_stopped: bool = False
+) -> tuple[JobState, str]:
+    """Where a job goes when its run ends, and why (the decision table, kept pure).
 
-
-class SchedulerBusy(OrchError):
-    """Another scheduler holds this namespace's lease."""
+    Args:
+        state: the job's state when the run ended (placed, running or cancelling).
+        outcome: how the run ended.
+        attempts: how many times the job reached running.
+        requeue_stopped: a stopped run is requeued (the scheduler is shutting down), not a cancel.
+    """
+    kind = outcome.kind
+    if kind is OutcomeKind.FINISHED:  # the work is done, even if a cancel came in meanwhile
+        return JobState.FINISHED, outcome.message
+    if state is JobState.CANCELLING:
+        return JobState.CANCELLED, "cancelled"
+    if kind is OutcomeKind.FAILED:
+        return JobState.FAILED, outcome.message
+    if kind is OutcomeKind.STOPPED and not requeue_stopped:
+        return JobState.CANCELLED, outcome.message
+    if kind is OutcomeKind.LOST and attempts >= MAX_ATTEMPTS:
+        return JobState.FAILED, f"gave up after {attempts} attempts: {outcome.message}"
+    return JobState.QUEUED, f"requeued: {outcome.message or 'stopped'}"
 
 
 class Scheduler:
@@ -65,6 +76,8 @@ class Scheduler:
         pool: the started GPU pool.
         policy: the scheduling policy (see ``policies.SCHEDULING_POLICIES``).
         redis_url: the URL workers use to stream their metrics.
+        placement_timeout_s: Ray must place a gang within this, or the job is requeued.
+        stop_grace_s: how long a stopping job may take to checkpoint before it is killed.
     """
 
     def __init__(
@@ -87,45 +100,41 @@ class Scheduler:
         self.stop_grace_s = stop_grace_s
         self.runs: dict[str, JobRun] = {}
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self._lease_key = store.keys.key("scheduler", "lease")
-        self._renew = store.client.register_script(_RENEW_LUA)
-        self._takeover = store.client.register_script(_TAKEOVER_LUA)
+        self.lease = Lease(store.client, store.keys.key("scheduler", "lease"), self.owner)
         self._waits: dict[str, str] = {}
         self._nodes: list[NodeInfo] = []
 
     # ---- lifecycle -------------------------------------------------------------------------
 
     def acquire(self) -> None:
-        """Take the namespace's scheduler lease and reconcile with what the store says.
+        """Take the namespace's lease and reconcile with what the store says.
 
         Raises:
             SchedulerBusy: another live scheduler holds the lease.
         """
-        client = self.store.client
-        if not client.set(self._lease_key, self.owner, nx=True, px=LEASE_MS):
-            holder = str(client.get(self._lease_key) or "")
-            if not (
-                _holder_is_dead(holder)
-                and self._takeover(keys=[self._lease_key], args=[holder, self.owner, LEASE_MS])
-            ):
-                raise SchedulerBusy(
-                    f"another scheduler ({holder}) is driving namespace "
-                    f"{self.settings.namespace!r}; stop it first, or use another ORCH_NAMESPACE"
-                )
-            log.warning("took over the lease of %s, whose process is gone", holder)
+        self.lease.acquire(self.settings.namespace)
         self.reconcile()
 
-    def release(self, stop_jobs: bool = True) -> None:
-        """Stop running jobs (they requeue and resume later) and give the lease back."""
-        if stop_jobs:
-            for run in self.runs.values():
-                run.request_stop()
-            deadline = time.monotonic() + self.stop_grace_s + 5
-            while self.runs and time.monotonic() < deadline:
-                self._reap(requeue_stopped=True)
-                time.sleep(0.1)
-        if self.store.client.get(self._lease_key) == self.owner:
-            self.store.client.delete(self._lease_key)
+    def release(self) -> None:
+        """Stop running jobs (they requeue and resume later) and give the lease back.
+
+        If the lease was lost, another scheduler owns the jobs now: ours are stopped (so no job
+        runs twice) but their state is left to the new owner.
+        """
+        for run in self.runs.values():
+            run.request_stop()
+        deadline = time.monotonic() + self.stop_grace_s + 10
+        while self.runs and time.monotonic() < deadline:
+            if self.lease.held:
+                try:
+                    self._reap(requeue_stopped=True)
+                except redis.RedisError as err:
+                    log.warning("cannot record stopped jobs yet: %s", err)
+            else:
+                for job_id in [j for j, r in self.runs.items() if not r.is_alive()]:
+                    del self.runs[job_id]
+            time.sleep(0.1)
+        self.lease.release()
 
     def reconcile(self) -> None:
         """Requeue jobs left placed or running by a scheduler that is gone.
@@ -134,52 +143,60 @@ class Scheduler:
         so when it is gone they are gone: requeueing starts each job exactly once more, from
         its last checkpoint. Jobs being cancelled become cancelled.
         """
-        stale = (JobState.PLACED, JobState.RUNNING, JobState.CANCELLING)
-        for rec in self.store.list(states=stale):
+        for rec in self.store.list(states=ACTIVE):
             if rec.id in self.runs:
                 continue
+            if rec.state is JobState.CANCELLING:
+                target, msg = JobState.CANCELLED, "cancelled (its scheduler had stopped)"
+            else:
+                target, msg = JobState.QUEUED, "requeued: its scheduler stopped; resumes"
             try:
-                if rec.state is JobState.CANCELLING:
-                    self.store.transition(
-                        rec.id,
-                        JobState.CANCELLED,
-                        expect=rec.state,
-                        message="cancelled (its scheduler had stopped)",
-                    )
-                else:
-                    self.store.transition(
-                        rec.id,
-                        JobState.QUEUED,
-                        expect=rec.state,
-                        message="requeued: its scheduler stopped; resumes from its checkpoint",
-                        fields={"placement": ""},
-                    )
+                self.store.transition(
+                    rec.id, target, expect=rec.state, message=msg, fields={"placement": ""}
+                )
             except (IllegalTransition, JobNotFound):
                 continue
 
     def serve(self, stop: threading.Event) -> None:
         """Run rounds until ``stop`` is set, then stop the jobs (they requeue) and release.
 
-        Call :meth:`acquire` first (so a busy namespace is reported before serving).
+        Call :meth:`acquire` first (so a busy namespace is reported before serving). A round
+        that fails on Redis or Ray being briefly unreachable is retried with back-off while the
+        lease holds; running jobs go on meanwhile.
+
+        Raises:
+            LeaseLost: the lease was lost; this scheduler stopped its jobs.
         """
+        from ray.exceptions import RayError
+
+        backoff = self.settings.scheduler_interval_s
         try:
             while not stop.is_set():
-                self.round()
-                stop.wait(self.settings.scheduler_interval_s)
+                try:
+                    self.round()
+                    backoff = self.settings.scheduler_interval_s
+                except (redis.RedisError, RayError, OSError) as err:
+                    backoff = min(backoff * 2, 10.0)
+                    log.warning("scheduling round failed (%s); retrying in %.1f s", err, backoff)
+                stop.wait(backoff)
         finally:
             self.release()
 
     # ---- one round -------------------------------------------------------------------------
 
     def round(self) -> None:
-        """Reap ended runs, forward cancellations, decide and apply, publish the pool view."""
-        if not self._renew(keys=[self._lease_key], args=[self.owner, LEASE_MS]):
-            raise SchedulerBusy("the scheduler lease was lost (another scheduler took over)")
+        """Reap ended runs, forward cancellations, decide and apply, publish the pool view.
+
+        Raises:
+            LeaseLost: the lease is no longer ours; nothing was written.
+        """
+        self.lease.check()
         self._reap()
         self._forward_cancels()
         self._nodes = self.pool.nodes()
         snapshot = self.snapshot()
         for d in self.policy.decide(snapshot):
+            self.lease.check()
             if d.kind is DecisionKind.START:
                 self._start(d.job_id, d.nodes, d.strategy)
             elif d.kind is DecisionKind.WAIT and self._waits.get(d.job_id) != d.reason:
@@ -205,49 +222,60 @@ class Scheduler:
         return Snapshot(nodes=nodes, queue=tuple(queue), running=running, now=time.time())
 
     def _start(self, job_id: str, nodes: tuple[str, ...], strategy: str) -> None:
-        placement = {"nodes": list(nodes), "strategy": strategy}
+        if job_id in self.runs:  # never two runs of one job in one scheduler
+            return
         try:
             rec = self.store.transition(
                 job_id,
                 JobState.PLACED,
                 expect=JobState.QUEUED,
                 message=f"placed on {len(set(nodes))} node(s)",
-                fields={"placement": placement},
+                fields={"placement": {"nodes": list(nodes), "strategy": strategy}},
             )
         except (IllegalTransition, JobNotFound):
             return  # cancelled (or taken) since the snapshot
         self._waits.pop(job_id, None)
-        attempt = self.store.incr_attempts(job_id)
-        log.info("%s: placed on %s (attempt %d)", job_id, _where(nodes), attempt)
-
-        def on_running() -> bool:
-            try:
-                self.store.transition(
-                    job_id,
-                    JobState.RUNNING,
-                    expect=JobState.PLACED,
-                    fields={"started_at": time.time()},
-                )
-                return True
-            except IllegalTransition:
-                return False
-
-        run = JobRun(
-            job_id,
-            rec.spec,
-            nodes,
-            strategy,
-            checkpoint_dir=self.settings.checkpoint_dir / job_id,
-            reporter_factory=functools.partial(
-                MetricsSink, self.redis_url, self.settings.namespace, job_id
-            ),
-            on_running=on_running,
-            num_threads=1 if self._virtual(nodes) else None,
-            placement_timeout_s=self.placement_timeout_s,
-            stop_grace_s=self.stop_grace_s,
-        )
+        try:
+            spec = rec.spec
+        except ValidationError as err:  # stored under an older version, no longer valid
+            first = err.errors()[0]
+            self._settle(job_id, JobState.FAILED, f"the stored job is no longer valid: {first}")
+            return
+        log.info("%s: placed on %s", job_id, _where(nodes))
+        try:
+            run = JobRun(
+                job_id,
+                spec,
+                nodes,
+                strategy,
+                checkpoint_dir=self.settings.checkpoint_dir / job_id,
+                reporter_factory=functools.partial(
+                    MetricsSink, self.redis_url, self.settings.namespace, job_id
+                ),
+                on_running=functools.partial(self._on_running, job_id),
+                num_threads=1 if self._virtual(nodes) else None,
+                placement_timeout_s=self.placement_timeout_s,
+                stop_grace_s=self.stop_grace_s,
+            )
+            run.start()
+        except Exception as err:  # never leave a job placed with nothing running it
+            log.exception("%s: could not start", job_id)
+            self._settle(job_id, JobState.QUEUED, f"requeued: could not start: {err}")
+            return
         self.runs[job_id] = run
-        run.start()
+
+    def _on_running(self, job_id: str) -> bool:
+        """Called by the run once its workers exist: mark running and count the attempt.
+
+        Returns ``False`` when the job was cancelled meanwhile (the run then stops)."""
+        try:
+            self.store.transition(
+                job_id, JobState.RUNNING, expect=JobState.PLACED, fields={"started_at": time.time()}
+            )
+        except IllegalTransition:
+            return False
+        self.store.incr_attempts(job_id)
+        return True
 
     def _virtual(self, nodes: tuple[str, ...]) -> bool:
         """Whether the job's GPUs are CPU-backed slots (then each worker gets one CPU thread,
@@ -270,50 +298,57 @@ class Scheduler:
         for job_id, run in list(self.runs.items()):
             if run.is_alive():
                 continue
+            outcome = run.outcome or Outcome(OutcomeKind.LOST, "no outcome")
+            self._record(job_id, outcome, requeue_stopped)
             del self.runs[job_id]
-            self._record(
-                job_id, run.outcome or Outcome(OutcomeKind.LOST, "no outcome"), requeue_stopped
-            )
 
     def _record(self, job_id: str, outcome: Outcome, requeue_stopped: bool) -> None:
-        """Turn a run's outcome into the job's next state."""
-        try:
-            rec = self.store.get(job_id)
-        except JobNotFound:
-            return
-        now = time.time()
-        active = (JobState.PLACED, JobState.RUNNING, JobState.CANCELLING)
+        """Turn a run's outcome into the job's next state (re-deciding if a cancel races in)."""
         if outcome.result:
             self.store.put_metrics(job_id, _metrics_of(outcome.result))
-        try:
-            if rec.state is JobState.CANCELLING:
-                target, msg = JobState.CANCELLED, "cancelled"
-            elif outcome.kind is OutcomeKind.FINISHED:
-                target, msg = JobState.FINISHED, self._sla_message(rec.spec, job_id, rec, now)
-            elif outcome.kind is OutcomeKind.FAILED:
-                target, msg = JobState.FAILED, outcome.message
-            elif outcome.kind is OutcomeKind.STOPPED and not requeue_stopped:
-                target, msg = JobState.CANCELLED, outcome.message
-            elif rec.attempts >= MAX_ATTEMPTS and outcome.kind is OutcomeKind.LOST:
-                target, msg = (
-                    JobState.FAILED,
-                    f"gave up after {rec.attempts} attempts: " + (outcome.message),
-                )
-            else:
-                target, msg = JobState.QUEUED, f"requeued: {outcome.message or 'stopped'}"
-            fields: dict[str, object] = {"placement": ""}
-            if target in (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED):
-                fields["finished_at"] = now
-            if outcome.result:
-                fields["result"] = outcome.result
-            self.store.transition(job_id, target, expect=active, message=msg, fields=fields)
-            log.info("%s: %s%s", job_id, target.value, f" ({msg})" if msg else "")
-        except IllegalTransition as err:
-            log.warning("job %s: %s", job_id, err)
+        for _ in range(3):
+            try:
+                rec = self.store.get(job_id)
+            except JobNotFound:
+                return
+            if rec.state not in ACTIVE:
+                return
+            target, msg = next_state(
+                rec.state, outcome, rec.attempts, requeue_stopped=requeue_stopped
+            )
+            if target is JobState.FINISHED:
+                msg = self._sla_message(rec)
+            try:
+                self._settle(job_id, target, msg, expect=rec.state, result=outcome.result)
+                return
+            except IllegalTransition:
+                continue  # the state moved (a cancel): decide again on the new one
+        log.warning("%s: could not record its outcome %s", job_id, outcome.kind.value)
 
-    def _sla_message(self, spec: Any, job_id: str, rec: Any, now: float) -> str:
+    def _settle(
+        self,
+        job_id: str,
+        target: JobState,
+        message: str,
+        *,
+        expect: JobState | tuple[JobState, ...] = JobState.PLACED,
+        result: dict[str, object] | None = None,
+    ) -> None:
+        """Move a job the scheduler holds to ``target``, freeing its placement."""
+        fields: dict[str, object] = {"placement": ""}
+        if target in TERMINAL:
+            fields["finished_at"] = time.time()
+        if result:
+            fields["result"] = result
+        self.store.transition(job_id, target, expect=expect, message=message, fields=fields)
+        log.info("%s: %s%s", job_id, target.value, f" ({message})" if message else "")
+
+    def _sla_message(self, rec: JobRecord) -> str:
         verdict = evaluate_sla(
-            spec, self.store.metrics(job_id), elapsed_s=now - rec.submitted_at, finished=True
+            rec.spec,
+            self.store.metrics(rec.id),
+            elapsed_s=time.time() - rec.submitted_at,
+            finished=True,
         )
         met = {True: "SLA met", False: "SLA missed", None: "SLA not measured"}[verdict.met]
         return f"{met}: {verdict.measured} (target {verdict.target})"
@@ -329,7 +364,7 @@ class Scheduler:
             ],
             "jobs": {job_id: list(run.nodes) for job_id, run in self.runs.items()},
         }
-        self.store.client.set(self.store.keys.key("pool"), json.dumps(view), px=LEASE_MS)
+        self.store.client.set(self.store.keys.key("pool"), json.dumps(view), px=self.lease.ttl_ms)
 
 
 def _where(nodes: tuple[str, ...]) -> str:
@@ -337,25 +372,6 @@ def _where(nodes: tuple[str, ...]) -> str:
     return ", ".join(f"{nodes.count(n)} GPU(s) on {n[:8]}" for n in dict.fromkeys(nodes))
 
 
-def _holder_is_dead(holder: str) -> bool:
-    """Whether a lease holder (``host:pid:tag``) was a process on this host that has exited,
-    so a scheduler restarted after a crash need not wait for the lease to expire."""
-    host, _, rest = holder.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-def _metrics_of(result: dict[str, Any]) -> dict[str, Any]:
-    """The metric summary inside a harness result (flat keys such as ``p95_ms``)."""
-    metrics = result.get("metrics")
-    if isinstance(metrics, dict):
-        return metrics
+def _metrics_of(result: dict[str, object]) -> dict[str, object]:
+    """The scalar metrics of a harness result (``p95_ms``, ``samples_per_s``...)."""
     return {k: v for k, v in result.items() if isinstance(v, int | float | str)}

@@ -15,6 +15,7 @@ from orchestrator.store import JobStore, open_url, resolve_url
 from policies import SCHEDULING_POLICIES, SchedulingPolicy, UnknownPolicyError
 
 if TYPE_CHECKING:
+    from orchestrator.pool import GPUPool
     from orchestrator.scheduler import Scheduler
 
 
@@ -49,14 +50,17 @@ class Running:
     """A scheduler serving in a background thread (for `orch up`, `orch demo` and tests)."""
 
     scheduler: Scheduler
+    pool: GPUPool
     thread: threading.Thread
     stop: threading.Event
     errors: list[BaseException]
 
-    def shutdown(self, timeout: float = 60.0) -> None:
-        """Stop the loop; running jobs are stopped and requeued; wait for the thread."""
+    def shutdown(self, timeout: float = 90.0) -> None:
+        """Stop the loop (running jobs are stopped and requeued), wait for it, and shut down
+        the local Ray instance if this process started one."""
         self.stop.set()
         self.thread.join(timeout)
+        self.pool.stop()
 
 
 def serve_in_background(settings: Settings, policy: SchedulingPolicy | None = None) -> Running:
@@ -84,4 +88,4 @@ def serve_in_background(settings: Settings, policy: SchedulingPolicy | None = No
 
     thread = threading.Thread(target=loop, name="orch-scheduler", daemon=True)
     thread.start()
-    return Running(scheduler, thread, stop, errors)
+    return Running(scheduler, pool, thread, stop, errors)

@@ -130,6 +130,7 @@ class Resources(_Model):
     """GPU count range and, optionally, the GPU memory each worker needs."""
 
     gpus: GPURange = Field(default_factory=GPURange)
+    # Recorded and shown; not yet used by placement (virtual slots have no memory to check).
     gpu_memory_gb: float | None = Field(default=None, gt=0)
 
     @field_validator("gpus", mode="before")
@@ -154,7 +155,7 @@ class RunSettings(_Model):
     duration_s: float | None = Field(default=None, gt=0)
     warmup_steps: int = Field(default=3, ge=0)
     checkpoint_every: int = Field(default=50, ge=0)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, lt=2**63)
 
 
 class IntRange(_Model):
@@ -233,6 +234,13 @@ class JobSpec(_Model):
             )
         has_work = self.sla.throughput is not None and self.sla.throughput.deadline_s is not None
         lengths = sum(x is not None for x in (self.run.steps, self.run.duration_s)) + has_work
+        steps = self.run.steps
+        explicit_warmup = "warmup_steps" in self.run.model_fields_set
+        if steps is not None and explicit_warmup and self.run.warmup_steps >= steps:
+            problems.append(
+                f"run.warmup_steps ({self.run.warmup_steps}) must be < run.steps ({steps}), "
+                "or nothing is measured"
+            )
         if lengths != 1:
             problems.append(
                 "give exactly one run length: run.steps, run.duration_s, or "
@@ -247,20 +255,17 @@ class JobSpec(_Model):
         """GPUs (data-parallel degree) the job asks for when placed."""
         return self.run.data_parallel or self.resources.gpus.min
 
-    def steps_for(self, tokens_per_sample: int = 0) -> int | None:
-        """Optimizer steps needed for the SLA's work (``None`` when run length is not work).
+    def steps_for(self) -> int | None:
+        """Optimizer steps the run lasts: ``run.steps``, or enough for ``work_samples``.
 
-        Args:
-            tokens_per_sample: the workload's tokens per sample, needed for ``work_tokens``.
+        ``None`` for a run stated in seconds, or in tokens (the harness turns tokens into steps,
+        as only the workload knows its tokens per sample).
         """
         tp = self.sla.throughput
-        if tp is None or tp.deadline_s is None:
+        if tp is None or tp.work_samples is None:
             return self.run.steps
         per_step = self.run.micro_batch * self.run.grad_accum * self.gpus
-        if tp.work_samples is not None:
-            return max(1, math.ceil(tp.work_samples / per_step))
-        per_step_tokens = per_step * max(tokens_per_sample, 1)
-        return max(1, math.ceil((tp.work_tokens or 0) / per_step_tokens))
+        return max(1, math.ceil(tp.work_samples / per_step))
 
 
 # ---- turning pydantic's errors into one line per problem -------------------------------------

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -46,7 +47,12 @@ def _fnum(value: Any, fmt: str = "{:,.1f}") -> str:
 
 
 def verdict_of(store: JobStore, rec: JobRecord) -> SLAVerdict:
-    """The SLA verdict of a job from its latest metrics."""
+    """The SLA verdict of a job from its latest metrics (none if its stored spec is unreadable,
+    e.g. written by an older version: listing jobs must never fail on one of them)."""
+    try:
+        rec.spec  # noqa: B018 - parsing is the check
+    except ValidationError:
+        return SLAVerdict(met=None, target="(stored spec unreadable)", measured="-")
     metrics = store.metrics(rec.id)
     finished_at = _float(rec.fields.get("finished_at"))
     end = finished_at or time.time()
@@ -196,8 +202,10 @@ def follow(
     *,
     timeout_s: float | None = None,
     poll_s: float = 0.5,
+    alive: Callable[[], bool] | None = None,
 ) -> list[JobRecord]:
-    """Show a progress bar per job until every job ends (or ``timeout_s``); return records."""
+    """Show a progress bar per job until every job ends, ``timeout_s`` passes, or ``alive``
+    (the scheduler serving them) says it has stopped; return the records."""
     progress = Progress(
         TextColumn("{task.description}", justify="left"),
         BarColumn(),
@@ -226,6 +234,8 @@ def follow(
             if all(r.state in TERMINAL for r in records.values()):
                 break
             if deadline is not None and time.monotonic() > deadline:
+                break
+            if alive is not None and not alive():
                 break
             time.sleep(poll_s)
     return [records[j] for j in job_ids]

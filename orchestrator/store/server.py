@@ -90,11 +90,16 @@ class EmbeddedRedis:
             StoreError: no binary, or the server did not answer within the timeout (the message
                 holds the end of its log).
         """
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with self._locked():
-            port = self._running_port()
-            if port is None:
-                port = self._start()
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            with self._locked():
+                port = self._running_port()
+                if port is None:
+                    port = self._start()
+        except OSError as err:  # ORCH_DATA_DIR unwritable, a file, on a full disk...
+            raise StoreError(
+                f"cannot use the data directory {self.data_dir} (ORCH_DATA_DIR): {err}"
+            ) from None
         return _url(port)
 
     def url(self) -> str | None:
@@ -119,7 +124,7 @@ class EmbeddedRedis:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, 15)  # SIGTERM: redis flushes the AOF and exits
             deadline = time.monotonic() + START_TIMEOUT_S
-            while pid is not None and _alive(pid):
+            while pid is not None and pid_alive(pid):
                 if time.monotonic() > deadline:
                     raise StoreError(f"redis-server (pid {pid}) did not stop; see {self.log_file}")
                 time.sleep(0.02)
@@ -149,7 +154,7 @@ class EmbeddedRedis:
     def _running_port(self) -> int | None:
         """The port of this directory's live server, checked by asking it for its pid."""
         pid, port = _read_int(self.pid_file), _read_int(self.port_file)
-        if pid is None or port is None or not _alive(pid):
+        if pid is None or port is None or not pid_alive(pid):
             return None
         # A recycled pid, or another server on a recycled port, must not be taken for ours.
         with _client(port) as client:
@@ -215,7 +220,7 @@ class EmbeddedRedis:
         with _client(port) as client:
             while time.monotonic() < deadline:
                 pid = _read_int(self.pid_file)
-                if pid is not None and not _alive(pid):
+                if pid is not None and not pid_alive(pid):
                     return "exited while starting"  # port taken, corrupt AOF, bad config
                 if pid is not None and _server_pid(client) == pid:
                     return None
@@ -256,7 +261,8 @@ def _read_int(path: Path) -> int | None:
         return None
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` on this host is running (a zombie counts as gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -26,6 +26,14 @@ from orchestrator.store.states import JobState
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here is a multi-process end-to-end test: mark it ``slow``."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[Any]:
     """A real multi-node Ray cluster (``ray.cluster_utils.Cluster``), shared by the session."""

@@ -53,7 +53,7 @@ def test_a_failing_workload_fails_visibly(orch: Orch) -> None:
 
 
 def test_cancel_a_queued_job_and_refuse_to_cancel_twice(orch: Orch) -> None:
-    job_id = orch.store.submit(mlp_job("huge", gpus=64, steps=1)).id  # never fits: stays queued
+    job_id = orch.store.submit(mlp_job("huge", gpus=64, steps=2)).id  # never fits: stays queued
     out = orch.cli("cancel", job_id, "--by", "alice")
     assert out.returncode == 0 and "cancelled" in out.stdout
     assert orch.store.get(job_id).state is JobState.CANCELLED

@@ -96,3 +96,17 @@ def test_shorthands_and_defaults() -> None:
     assert spec.sla.latency is None and spec.run.precision == "fp32"
     # 1000 samples at 10 x 5 x 2 = 100 per step.
     assert spec.steps_for() == 10
+
+
+def test_bounds_that_would_only_fail_after_placement_are_caught_at_submit() -> None:
+    base = {
+        "name": "a",
+        "team": "t",
+        "class": "interactive",
+        "workload": "mlp",
+        "sla": {"latency": {"max_ms": 10}},
+    }
+    with pytest.raises(SpecError, match=r"run.seed must be < 9223372036854775808"):
+        parse_spec({**base, "run": {"steps": 5, "seed": 2**70}})
+    with pytest.raises(SpecError, match=r"warmup_steps \(5\) must be < run.steps \(5\)"):
+        parse_spec({**base, "run": {"steps": 5, "warmup_steps": 5}})

@@ -114,7 +114,7 @@ def test_stop_is_idempotent(tmp_path: Path, embedded: Callable[[Path], EmbeddedR
     pid = _pid(url)
     server.stop()
     server.stop()
-    assert not server_module._alive(pid)
+    assert not server_module.pid_alive(pid)
 
 
 def test_stale_files_are_not_taken_for_a_running_server(
