@@ -5,24 +5,33 @@ the live scheduler and in a simulator; they are deterministic for the same snaps
 """
 
 from policies.decisions import Decision, DecisionKind
+from policies.elastic import ELASTIC, ElasticAllocation, ElasticJob
 from policies.placement import PLACEMENTS, PackPlacement, Placement, SpreadPlacement
+from policies.preemption import PREEMPTIONS, Preemption
 from policies.queue import QUEUE_ORDERS, ClassFifoQueue, FifoQueue, QueueOrder
 from policies.registry import Registry, UnknownPolicyError
 from policies.scheduling import SCHEDULING_POLICIES, GangSchedulingPolicy, SchedulingPolicy
-from policies.snapshot import NodeView, QueuedJob, RunningJob, Snapshot
+from policies.sharing import SHARINGS, TeamSharing
+from policies.snapshot import NodeView, QueuedJob, RunningJob, Snapshot, TeamView
 
 __all__ = [
+    "ELASTIC",
     "PLACEMENTS",
+    "PREEMPTIONS",
     "QUEUE_ORDERS",
     "SCHEDULING_POLICIES",
+    "SHARINGS",
     "ClassFifoQueue",
     "Decision",
     "DecisionKind",
+    "ElasticAllocation",
+    "ElasticJob",
     "FifoQueue",
     "GangSchedulingPolicy",
     "NodeView",
     "PackPlacement",
     "Placement",
+    "Preemption",
     "QueueOrder",
     "QueuedJob",
     "Registry",
@@ -30,5 +39,7 @@ __all__ = [
     "SchedulingPolicy",
     "Snapshot",
     "SpreadPlacement",
+    "TeamSharing",
+    "TeamView",
     "UnknownPolicyError",
 ]

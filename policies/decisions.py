@@ -7,10 +7,17 @@ from dataclasses import dataclass
 
 
 class DecisionKind(enum.Enum):
-    """What the scheduler should do with a job."""
+    """What the scheduler should do with a job.
 
-    START = "start"  # place the job's gang on ``nodes`` and run it
+    The scheduler applies a round's decisions in the order given: every ``PREEMPT`` and
+    shrinking ``RESIZE`` a policy returns comes before the ``START`` or growing ``RESIZE`` that
+    uses the GPUs it frees.
+    """
+
+    START = "start"  # place the queued job's gang on ``nodes`` and run it
     WAIT = "wait"  # leave it queued; ``reason`` says why (shown to the user)
+    PREEMPT = "preempt"  # stop the running job, free its GPUs, requeue it (resumes from checkpoint)
+    RESIZE = "resize"  # move the running job to exactly ``nodes`` (restart from checkpoint)
 
 
 @dataclass(frozen=True)
@@ -20,8 +27,9 @@ class Decision:
     Attributes:
         kind: what to do.
         job_id: which job.
-        nodes: for START, the node id of each GPU (one entry per gang member).
-        strategy: for START, the Ray placement-group strategy matching the placement policy.
+        nodes: for START and RESIZE, the node id of each GPU (one entry per gang member); for a
+            RESIZE this is the job's whole new set (GPUs it keeps, gains, and not those it drops).
+        strategy: for START and RESIZE, the Ray placement-group strategy of the placement policy.
         reason: a short human-readable explanation.
     """
 

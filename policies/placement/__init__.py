@@ -1,7 +1,16 @@
 """Placement policies, selected by name through ``PLACEMENTS``."""
 
 from policies.placement.base import PLACEMENTS, Placement
+from policies.placement.most_free import MostFreePlacement
 from policies.placement.pack import PackPlacement
 from policies.placement.spread import SpreadPlacement
+from policies.placement.topology import TopologyPlacement
 
-__all__ = ["PLACEMENTS", "PackPlacement", "Placement", "SpreadPlacement"]
+__all__ = [
+    "PLACEMENTS",
+    "MostFreePlacement",
+    "PackPlacement",
+    "Placement",
+    "SpreadPlacement",
+    "TopologyPlacement",
+]

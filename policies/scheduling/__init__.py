@@ -2,5 +2,13 @@
 
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
 from policies.scheduling.gang import GangSchedulingPolicy
+from policies.scheduling.shared import SharedSchedulingPolicy
+from policies.scheduling.tiresias import TiresiasSchedulingPolicy
 
-__all__ = ["SCHEDULING_POLICIES", "GangSchedulingPolicy", "SchedulingPolicy"]
+__all__ = [
+    "SCHEDULING_POLICIES",
+    "GangSchedulingPolicy",
+    "SchedulingPolicy",
+    "SharedSchedulingPolicy",
+    "TiresiasSchedulingPolicy",
+]

@@ -111,5 +111,5 @@ def test_no_bulk_starts_while_an_interactive_job_waits(
 
 
 def test_unknown_queue_name() -> None:
-    with pytest.raises(ValueError, match="valid: class-fifo, fifo"):
+    with pytest.raises(ValueError, match="valid: class-fifo, fifo, las, priority-ageing, sla"):
         GangSchedulingPolicy(queue="lifo")

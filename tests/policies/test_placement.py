@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies import PLACEMENTS, PackPlacement, Placement, SpreadPlacement, UnknownPolicyError
+from policies.placement import MostFreePlacement, TopologyPlacement
 
 free_maps = st.lists(st.integers(min_value=0, max_value=8), min_size=1, max_size=6).map(
     lambda xs: {f"node{i}": x for i, x in enumerate(xs)}
@@ -69,6 +70,35 @@ class TestSpread(PlacementContract):
         assert self.placement.place(3, {"a": 4, "b": 4, "c": 4}) == ("a", "b", "c")
 
 
+class TestMostFree(PlacementContract):
+    placement = MostFreePlacement()
+
+    def test_takes_from_the_most_free_node_first(self) -> None:
+        assert self.placement.place(5, {"a": 2, "b": 4, "c": 3}) == ("b",) * 4 + ("c",)
+
+
+class TestTopology(PlacementContract):
+    placement = TopologyPlacement()
+
+    @given(free=free_maps, gpus=st.integers(min_value=1, max_value=20))
+    def test_fewest_nodes(self, free: dict[str, int], gpus: int) -> None:
+        nodes = self.placement.place(gpus, free)
+        if nodes is None:
+            return
+        fewest, covered = 0, 0
+        for f in sorted(free.values(), reverse=True):
+            if covered >= gpus:
+                break
+            covered += f
+            fewest += 1
+        assert len(set(nodes)) == fewest
+
+    def test_remainder_fits_tightly(self) -> None:
+        # 4 on the big node, the remaining 1 on the 1-free node, not on the 3-free node
+        nodes = self.placement.place(5, {"a": 4, "b": 3, "c": 1})
+        assert nodes is not None and sorted(set(nodes)) == ["a", "c"]
+
+
 def test_registry_selects_by_name() -> None:
     assert isinstance(PLACEMENTS.create("pack"), PackPlacement)
     assert isinstance(PLACEMENTS.create("spread"), SpreadPlacement)
@@ -76,6 +106,7 @@ def test_registry_selects_by_name() -> None:
 
 def test_registry_unknown_name_lists_valid() -> None:
     with pytest.raises(
-        UnknownPolicyError, match=r"unknown placement policy 'packed'; valid: pack, spread"
+        UnknownPolicyError,
+        match=r"unknown placement policy .packed.; valid: most-free, pack, spread, topology",
     ):
         PLACEMENTS.create("packed")

@@ -1,0 +1,32 @@
+"""Trace-driven simulator: the live scheduler's policies on a simulated clock.
+
+No Ray, Redis or torch here. ``Simulator`` drives any ``policies.SchedulingPolicy`` over a
+trace (``read_trace``, ``pollux_workload``, ``philly_jobs``) on a pool of nodes, with job
+performance from measured profiles (Pollux apps) or a parametric model.
+"""
+
+from orchestrator.sim.engine import SimConfig, Simulator, uniform_pool
+from orchestrator.sim.errors import PolicyViolation, SimError, TraceError
+from orchestrator.sim.metrics import JobRecord, SimResult, summarize
+from orchestrator.sim.teams import TeamConfig, TeamSpec, load_teams
+from orchestrator.sim.trace import TraceJob, philly_jobs, pollux_workload, read_trace, write_trace
+
+__all__ = [
+    "JobRecord",
+    "PolicyViolation",
+    "SimConfig",
+    "SimError",
+    "SimResult",
+    "Simulator",
+    "TeamConfig",
+    "TeamSpec",
+    "TraceError",
+    "TraceJob",
+    "load_teams",
+    "philly_jobs",
+    "pollux_workload",
+    "read_trace",
+    "summarize",
+    "uniform_pool",
+    "write_trace",
+]

@@ -1,0 +1,150 @@
+"""What a simulation measures: per-job records, pool usage, and the summary figures."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from policies.sharing import entitlements
+from policies.snapshot import Snapshot, TeamView
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job's outcome. Times are simulated seconds; ``None``: never happened."""
+
+    name: str
+    job_class: str
+    team: str
+    gpus: int
+    submit_time: float
+    first_start: float | None
+    completed_at: float | None
+    deadline: float | None
+    wait_target: float
+    preemptions: int
+    resizes: int
+    lost_gpu_s: float
+
+    @property
+    def jct(self) -> float | None:
+        """Job completion time: completion - submission."""
+        return None if self.completed_at is None else self.completed_at - self.submit_time
+
+    @property
+    def wait(self) -> float | None:
+        """Seconds from submission to first start."""
+        return None if self.first_start is None else self.first_start - self.submit_time
+
+
+@dataclass
+class Usage:
+    """GPU usage integrated over simulated time (updated by the simulator every interval)."""
+
+    total_gpus: int
+    time: float = 0.0
+    held_gpu_s: float = 0.0
+    restart_gpu_s: float = 0.0
+    busy_time: float = 0.0  # time while demand >= supply
+    busy_held_gpu_s: float = 0.0
+    team_held: dict[str, float] = field(default_factory=dict)
+    team_entitled: dict[str, float] = field(default_factory=dict)
+    _entitled: dict[str, int] = field(default_factory=dict)
+
+    def add(
+        self, dt: float, held: int, restart_gpu_s: float, demand: int, teams: dict[str, int]
+    ) -> None:
+        """Account for ``dt`` seconds with ``held`` GPUs allocated and ``demand`` asked for."""
+        self.time += dt
+        self.held_gpu_s += held * dt
+        self.restart_gpu_s += restart_gpu_s
+        if demand >= self.total_gpus:
+            self.busy_time += dt
+            self.busy_held_gpu_s += held * dt
+        for team, gpus in teams.items():
+            self.team_held[team] = self.team_held.get(team, 0.0) + gpus * dt
+        for team, gpus in self._entitled.items():
+            self.team_entitled[team] = self.team_entitled.get(team, 0.0) + gpus * dt
+
+    def note_entitlement(self, snapshot: Snapshot, teams: Sequence[TeamView]) -> None:
+        """Record each team's entitlement for the coming interval (from its demand now)."""
+        demand: dict[str, int] = {}
+        for q in snapshot.queue:
+            demand[q.team] = demand.get(q.team, 0) + q.lo
+        for r in snapshot.running:
+            demand[r.team] = demand.get(r.team, 0) + max(r.gpus, r.lo)
+        self._entitled = entitlements(demand, teams, snapshot.total_gpus)
+
+
+@dataclass
+class SimResult:
+    """The outcome of one simulation."""
+
+    records: list[JobRecord]
+    usage: Usage
+    rounds: int
+    end_time: float
+    wall_s: float
+    decision_s: list[tuple[int, float]]
+
+    def summary(self) -> dict[str, float]:
+        """The headline figures (see :func:`summarize`)."""
+        return summarize(self.records, self.usage)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100), nearest-rank; NaN for no values."""
+    if not values:
+        return math.nan
+    s = sorted(values)
+    k = max(0, math.ceil(q / 100 * len(s)) - 1)
+    return s[k]
+
+
+def jain(values: Sequence[float]) -> float:
+    """Jain's fairness index of ``values``: 1 when all equal, 1/n when one takes all."""
+    if not values:
+        return math.nan
+    return sum(values) ** 2 / (len(values) * sum(v * v for v in values) or 1.0)
+
+
+def summarize(records: Sequence[JobRecord], usage: Usage) -> dict[str, float]:
+    """Mean/p99 JCT, attainment, utilisation, fairness and preemption cost of a run.
+
+    * ``interactive_attainment``: interactive jobs started within their wait target.
+    * ``deadline_attainment``: bulk jobs with a deadline that completed by it.
+    * ``utilisation``: allocated GPU-time / pool GPU-time; ``busy_utilisation`` the same over
+      the time when demand (GPUs asked for by queued and running jobs) was at least the pool.
+    * ``jain``: Jain's index over teams of (GPU-time held / GPU-time entitled), teams with an
+      entitlement only; entitlement = guarantee, then weighted max-min share of the rest.
+    """
+    bulk = [r.jct for r in records if r.job_class == "bulk" and r.jct is not None]
+    inter = [r for r in records if r.job_class == "interactive"]
+    met = [r for r in inter if r.wait is not None and r.wait <= r.wait_target + 1e-9]
+    with_deadline = [r for r in records if r.job_class == "bulk" and r.deadline is not None]
+    on_time = [
+        r
+        for r in with_deadline
+        if r.completed_at is not None and r.deadline is not None and r.completed_at <= r.deadline
+    ]
+    ratios = [usage.team_held.get(t, 0.0) / e for t, e in usage.team_entitled.items() if e > 0]
+    pool_s = usage.total_gpus * usage.time
+    return {
+        "jobs": float(len(records)),
+        "completed": float(sum(r.completed_at is not None for r in records)),
+        "bulk_mean_jct": sum(bulk) / len(bulk) if bulk else math.nan,
+        "bulk_p99_jct": percentile(bulk, 99),
+        "interactive_attainment": len(met) / len(inter) if inter else math.nan,
+        "deadline_attainment": len(on_time) / len(with_deadline) if with_deadline else math.nan,
+        "utilisation": usage.held_gpu_s / pool_s if pool_s else math.nan,
+        "busy_utilisation": (
+            usage.busy_held_gpu_s / (usage.total_gpus * usage.busy_time)
+            if usage.busy_time
+            else math.nan
+        ),
+        "jain": jain(ratios),
+        "preemptions": float(sum(r.preemptions for r in records)),
+        "resizes": float(sum(r.resizes for r in records)),
+        "gpu_hours_lost": sum(r.lost_gpu_s for r in records) / 3600 + usage.restart_gpu_s / 3600,
+    }

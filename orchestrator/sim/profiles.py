@@ -1,0 +1,312 @@
+"""Measured performance profiles of the Pollux applications (OSDI'21 artifact data).
+
+Reads ``apps/<app>/{placements,scalability,validation-*}.csv`` (see the README beside the data)
+and answers the two questions the simulator asks, with the published simulator's semantics:
+
+* step time of a placement and micro-batch: looked up in ``placements.csv`` (rotations of a
+  placement are the same; linear in ``local_bsz``), else linear interpolation over
+  (nodes, replicas, local_bsz) on the Delaunay triangulation of the per-point means of
+  ``placements.csv`` together with ``scalability.csv`` (scipy, imported only then);
+* statistical efficiency: progress per optimizer step at global batch ``B`` in epoch ``e``,
+  ``gain = (var + sqr) / (var / scale + sqr)`` with ``scale = B / B0``, the gradient statistics
+  interpolated linearly between the two nearest measured batch sizes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import math
+import os
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from orchestrator.sim.errors import TraceError
+
+TRACES_ENV = "ORCH_POLLUX_TRACES"
+DEFAULT_TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces" / "pollux"
+"""``../shared/traces/pollux`` beside the repository; ``$ORCH_POLLUX_TRACES`` overrides it."""
+
+MAX_EPOCHS = {
+    "bert": 2,
+    "cifar10": 100,
+    "ncf": 10,
+    "imagenet": 90,
+    "deepspeech2": 80,
+    "yolov3": 50,
+}
+MAX_LOCAL_BSZ = {"yolov3": 8}
+
+
+def traces_dir() -> Path:
+    """The Pollux data folder: ``$ORCH_POLLUX_TRACES`` or ``../shared/traces/pollux``.
+
+    Raises:
+        TraceError: the folder is missing (the message says how to point at it).
+    """
+    path = Path(os.environ.get(TRACES_ENV, DEFAULT_TRACES))
+    if not (path / "apps").is_dir():
+        raise TraceError(
+            f"Pollux trace data not found at {path} (expected apps/ and workloads/ there); "
+            f"set {TRACES_ENV} to the folder holding the OSDI'21 artifact's simulator data"
+        )
+    return path
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def canonical_placement(placement: tuple[int, ...]) -> tuple[int, ...]:
+    """The lexicographically smallest rotation of a placement (GPUs per node, zeros dropped)."""
+    p = tuple(x for x in placement if x)
+    return min((p[i:] + p[:i] for i in range(len(p))), default=())
+
+
+@dataclass
+class _Curve:
+    batch_size: int
+    progress: list[float]
+    grad_sqr: list[float]
+    grad_var: list[float]
+
+
+@dataclass
+class AppProfile:
+    """One application's measured throughput and statistical efficiency.
+
+    Attributes:
+        name: the application (``cifar10``, ...).
+        init_batch_size: the smallest global batch with a training curve (``B0``).
+        max_batch_size: the largest global batch with a training curve.
+        min_local_bsz, max_local_bsz: the per-GPU micro-batch range.
+        max_epochs: epochs to completion.
+        target_progress: progress at which the job is complete.
+    """
+
+    name: str
+    curves: list[_Curve]
+    measured: dict[tuple[int, ...], list[tuple[float, float, float]]]
+    points: list[tuple[float, float, float, float, float]]
+    max_epochs: int
+    max_local_bsz: int
+    min_local_bsz: int
+    init_batch_size: int = field(init=False)
+    max_batch_size: int = field(init=False)
+    epoch_progress: list[float] = field(init=False)
+    _nd: Any = field(default=None, init=False, repr=False)
+    _step_cache: dict[tuple[tuple[int, ...], int], tuple[float, float]] = field(
+        default_factory=dict, init=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        self.curves.sort(key=lambda c: c.batch_size)
+        self.init_batch_size = self.curves[0].batch_size
+        self.max_batch_size = self.curves[-1].batch_size
+        # progress at the end of epoch e (index e-1): the least over all batch sizes
+        self.epoch_progress = [
+            min(c.progress[e] for c in self.curves) for e in range(self.max_epochs)
+        ]
+
+    @property
+    def target_progress(self) -> float:
+        """Progress at which the job has finished its last epoch."""
+        return self.epoch_progress[-1]
+
+    def epoch_of(self, progress: float) -> int:
+        """Completed epochs at ``progress`` (the current epoch's index)."""
+        return min(bisect.bisect_right(self.epoch_progress, progress), self.max_epochs - 1)
+
+    # ---- throughput ------------------------------------------------------------------------
+
+    def step_time(self, placement: tuple[int, ...], local_bsz: int) -> tuple[float, float]:
+        """(step_time, sync_time) in seconds of one micro-batch step on ``placement``."""
+        key = (canonical_placement(placement), local_bsz)
+        hit = self._step_cache.get(key)
+        if hit is not None:
+            return hit
+        rows = self.measured.get(key[0])
+        if rows is not None:
+            out = _interp1(rows, float(local_bsz))
+        else:
+            out = self._interp_nd(len(key[0]), sum(key[0]), local_bsz)
+        self._step_cache[key] = out
+        return out
+
+    def _interp_nd(self, nodes: int, replicas: int, local_bsz: int) -> tuple[float, float]:
+        if self._nd is None:
+            from scipy.interpolate import LinearNDInterpolator  # heavy: only when needed
+
+            xs = [p[:3] for p in self.points]
+            ys = [p[3:] for p in self.points]
+            self._nd = LinearNDInterpolator(xs, ys)
+        step, sync = self._nd([[min(nodes, 16), replicas, local_bsz]])[0]
+        if math.isnan(step):
+            raise TraceError(
+                f"{self.name}: no measurement near {nodes} nodes, {replicas} GPUs, "
+                f"local batch {local_bsz}"
+            )
+        return float(step), float(sync)
+
+    # ---- statistical efficiency ------------------------------------------------------------
+
+    def grad_stats(self, batch_size: float, epoch: int) -> tuple[float, float]:
+        """(grad_sqr, grad_var) in ``epoch`` at ``batch_size``, linear between measured sizes."""
+        sizes = [c.batch_size for c in self.curves]
+        b = min(max(batch_size, sizes[0]), sizes[-1])
+        hi = bisect.bisect_left(sizes, b)
+        upper = self.curves[hi]
+        if upper.batch_size == b or hi == 0:
+            return upper.grad_sqr[epoch], upper.grad_var[epoch]
+        lower = self.curves[hi - 1]
+        w = (b - lower.batch_size) / (upper.batch_size - lower.batch_size)
+        sqr = lower.grad_sqr[epoch] + w * (upper.grad_sqr[epoch] - lower.grad_sqr[epoch])
+        var = lower.grad_var[epoch] + w * (upper.grad_var[epoch] - lower.grad_var[epoch])
+        return sqr, var
+
+    def gain(self, batch_size: float, epoch: int) -> float:
+        """Progress per optimizer step at ``batch_size`` in ``epoch`` (1 at ``B0``)."""
+        sqr, var = self.grad_stats(batch_size, epoch)
+        scale = batch_size / self.init_batch_size
+        return (var + sqr) / (var / scale + sqr)
+
+    # ---- configurations --------------------------------------------------------------------
+
+    def fixed_config(self, batch_size: int, replicas: int) -> tuple[int, int]:
+        """(micro-batch, accumulation steps) for a fixed global batch on ``replicas`` GPUs."""
+        local = math.ceil(batch_size / replicas - 1e-8)
+        accum = math.ceil(local / self.max_local_bsz - 1e-8) - 1
+        if replicas == 1 and batch_size > self.init_batch_size:
+            accum = max(1, accum)
+        micro = math.ceil(local / (accum + 1) - 1e-8)
+        micro = min(micro, int(self.max_batch_size / (replicas * (accum + 1))))
+        return micro, accum
+
+    def goodput(
+        self, placement: tuple[int, ...], micro: int, accum: int, epoch: int
+    ) -> tuple[float, int]:
+        """(progress per second, global batch) of a configuration in ``epoch``."""
+        replicas = sum(placement)
+        step, sync = self.step_time(placement, micro)
+        total = step + accum * (step - sync)
+        batch = replicas * micro * (accum + 1)
+        return self.gain(batch, epoch) / total, batch
+
+    def best_config(self, placement: tuple[int, ...], epoch: int) -> tuple[int, int]:
+        """(micro-batch, accumulation) maximising goodput on ``placement`` in ``epoch``.
+
+        Searches micro-batches over the measured range and up to 15 accumulation steps, for a
+        global batch between the initial and the maximum one (as Pollux's own batch-size
+        optimisation does, but on the true profile instead of a fitted model).
+        """
+        return _best_config(self, canonical_placement(placement), epoch)
+
+
+@cache
+def _best_config_cached(name: str, placement: tuple[int, ...], epoch: int) -> tuple[int, int]:
+    app = load_app(name)
+    replicas = sum(placement)
+    best: tuple[float, int, int] | None = None
+    micros = sorted(
+        {*range(app.min_local_bsz, app.max_local_bsz + 1, _stride(app))} | {app.max_local_bsz}
+    )
+    for accum in range(16):
+        for micro in micros:
+            batch = replicas * micro * (accum + 1)
+            if batch > app.max_batch_size:
+                break
+            if batch < app.init_batch_size:
+                continue
+            rate, _ = app.goodput(placement, micro, accum, epoch)
+            if best is None or rate > best[0]:
+                best = (rate, micro, accum)
+        if replicas * app.min_local_bsz * (accum + 2) > app.max_batch_size:
+            break
+    if best is None:  # more GPUs than the largest batch can use: the smallest micro-batch
+        return app.min_local_bsz, 0
+    return best[1], best[2]
+
+
+def _stride(app: AppProfile) -> int:
+    return max(1, (app.max_local_bsz - app.min_local_bsz) // 24)
+
+
+def _best_config(app: AppProfile, placement: tuple[int, ...], epoch: int) -> tuple[int, int]:
+    return _best_config_cached(app.name, placement, epoch)
+
+
+def _interp1(rows: list[tuple[float, float, float]], x: float) -> tuple[float, float]:
+    xs = [r[0] for r in rows]
+    if not xs[0] <= x <= xs[-1]:
+        raise TraceError(f"local batch {x} outside the measured range {xs[0]}..{xs[-1]}")
+    i = max(1, bisect.bisect_left(xs, x))
+    i = min(i, len(xs) - 1)
+    x0, x1 = xs[i - 1], xs[i]
+    w = 0.0 if x1 == x0 else (x - x0) / (x1 - x0)
+    a, b = rows[i - 1], rows[i]
+    return a[1] + w * (b[1] - a[1]), a[2] + w * (b[2] - a[2])
+
+
+@cache
+def load_app(name: str, root: str | None = None) -> AppProfile:
+    """Load one application's profile from the Pollux data folder (cached).
+
+    Raises:
+        TraceError: unknown application or missing data.
+    """
+    if name not in MAX_EPOCHS:
+        raise TraceError(f"unknown Pollux application {name!r}; known: {', '.join(MAX_EPOCHS)}")
+    base = (Path(root) if root else traces_dir()) / "apps" / name
+    curves = []
+    for path in sorted(base.glob("validation-*.csv")):
+        rows = _rows(path)
+        curves.append(
+            _Curve(
+                int(path.stem.split("-")[-1]),
+                [float(r["progress"]) for r in rows],
+                [float(r["grad_sqr"]) for r in rows],
+                [float(r["grad_var"]) for r in rows],
+            )
+        )
+    grouped: dict[tuple[int, int, int], list[tuple[float, float]]] = {}
+    measured: dict[tuple[int, ...], list[tuple[float, float, float]]] = {}
+    local_sizes = []
+    for r in _rows(base / "placements.csv"):
+        placement = tuple(int(c) for c in r["placement"])
+        bsz = int(r["local_bsz"])
+        local_sizes.append(bsz)
+        step, sync = float(r["step_time"]), float(r["sync_time"])
+        measured.setdefault(placement, []).append((bsz, step, sync))
+        grouped.setdefault((len(placement), sum(placement), bsz), []).append((step, sync))
+    for runs in measured.values():
+        runs.sort()
+    points = [
+        (float(n), float(r), float(b), _mean(v, 0), _mean(v, 1))
+        for (n, r, b), v in sorted(grouped.items())
+    ]
+    for r in _rows(base / "scalability.csv"):
+        points.append(
+            (
+                float(r["num_nodes"]),
+                float(r["num_replicas"]),
+                float(r["local_bsz"]),
+                float(r["step_time"]),
+                float(r["sync_time"]),
+            )
+        )
+    return AppProfile(
+        name=name,
+        curves=curves,
+        measured=measured,
+        points=points,
+        max_epochs=MAX_EPOCHS[name],
+        max_local_bsz=MAX_LOCAL_BSZ.get(name, max(local_sizes)),
+        min_local_bsz=min(local_sizes),
+    )
+
+
+def _mean(values: list[tuple[float, float]], i: int) -> float:
+    return sum(v[i] for v in values) / len(values)

@@ -1,0 +1,254 @@
+"""The simulator's trace format, and converters from the Pollux workloads and the Philly extract.
+
+A trace is a CSV (or JSONL) file, one job per row, with these columns (empty = default):
+
+============== ======================================================================
+name           unique job name
+submit_time    seconds from the start of the trace
+team           submitting team
+job_class      ``bulk`` or ``interactive``
+gpus           GPUs asked for (a rigid job's gang; an elastic job's preferred size)
+min_gpus       fewest GPUs an elastic bulk job runs on (default: ``gpus``)
+max_gpus       most GPUs it can use (default: ``gpus``)
+duration       seconds the job runs on ``gpus`` GPUs (bulk: its work; interactive: session)
+app            a Pollux application (``cifar10``...): work comes from its measured profile
+batch_size     fixed global batch for ``app`` (empty: the policy/model adapts it)
+deadline       bulk: seconds after submission the work should be done by (empty: none)
+wait_target    interactive: start-wait target in seconds (default 60)
+latency_ms     interactive: p95 latency ceiling of the session (recorded, see README)
+checkpoint     seconds between checkpoints (0: continuous, no work lost on preemption)
+============== ======================================================================
+
+Either ``duration`` or ``app`` gives the job's work.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime
+from pathlib import Path
+
+from orchestrator.sim.errors import TraceError
+from orchestrator.sim.profiles import traces_dir
+
+COLUMNS = (
+    "name",
+    "submit_time",
+    "team",
+    "job_class",
+    "gpus",
+    "min_gpus",
+    "max_gpus",
+    "duration",
+    "app",
+    "batch_size",
+    "deadline",
+    "wait_target",
+    "latency_ms",
+    "checkpoint",
+)
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    """One job of a trace (see the module docstring for the meaning of each field)."""
+
+    name: str
+    submit_time: float
+    team: str = "default"
+    job_class: str = "bulk"
+    gpus: int = 1
+    min_gpus: int = 0
+    max_gpus: int = 0
+    duration: float = 0.0
+    app: str = ""
+    batch_size: int = 0
+    deadline: float | None = None
+    wait_target: float = 60.0
+    latency_ms: float | None = None
+    checkpoint: float = 0.0
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.job_class not in ("bulk", "interactive"):
+            problems.append(f"job_class must be bulk or interactive, got {self.job_class!r}")
+        if self.gpus < 1:
+            problems.append(f"gpus must be >= 1, got {self.gpus}")
+        lo, hi = self.min_gpus or self.gpus, self.max_gpus or self.gpus
+        if not lo <= self.gpus <= hi:
+            problems.append(f"need min_gpus <= gpus <= max_gpus, got {lo} <= {self.gpus} <= {hi}")
+        if not self.app and self.duration <= 0:
+            problems.append(f"give app or a duration > 0, got duration {self.duration}")
+        if self.submit_time < 0:
+            problems.append(f"submit_time must be >= 0, got {self.submit_time}")
+        if problems:
+            raise TraceError(f"job {self.name!r}: " + "; ".join(problems))
+
+    @property
+    def lo(self) -> int:
+        """Fewest GPUs."""
+        return self.min_gpus or self.gpus
+
+    @property
+    def hi(self) -> int:
+        """Most GPUs."""
+        return self.max_gpus or self.gpus
+
+
+_INT = {"gpus", "min_gpus", "max_gpus", "batch_size"}
+_FLOAT = {"submit_time", "duration", "wait_target", "checkpoint"}
+_OPT_FLOAT = {"deadline", "latency_ms"}
+
+
+def _parse(row: dict[str, object], where: str) -> TraceJob:
+    kwargs: dict[str, object] = {}
+    known = {f.name for f in fields(TraceJob)}
+    for key, raw in row.items():
+        if key not in known:
+            raise TraceError(f"{where}: unknown column {key!r}; columns: {', '.join(COLUMNS)}")
+        if raw is None or raw == "":
+            continue
+        try:
+            if key in _INT:
+                kwargs[key] = int(float(str(raw)))
+            elif key in _FLOAT or key in _OPT_FLOAT:
+                kwargs[key] = float(str(raw))
+            else:
+                kwargs[key] = str(raw)
+        except ValueError:
+            raise TraceError(f"{where}: column {key!r} must be a number, got {raw!r}") from None
+    if "name" not in kwargs or "submit_time" not in kwargs:
+        raise TraceError(f"{where}: name and submit_time are required")
+    return TraceJob(**kwargs)  # type: ignore[arg-type]
+
+
+def read_trace(path: Path) -> list[TraceJob]:
+    """Read a trace file (``.csv`` or ``.jsonl``), sorted by submission time.
+
+    Raises:
+        TraceError: missing file, unknown column, bad value (the message names the row).
+    """
+    if not path.is_file():
+        raise TraceError(f"trace file not found: {path}")
+    jobs: list[TraceJob] = []
+    if path.suffix == ".jsonl":
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if line.strip():
+                jobs.append(_parse(json.loads(line), f"{path}:{i}"))
+    else:
+        with path.open(newline="") as f:
+            for i, row in enumerate(csv.DictReader(f), 2):
+                jobs.append(_parse(dict(row), f"{path}:{i}"))
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise TraceError(f"{path}: job names must be unique")
+    return sorted(jobs, key=lambda j: j.submit_time)
+
+
+def write_trace(jobs: list[TraceJob], path: Path) -> None:
+    """Write jobs as a CSV trace (the format :func:`read_trace` reads)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        for job in jobs:
+            row = asdict(job)
+            w.writerow({k: ("" if row[k] is None else row[k]) for k in COLUMNS})
+
+
+def pollux_workload(
+    name: str, load: float = 1.0, adaptive: bool = False, root: Path | None = None
+) -> list[TraceJob]:
+    """Convert a Pollux workload (``workload-N`` at load 1.0 or 0.5) to trace jobs.
+
+    Args:
+        name: ``workload-1`` ... ``workload-8``.
+        load: 1.0 (``workloads/``) or 0.5 (``workloads-0.5/``).
+        adaptive: False: each job keeps its hand-tuned GPUs and batch (Tiresias+TunedJobs);
+            True: elastic from 1 GPU up to what its largest batch can use, batch adapted (ncf
+            keeps batch 32768 on at most 1 GPU, as in the artifact).
+        root: the Pollux data folder (default :func:`traces_dir`).
+    """
+    from orchestrator.sim.profiles import load_app
+
+    folder = "workloads" if load == 1.0 else f"workloads-{load}"
+    path = (root or traces_dir()) / folder / f"{name}.csv"
+    if not path.is_file():
+        raise TraceError(f"Pollux workload not found: {path}")
+    jobs = []
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            gpus, batch = int(row["num_replicas"]), int(row["batch_size"])
+            app = row["application"]
+            lo = hi = gpus
+            if adaptive:
+                profile = load_app(app, str(root) if root else None)
+                lo, hi = 1, min(64, profile.max_batch_size // profile.min_local_bsz)
+                batch = 0
+                if app == "ncf":
+                    hi, batch = 1, 32768
+                gpus = min(max(gpus, lo), hi)
+            jobs.append(
+                TraceJob(
+                    name=row["name"],
+                    submit_time=float(row["time"]),
+                    team="pollux",
+                    gpus=gpus,
+                    min_gpus=lo,
+                    max_gpus=hi,
+                    app=app,
+                    batch_size=batch,
+                )
+            )
+    return sorted(jobs, key=lambda j: j.submit_time)
+
+
+def philly_jobs(
+    count: int,
+    seed: int = 0,
+    path: Path | None = None,
+    elastic: bool = True,
+    max_gpus: int = 64,
+    max_duration: float = 7 * 86400.0,
+) -> list[TraceJob]:
+    """Bulk jobs from the Philly extract: teams from ``cluster``, arrival order and gaps kept.
+
+    A window of ``count`` consecutive submissions (by timestamp) starting at a seeded offset;
+    with fewer rows than ``count`` the window wraps around, shifted by the trace's span.
+    ``duration`` is the job's run time on its GPUs; an elastic job may run on half to twice its
+    GPUs (at least 1, at most ``max_gpus``). Durations are capped at ``max_duration``.
+    """
+    src = path or traces_dir() / "philly.csv"
+    if not src.is_file():
+        raise TraceError(f"Philly extract not found: {src}")
+    rows = []
+    with src.open(newline="") as f:
+        for r in csv.DictReader(f):
+            ts = datetime.strptime(r["timestamp"], "%Y-%m-%d %H:%M:%S").timestamp()
+            rows.append((ts, float(r["duration"]), int(r["num_gpus"]), r["cluster"]))
+    rows.sort()
+    t0, span = rows[0][0], rows[-1][0] - rows[0][0] + 60.0
+    start = random.Random(seed).randrange(len(rows))
+    jobs = []
+    first = None
+    for i in range(count):
+        ts, duration, gpus, team = rows[(start + i) % len(rows)]
+        t = ts - t0 + span * ((start + i) // len(rows))
+        first = t if first is None else first
+        gpus = min(max(gpus, 1), max_gpus)
+        lo, hi = (max(1, gpus // 2), min(max_gpus, gpus * 2)) if elastic else (gpus, gpus)
+        jobs.append(
+            TraceJob(
+                name=f"philly-{i}",
+                submit_time=t - first,
+                team=team,
+                gpus=gpus,
+                min_gpus=lo,
+                max_gpus=hi,
+                duration=min(max(duration, 60.0), max_duration),
+            )
+        )
+    return jobs

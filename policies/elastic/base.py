@@ -1,0 +1,82 @@
+"""Elastic allocation: how many GPUs each bulk job gets, within its min/max."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from policies.registry import Registry
+
+
+@dataclass(frozen=True)
+class ElasticJob:
+    """What the allocator knows of one bulk job.
+
+    Attributes:
+        job_id: the job.
+        lo, hi: fewest and most GPUs it runs on.
+        preferred: the GPUs it asked for (rigid allocators give exactly this).
+        current: GPUs it holds now (0: queued).
+        speedup: relative goodput on 1..n GPUs (empty: linear; see ``QueuedJob.speedup``).
+        floor: GPUs it must get if it is admitted at all (its team's guarantee), 0 for none.
+        run_s: seconds since its current allocation started (how long a change has paid off).
+    """
+
+    job_id: str
+    lo: int
+    hi: int
+    preferred: int
+    current: int = 0
+    speedup: tuple[float, ...] = ()
+    floor: int = 0
+    run_s: float = 0.0
+
+    def rate(self, gpus: int) -> float:
+        """Relative goodput on ``gpus`` GPUs."""
+        if gpus <= 0:
+            return 0.0
+        if not self.speedup:
+            return float(gpus)
+        return self.speedup[min(gpus, len(self.speedup)) - 1]
+
+
+class ElasticAllocation(abc.ABC):
+    """Splits ``gpus`` GPUs among bulk jobs given in priority order.
+
+    Contract: pure and deterministic. Returns GPUs per job id for every job: 0 (not admitted)
+    or a count in ``lo..hi``; the counts sum to at most ``gpus``. Admission follows the given
+    order: jobs with a ``floor`` get it first, in order, then jobs get ``lo`` in order, and a
+    job is left out only when what is left cannot hold it. How the GPUs left after admission
+    are spread is the implementation's choice.
+    """
+
+    @abc.abstractmethod
+    def allocate(
+        self, jobs: Sequence[ElasticJob], gpus: int, restart_cost_s: float
+    ) -> dict[str, int]:
+        """GPUs per job id."""
+
+
+ELASTIC: Registry[ElasticAllocation] = Registry("elastic")
+
+
+def admit(jobs: Sequence[ElasticJob], gpus: int, size: dict[str, int]) -> int:
+    """Admission shared by every allocator: floors in order, then minimums in order.
+
+    Fills ``size`` (job id -> GPUs) and returns the GPUs left.
+    """
+    left = gpus
+    for j in jobs:
+        size[j.job_id] = 0
+    for j in jobs:
+        want = max(j.floor, j.lo) if j.floor else 0
+        want = min(want, j.hi)
+        if want and want <= left:
+            size[j.job_id] = want
+            left -= want
+    for j in jobs:
+        if size[j.job_id] == 0 and j.lo <= left:
+            size[j.job_id] = j.lo
+            left -= j.lo
+    return left

@@ -1,0 +1,27 @@
+"""The scheduler benchmark runs in smoke mode."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.sim.test_fidelity import HAVE_TRACES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(not HAVE_TRACES, reason="Pollux traces not found")
+def test_pollux_benchmark_smoke() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench/scheduler/pollux.py"), "--smoke", "--workers", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert "tiresias" in out.stdout and "shared" in out.stdout
+    assert (ROOT / "bench/scheduler/results/pollux-smoke.json").is_file()
