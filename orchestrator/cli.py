@@ -47,9 +47,9 @@ def _settings(**overrides: object) -> Settings:
 @app.command()
 def up(
     virtual_gpus: VirtualGPUs = None,
-    policy: Annotated[str, typer.Option(help="Scheduling policy.")] = "gang",
-    queue: Annotated[str, typer.Option(help="Queue order: class-fifo or fifo.")] = "class-fifo",
-    placement: Annotated[str, typer.Option(help="Placement: pack or spread.")] = "pack",
+    policy: Annotated[
+        str | None, typer.Option(help="Scheduling policy: gang (default), shared, tiresias.")
+    ] = None,
 ) -> None:
     """Start the pool and run the scheduler until interrupted (Ctrl-C requeues running jobs)."""
     import logging
@@ -63,8 +63,8 @@ def up(
         format="%(message)s",
         handlers=[RichHandler(console=console, show_path=False)],
     )
-    settings = _settings(virtual_gpus=virtual_gpus)
-    chosen = make_policy(policy, queue, placement)
+    settings = _settings(virtual_gpus=virtual_gpus, policy=policy)
+    chosen = make_policy(settings.policy)
     with console.status("starting Redis and Ray..."):
         running = serve_in_background(settings, chosen)
     console.print(

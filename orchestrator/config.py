@@ -20,6 +20,8 @@ ENV_VARS = {
     "namespace": "ORCH_NAMESPACE",
     "virtual_gpus": "ORCH_VIRTUAL_GPUS",
     "scheduler_interval_s": "ORCH_SCHEDULER_INTERVAL_S",
+    "policy": "ORCH_POLICY",
+    "stop_grace_s": "ORCH_STOP_GRACE_S",
 }
 
 
@@ -33,6 +35,9 @@ class Settings(BaseModel):
         namespace: prefix of every Redis key, so several orchestrators share one Redis.
         virtual_gpus: GPU slots backed by the CPU when the local Ray has no CUDA GPU.
         scheduler_interval_s: how often the scheduler takes a snapshot and decides.
+        policy: the scheduling policy's registered name (``gang``, ``shared``, ...).
+        stop_grace_s: how long a job being stopped (cancel, preemption) may take to write its
+            checkpoint before it is killed: the longest an interactive job waits for it.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -43,6 +48,8 @@ class Settings(BaseModel):
     namespace: str = Field(default="orch", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     virtual_gpus: int = Field(default=4, ge=1, le=1024)
     scheduler_interval_s: float = Field(default=0.5, gt=0, le=60)
+    policy: str = Field(default="gang", min_length=1)
+    stop_grace_s: float = Field(default=30.0, gt=0, le=3600)
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:

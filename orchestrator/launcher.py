@@ -127,12 +127,25 @@ class JobRun(threading.Thread):
         self.placement_timeout_s = placement_timeout_s
         self.stop_grace_s = stop_grace_s
         self.outcome: Outcome | None = None
+        self.started_at = time.time()
+        self.preempted_for = ""  # set when stopped by a preemption: the job is requeued
         self._stop_requested = threading.Event()
         self._actors: list[Any] = []
 
     def request_stop(self) -> None:
         """Ask the workers to checkpoint and stop (idempotent; returns at once)."""
         self._stop_requested.set()
+
+    def preempt(self, reason: str) -> None:
+        """Stop to give the GPUs away: checkpoint, stop, and let the job be requeued."""
+        if not self.preempted_for:
+            self.preempted_for = reason or "preempted"
+        self.request_stop()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether a stop (cancel, preemption, shutdown) was requested."""
+        return self._stop_requested.is_set()
 
     def run(self) -> None:
         """Thread body: never raises; always leaves :attr:`outcome` set and the GPUs freed."""

@@ -195,18 +195,50 @@ class Scheduler:
         self._forward_cancels()
         self._nodes = self.pool.nodes()
         snapshot = self.snapshot()
+        # GPUs physically free now: a preempted job holds its GPUs until its checkpoint is
+        # written and its gang is gone, although the policy already counts them as free.
+        free = {n.node_id: n.gpus for n in self._nodes}
+        for run in self.runs.values():
+            for node in run.nodes:
+                free[node] = free.get(node, 0) - 1
         for d in self.policy.decide(snapshot):
             self.lease.check()
-            if d.kind is DecisionKind.START:
-                self._start(d.job_id, d.nodes, d.strategy)
-            elif d.kind is DecisionKind.WAIT and self._waits.get(d.job_id) != d.reason:
-                self._waits[d.job_id] = d.reason
-                self.store.annotate(d.job_id, f"waiting: {d.reason}")
+            if d.kind is DecisionKind.PREEMPT:
+                self._preempt(d.job_id, d.reason)
+            elif d.kind is DecisionKind.START:
+                need = Counter(d.nodes)
+                if any(free.get(node, 0) < n for node, n in need.items()):
+                    self._wait(d.job_id, "its GPUs are being freed by a preemption")
+                    continue
+                if self._start(d.job_id, d.nodes, d.strategy):
+                    free.update({node: free[node] - n for node, n in need.items()})
+            elif d.kind is DecisionKind.WAIT:
+                self._wait(d.job_id, d.reason)
+            else:  # RESIZE: live jobs are rigid (min = max GPUs), so policies emit none yet
+                log.warning("%s: %s decisions are not applied live yet", d.job_id, d.kind.value)
         self._publish_pool()
+
+    def _wait(self, job_id: str, reason: str) -> None:
+        """Tell the user why a queued job waits (once per distinct reason)."""
+        if self._waits.get(job_id) != reason:
+            self._waits[job_id] = reason
+            self.store.annotate(job_id, f"waiting: {reason}")
+
+    def _preempt(self, job_id: str, reason: str) -> None:
+        """Stop a running job so its GPUs go to another; it is requeued and resumes from its
+        checkpoint. The stop is bounded by ``stop_grace_s``, after which the gang is killed."""
+        run = self.runs.get(job_id)
+        if run is None or run.stopping:
+            return
+        log.info("%s: preempting (%s)", job_id, reason)
+        run.preempt(reason)
+        self.store.annotate(job_id, f"preempting: {reason}")
 
     def snapshot(self) -> Snapshot:
         """The immutable view the policy decides on."""
-        held = Counter(n for run in self.runs.values() for n in run.nodes)
+        # A job being preempted has already given its GPUs away as far as policy goes.
+        staying = {j: r for j, r in self.runs.items() if not r.preempted_for}
+        held = Counter(n for run in staying.values() for n in run.nodes)
         nodes = tuple(
             NodeView(n.node_id, n.gpus, n.gpus - held.get(n.node_id, 0)) for n in self._nodes
         )
@@ -216,14 +248,22 @@ class Scheduler:
             for rec in self.store.get_many(ids)
         ]
         running = tuple(
-            RunningJob(job_id, run.spec.job_class, run.spec.team, run.nodes)
-            for job_id, run in self.runs.items()
+            RunningJob(
+                job_id,
+                run.spec.job_class,
+                run.spec.team,
+                run.nodes,
+                started_at=run.started_at,
+                checkpoint_at=run.started_at,  # unknown live: assume work since start is lost
+            )
+            for job_id, run in staying.items()
         )
         return Snapshot(nodes=nodes, queue=tuple(queue), running=running, now=time.time())
 
-    def _start(self, job_id: str, nodes: tuple[str, ...], strategy: str) -> None:
+    def _start(self, job_id: str, nodes: tuple[str, ...], strategy: str) -> bool:
+        """Place and launch a queued job; whether it now holds ``nodes``."""
         if job_id in self.runs:  # never two runs of one job in one scheduler
-            return
+            return False
         try:
             rec = self.store.transition(
                 job_id,
@@ -233,14 +273,14 @@ class Scheduler:
                 fields={"placement": {"nodes": list(nodes), "strategy": strategy}},
             )
         except (IllegalTransition, JobNotFound):
-            return  # cancelled (or taken) since the snapshot
+            return False  # cancelled (or taken) since the snapshot
         self._waits.pop(job_id, None)
         try:
             spec = rec.spec
         except ValidationError as err:  # stored under an older version, no longer valid
             first = err.errors()[0]
             self._settle(job_id, JobState.FAILED, f"the stored job is no longer valid: {first}")
-            return
+            return False
         log.info("%s: placed on %s", job_id, _where(nodes))
         try:
             run = JobRun(
@@ -261,8 +301,9 @@ class Scheduler:
         except Exception as err:  # never leave a job placed with nothing running it
             log.exception("%s: could not start", job_id)
             self._settle(job_id, JobState.QUEUED, f"requeued: could not start: {err}")
-            return
+            return False
         self.runs[job_id] = run
+        return True
 
     def _on_running(self, job_id: str) -> bool:
         """Called by the run once its workers exist: mark running and count the attempt.
@@ -299,7 +340,9 @@ class Scheduler:
             if run.is_alive():
                 continue
             outcome = run.outcome or Outcome(OutcomeKind.LOST, "no outcome")
-            self._record(job_id, outcome, requeue_stopped)
+            if run.preempted_for and outcome.kind is OutcomeKind.STOPPED:
+                outcome = Outcome(OutcomeKind.STOPPED, f"preempted: {run.preempted_for}")
+            self._record(job_id, outcome, requeue_stopped or bool(run.preempted_for))
             del self.runs[job_id]
 
     def _record(self, job_id: str, outcome: Outcome, requeue_stopped: bool) -> None:

@@ -31,18 +31,18 @@ def open_store(settings: Settings) -> tuple[JobStore, str]:
     return JobStore(open_url(url), settings.namespace), url
 
 
-def make_policy(
-    name: str = "gang", queue: str = "class-fifo", placement: str = "pack"
-) -> SchedulingPolicy:
-    """The scheduling policy selected by names.
+def make_policy(name: str = "gang", **options: str) -> SchedulingPolicy:
+    """The scheduling policy registered as ``name``, with its options.
 
     Raises:
-        ConfigError: an unknown name; the message lists the valid ones.
+        ConfigError: an unknown name (the message lists the valid ones) or option.
     """
     try:
-        return SCHEDULING_POLICIES.create(name, queue=queue, placement=placement)
+        return SCHEDULING_POLICIES.create(name, **options)
     except UnknownPolicyError as err:
         raise ConfigError(str(err)) from None
+    except TypeError as err:  # an option this policy does not take
+        raise ConfigError(f"policy {name!r}: {err}") from None
 
 
 @dataclass
@@ -75,7 +75,14 @@ def serve_in_background(settings: Settings, policy: SchedulingPolicy | None = No
     store, url = open_store(settings)
     pool = GPUPool(settings)
     pool.start()
-    scheduler = Scheduler(settings, store, pool, policy or make_policy(), url)
+    scheduler = Scheduler(
+        settings,
+        store,
+        pool,
+        policy or make_policy(settings.policy),
+        url,
+        stop_grace_s=settings.stop_grace_s,
+    )
     scheduler.acquire()
     stop = threading.Event()
     errors: list[BaseException] = []

@@ -91,7 +91,9 @@ class Orch:
         return rec
 
 
-def start_orch(ray_address: str, redis_url: str, namespace: str, data_dir: Path) -> Orch:
+def start_orch(
+    ray_address: str, redis_url: str, namespace: str, data_dir: Path, policy: str = "gang"
+) -> Orch:
     """A scheduler on the shared cluster, in its own namespace and data directory."""
     settings = Settings(
         redis_url=redis_url,
@@ -99,6 +101,7 @@ def start_orch(ray_address: str, redis_url: str, namespace: str, data_dir: Path)
         data_dir=data_dir,
         namespace=namespace,
         scheduler_interval_s=0.2,
+        policy=policy,
     )
     running = serve_in_background(settings)
     return Orch(settings, running.scheduler.store, running)
