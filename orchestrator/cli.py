@@ -19,6 +19,7 @@ from rich.console import Console
 
 from orchestrator.config import Settings
 from orchestrator.errors import OrchError, SpecError
+from orchestrator.tuner.cli import tune_command
 
 if TYPE_CHECKING:
     from orchestrator.store import JobStore
@@ -156,10 +157,19 @@ def list_jobs(
 def show(job: Annotated[str, typer.Argument(help="Job id or unique name.")]) -> None:
     """Show one job: settings, SLA and whether it is met, live metrics, events."""
     from orchestrator.services import open_store
+    from orchestrator.tuner.cli import show_tuning
+    from orchestrator.tuner.profile import load_profile
+    from orchestrator.tuner.service import load_report
     from orchestrator.views import show_job
 
     store, _ = open_store(_settings())
-    console.print(show_job(store, store.get(store.resolve(job))))
+    rec = store.get(store.resolve(job))
+    console.print(show_job(store, rec))
+    for key in (rec.id, rec.name):  # tuned with the job, or beforehand by `orch tune FILE`
+        report = load_report(store.client, store.namespace, key)
+        if report is not None:
+            console.print(show_tuning(report, load_profile(store.client, store.namespace, key)))
+            break
 
 
 @app.command()
@@ -211,6 +221,10 @@ def pool() -> None:
     console.print(pool_table(view))
     age = time.time() - float(view.get("at", 0))
     console.print(f"[dim]as of {age:.1f} s ago[/]")
+
+
+# `orch tune`: its module keeps torch and Optuna imports inside the command.
+app.command(name="tune")(tune_command)
 
 
 @app.command()

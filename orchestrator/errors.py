@@ -71,3 +71,10 @@ class IllegalTransition(OrchError):
 
 class PoolError(OrchError):
     """The Ray pool could not be started, joined or used."""
+
+
+class TuneError(OrchError):
+    """The tuner cannot run for this job (its bounds leave nothing to search, or its study is
+    unusable); an unmet SLA is a verdict, not this error."""
+
+    exit_code = 2

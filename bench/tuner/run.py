@@ -1,0 +1,275 @@
+"""Tuner benchmark: strategies compared on tabular ground truth.
+
+For every table (six Pollux GPU apps, the CPU grid when recorded), several SLAs chosen from the
+table's own distribution (throughput floors at the 25th/75th/95th percentile of all configs'
+throughput, 98 % of the best, and 1.25x the best = infeasible; latency ceilings at the 10th,
+50th and 90th percentile of step time, and 0.8x the fastest = infeasible), and N seeds, each
+strategy tunes through the same ``Tuner`` loop with the same budget (2x the grid's trials) and
+stop rule (no gain > 1 % in 10 trials); the grid runs to the end. Baselines run without the
+tuner's pruning (``prune=False``): plain Optuna.
+
+    .venv/bin/python -m bench.tuner.run              # full: 20 seeds, writes results/
+    .venv/bin/python -m bench.tuner.run --smoke      # seconds: one table, 2 SLAs, 2 seeds
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import multiprocessing
+import platform
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from bench.tuner.tables import POLLUX_APPS, Table, cpu_grid_tables, pollux_table
+from orchestrator.tuner.history import History, TrialRecord
+from orchestrator.tuner.objective import Goal
+from orchestrator.tuner.strategies import STRATEGIES
+from orchestrator.tuner.tuner import Tuner
+
+RESULTS = Path(__file__).parent / "results"
+STRATEGY_NAMES = ("sla", "tpe", "random", "heuristic", "grid")
+DETERMINISTIC = {"sla", "heuristic"}  # the seed changes nothing: one run stands for all seeds
+PATIENCE = 10
+
+_TABLES: dict[str, Table] = {}
+
+
+def load_tables(smoke: bool) -> list[Table]:
+    """The benchmark's tables (``smoke``: one small Pollux table)."""
+    if smoke:
+        return [pollux_table("yolov3")]
+    return [pollux_table(a) for a in POLLUX_APPS] + cpu_grid_tables()
+
+
+def _q(values: list[float], q: float) -> float:
+    s = sorted(values)
+    pos = q * (len(s) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def slas(table: Table, smoke: bool = False) -> list[tuple[str, Goal]]:
+    """SLAs from loose to tight (and infeasible), from the table's own distribution."""
+    ok = [m for m in table.rows.values() if m.ok]
+    rates = [m.samples_per_s or 0.0 for m in ok]
+    lats = [m.p95_ms or 0.0 for m in ok]
+    out: list[tuple[str, Goal]] = [
+        ("floor p25", Goal("throughput", floor=_q(rates, 0.25))),
+        ("floor p75", Goal("throughput", floor=_q(rates, 0.75))),
+        ("floor p95", Goal("throughput", floor=_q(rates, 0.95))),
+        ("floor 98% max", Goal("throughput", floor=0.98 * max(rates))),
+        ("floor 1.25x max (infeasible)", Goal("throughput", floor=1.25 * max(rates))),
+        ("p95 <= p90", Goal("latency", ceiling_ms=_q(lats, 0.90))),
+        ("p95 <= p50", Goal("latency", ceiling_ms=_q(lats, 0.50))),
+        ("p95 <= p10", Goal("latency", ceiling_ms=_q(lats, 0.10))),
+        ("p95 <= 0.8x min (infeasible)", Goal("latency", ceiling_ms=0.8 * min(lats))),
+    ]
+    return [out[1], out[6]] if smoke else out
+
+
+def optimum(table: Table, goal: Goal) -> float | None:
+    """The best feasible value over the whole table (``None``: the SLA is infeasible)."""
+    best: float | None = None
+    for c in table.space.configs():
+        m = table.rows.get(c)
+        if m is None:
+            continue
+        v = goal.judge(c, m)
+        if v.feasible and (best is None or goal.better(v.value, best)):
+            best = v.value
+    return best
+
+
+def run_one(task: tuple[str, int, str, int, bool]) -> dict[str, Any]:
+    """One tuning run; returns its metrics."""
+    table_name, sla_idx, strategy, seed, smoke = task
+    if not _TABLES:
+        _TABLES.update({t.name: t for t in load_tables(smoke)})
+    table = _TABLES[table_name]
+    label, goal = slas(table, smoke)[sla_idx]
+    opt = optimum(table, goal)
+    trace: list[tuple[int, float, float | None]] = []  # (trials, seconds, best value)
+
+    def on_trial(rec: TrialRecord, h: History) -> None:
+        best = h.best
+        trials = sum(1 for r in h.records if r.source == "measured")
+        trace.append((trials, h.cost_s, best.verdict.value if best else None))
+
+    tuner = Tuner(
+        table.space,
+        goal,
+        table.evaluator(),
+        STRATEGIES.create(strategy, seed=seed),
+        max_trials=2 * table.space.size,
+        patience=None if strategy == "grid" else PATIENCE,
+        prune=strategy == "sla",
+        on_trial=on_trial,
+    )
+    result = tuner.run()
+
+    def reach(within: float) -> tuple[int | None, float | None]:
+        if opt is None:
+            return None, None
+        for trials, secs, best in trace:
+            if best is not None and goal.gap(best, opt) <= within + 1e-12:
+                return trials, secs
+        return None, None
+
+    t5, s5 = reach(0.05)
+    _, s3 = reach(0.03)
+    t1, s1 = reach(0.01)
+    final = result.best.verdict.value if result.best else None
+    regret = goal.gap(final, opt) if (opt is not None and final is not None) else None
+    return {
+        "table": table_name,
+        "sla": label,
+        "strategy": strategy,
+        "seed": seed,
+        "feasible": opt is not None,
+        "verdict_infeasible": result.status == "sla-infeasible",
+        "trials": result.trials,
+        "seconds": result.cost_s,
+        "grid_s": table.grid_cost_s,
+        "grid_trials": table.space.size,
+        "trials_5": t5,
+        "seconds_5": s5,
+        "seconds_3": s3,
+        "trials_1": t1,
+        "seconds_1": s1,
+        "regret": regret,
+    }
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _fmt(x: float | None, pct: bool = False, nd: int = 0) -> str:
+    if x is None:
+        return "-"
+    return f"{100 * x:.{nd}f}%" if pct else f"{x:.{nd}f}"
+
+
+def summarise(rows: list[dict[str, Any]]) -> str:
+    """The markdown tables: one line per (table, strategy), then the targets."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[(r["table"], r["strategy"])].append(r)
+    head = (
+        "| table | strategy | runs | trials to 5% | trials to 1% | % grid time to 1% | "
+        "trials at stop | % grid time at stop (med / max) | regret (med / max) | "
+        "runs <= 3% regret | infeasible found | wrongly infeasible |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    targets = []
+    for (table, strat), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], _order(kv[0][1]))):
+        feas = [r for r in rs if r["feasible"]]
+        inf = [r for r in rs if not r["feasible"]]
+        t5 = [r["trials_5"] for r in feas if r["trials_5"] is not None]
+        t1 = [r["trials_1"] for r in feas if r["trials_1"] is not None]
+        s1 = [r["seconds_1"] / r["grid_s"] for r in feas if r["seconds_1"] is not None]
+        stop_frac = [r["seconds"] / r["grid_s"] for r in rs]
+        regrets = [r["regret"] if r["regret"] is not None else math.inf for r in feas]
+        good = sum(1 for x in regrets if x <= 0.03)
+        wrong = sum(1 for r in feas if r["verdict_infeasible"])
+        right = sum(1 for r in inf if r["verdict_infeasible"])
+        lines.append(
+            f"| {table} | {strat} | {len(rs)} | {_fmt(_median(t5), nd=1)} "
+            f"({len(t5)}/{len(feas)}) | {_fmt(_median(t1), nd=1)} ({len(t1)}/{len(feas)}) | "
+            f"{_fmt(_median(s1), True, 1)} | {_fmt(_median([r['trials'] for r in rs]), nd=1)} | "
+            f"{_fmt(_median(stop_frac), True, 1)} / {_fmt(max(stop_frac), True, 1)} | "
+            f"{_fmt(_median(regrets), True, 2)} / {_fmt(max(regrets, default=None), True, 1)} | "
+            f"{good}/{len(feas)} | {right}/{len(inf)} | {wrong} |"
+        )
+        if strat == "sla":
+            reached = [
+                r
+                for r in feas
+                if r["seconds_3"] is not None and r["seconds_3"] <= 0.10 * r["grid_s"]
+            ]
+            stopped = [
+                r
+                for r in feas
+                if r["regret"] is not None
+                and r["regret"] <= 0.03
+                and r["seconds"] <= 0.10 * r["grid_s"]
+            ]
+            targets.append((table, len(reached), len(stopped), len(feas), wrong, max(stop_frac)))
+    out = head + "\n".join(lines) + "\n"
+    out += "\nTarget (ours, `sla`): within 3% using <= 10% of the grid's profiling time\n\n"
+    out += (
+        "| table | feasible SLAs: within 3% reached by 10% of grid time | "
+        "... and stopped by then | wrong infeasible | max % grid time at stop |\n"
+    )
+    out += "|---|---|---|---|---|\n"
+    for table, reached_n, stopped_n, n, wrong, mx in targets:
+        out += f"| {table} | {reached_n}/{n} | {stopped_n}/{n} | {wrong} | {100 * mx:.1f}% |\n"
+    out += "\n" + _median_trials(rows)
+    return out
+
+
+def _median_trials(rows: list[dict[str, Any]]) -> str:
+    """Median trials at stop per strategy over every (table, SLA, seed) run."""
+    per: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        per[r["strategy"]].append(r["trials"])
+    parts = [f"{s}: {_fmt(_median(per[s]), nd=1)}" for s in sorted(per, key=_order)]
+    return "Median trials at stop over all runs: " + ", ".join(parts) + "\n"
+
+
+def _order(s: str) -> int:
+    return STRATEGY_NAMES.index(s) if s in STRATEGY_NAMES else 99
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print the table; write results unless ``--smoke``."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, default=20)
+    p.add_argument("--smoke", action="store_true", help="one table, 2 SLAs, 2 seeds")
+    p.add_argument("--workers", type=int, default=max(1, (multiprocessing.cpu_count() or 1)))
+    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--raw", action="store_true", help="also write every run (tuner.json)")
+    args = p.parse_args(argv)
+    seeds = 2 if args.smoke else args.seeds
+    tables = load_tables(args.smoke)
+    tasks = []
+    for t in tables:
+        for i in range(len(slas(t, args.smoke))):
+            for s in STRATEGY_NAMES:
+                for seed in range(1 if s in DETERMINISTIC else seeds):
+                    tasks.append((t.name, i, s, seed, args.smoke))
+    if args.workers > 1 and not args.smoke:
+        with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+            rows = pool.map(run_one, tasks, chunksize=4)
+    else:
+        rows = [run_one(t) for t in tasks]
+    text = summarise(rows)
+    print(text)
+    if not args.smoke:
+        args.out.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "date": datetime.date.today().isoformat(),
+            "machine": f"{platform.machine()} {multiprocessing.cpu_count()} cores, no GPU",
+            "python": sys.version.split()[0],
+            "seeds": seeds,
+            "command": "python -m bench.tuner.run" + (f" --seeds {seeds}" if seeds != 20 else ""),
+        }
+        if args.raw:
+            raw = json.dumps({"meta": meta, "runs": rows}, separators=(",", ":"))
+            (args.out / "tuner.json").write_text(raw)
+        (args.out / "tuner.md").write_text(
+            f"<!-- {json.dumps(meta)} -->\n\n" + text, encoding="utf-8"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

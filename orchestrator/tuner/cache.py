@@ -1,0 +1,164 @@
+"""The tuning cache: a repeated job skips tuning, a similar one warm-starts.
+
+Key: a fingerprint (SHA-256) of what the measurements depend on -- the workload and its
+arguments, the device (GPU model, or CPU), the software versions (Python, torch, CUDA) and the
+search space (the settings' bounds). The SLA is *not* in the key: an entry holds every
+measured trial, and a new SLA re-judges them; a job with the same fingerprint and SLA finds
+its optimum among them and runs no trial ("cache hit"). A job with the same workload and device
+but other arguments or bounds is *similar*: its nearest entries' best configs are tried first
+(``study.enqueue_trial``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import redis
+
+from orchestrator.store.keys import Keys
+from orchestrator.tuner.objective import Goal, Measurement
+from orchestrator.tuner.space import Config, DeviceCaps, SearchSpace
+
+__all__ = ["CacheEntry", "TuneCache", "describe", "fingerprint"]
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "-"
+
+
+def describe(
+    workload: str, args: dict[str, Any], caps: DeviceCaps, space: SearchSpace
+) -> dict[str, Any]:
+    """What the measurements depend on, as JSON data (hashed by :func:`fingerprint`)."""
+    return {
+        "workload": workload,
+        "args": args,
+        "device": {"kind": caps.kind, "name": caps.name},
+        "versions": {"python": platform.python_version(), "torch": _version("torch")},
+        "space": space.to_dict(),
+    }
+
+
+def fingerprint(descriptor: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of a descriptor."""
+    text = json.dumps(descriptor, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One cached tuning: its descriptor and every measured trial."""
+
+    fingerprint: str
+    descriptor: dict[str, Any]
+    trials: list[tuple[Config, Measurement]]
+    updated_at: float
+
+    def best(self, goal: Goal, n: int = 1) -> list[Config]:
+        """The ``n`` best feasible configs under ``goal`` (closest ones when none is)."""
+        judged = [(goal.judge(c, m), c) for c, m in self.trials if m.ok]
+        judged.sort(
+            key=lambda vc: (
+                not vc[0].feasible,
+                vc[0].violation,
+                vc[0].value if goal.direction == "minimize" else -vc[0].value,
+            )
+        )
+        return [c for _, c in judged[:n]]
+
+
+class TuneCache:
+    """Cache entries of one namespace: ``{ns}:tune-cache:{fingerprint}`` (JSON), indexed by
+    ``{ns}:tune-cache`` (hash fingerprint -> workload|device, for similarity look-ups)."""
+
+    def __init__(self, client: redis.Redis, namespace: str) -> None:
+        self.client = client
+        self.keys = Keys(namespace)
+
+    def _key(self, fp: str) -> str:
+        return self.keys.key("tune-cache", fp)
+
+    @property
+    def _index(self) -> str:
+        return self.keys.key("tune-cache")
+
+    def get(self, fp: str) -> CacheEntry | None:
+        """The entry of a fingerprint, if cached."""
+        raw = self.client.get(self._key(fp))
+        if not raw:
+            return None
+        data = json.loads(str(raw))
+        trials = [
+            (Config.from_dict(t["config"]), Measurement.from_dict(t["measurement"]))
+            for t in data["trials"]
+        ]
+        return CacheEntry(fp, data["descriptor"], trials, float(data["updated_at"]))
+
+    def put(
+        self, descriptor: dict[str, Any], trials: list[tuple[Config, Measurement]]
+    ) -> CacheEntry:
+        """Store (merge into) the entry of ``descriptor``; newer measurements of a config win."""
+        fp = fingerprint(descriptor)
+        old = self.get(fp)
+        merged = {c: m for c, m in (old.trials if old else [])}
+        merged.update(dict(trials))
+        entry = CacheEntry(fp, descriptor, list(merged.items()), time.time())
+        payload = {
+            "descriptor": descriptor,
+            "trials": [
+                {"config": c.to_dict(), "measurement": m.to_dict()} for c, m in merged.items()
+            ],
+            "updated_at": entry.updated_at,
+        }
+        pipe = self.client.pipeline()
+        pipe.set(self._key(fp), json.dumps(payload))
+        pipe.hset(self._index, fp, _similar_key(descriptor))
+        pipe.execute()
+        return entry
+
+    def similar(self, descriptor: dict[str, Any], limit: int = 3) -> list[CacheEntry]:
+        """Entries of the same workload on the same device, nearest arguments first."""
+        want = _similar_key(descriptor)
+        fp_self = fingerprint(descriptor)
+        index = self.client.hgetall(self._index)
+        found = []
+        for fp, key in index.items():
+            if key == want and fp != fp_self:
+                entry = self.get(str(fp))
+                if entry is not None:
+                    found.append(entry)
+        found.sort(key=lambda e: _distance(e.descriptor, descriptor))
+        return found[:limit]
+
+
+def _similar_key(descriptor: dict[str, Any]) -> str:
+    dev = descriptor["device"]
+    return f"{descriptor['workload']}|{dev['kind']}|{dev['name']}"
+
+
+def _distance(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """How far two descriptors' arguments are: log-ratio for numbers, 1 for other changes."""
+    import math
+
+    keys = set(a["args"]) | set(b["args"])
+    d = 0.0
+    for k in keys:
+        x, y = a["args"].get(k), b["args"].get(k)
+        if isinstance(x, int | float) and isinstance(y, int | float) and x > 0 and y > 0:
+            d += abs(math.log(x / y))
+        elif x != y:
+            d += 1.0
+    return (
+        d
+        + (0.5 if a["space"] != b["space"] else 0.0)
+        + (0.5 if a["versions"] != b["versions"] else 0.0)
+    )

@@ -1,0 +1,158 @@
+"""``orch tune FILE`` and the tuning section of ``orch show JOB``.
+
+Registered by the CLI module (``app.command(name="tune")(tune_command)``); kept here so the
+tuner's presentation lives with the tuner. Heavy imports (torch, Optuna) happen inside.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console, Group
+from rich.table import Table
+
+__all__ = ["show_tuning", "trials_table", "tune_command"]
+
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+
+def tune_command(
+    file: Annotated[Path, typer.Argument(help="Job file (YAML or JSON) to tune.")],
+    strategy: Annotated[
+        str, typer.Option(help="Search strategy: sla, tpe, random, grid, heuristic.")
+    ] = "sla",
+    trials: Annotated[
+        int | None, typer.Option(min=1, help="At most this many trials (default: the job's).")
+    ] = None,
+    seconds: Annotated[
+        float | None, typer.Option(min=0.1, help="At most this many profiling seconds.")
+    ] = None,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Start the study over.")] = False,
+    cache: Annotated[bool, typer.Option(help="Use the tuning cache.")] = True,
+) -> None:
+    """Tune a job against its SLA without running it: profile configs, print the trials and
+    the chosen config (stored for `orch show`)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from orchestrator.config import Settings
+    from orchestrator.errors import ConfigError
+    from orchestrator.services import open_store
+    from orchestrator.spec import load_spec
+    from orchestrator.tuner.history import History, TrialRecord
+    from orchestrator.tuner.service import tune_spec
+    from orchestrator.tuner.study import dashboard_command
+    from policies.registry import UnknownPolicyError
+
+    spec = load_spec(file)
+    if trials is not None or seconds is not None:
+        budget = spec.tuning.budget.model_copy(
+            update={k: v for k, v in {"trials": trials, "seconds": seconds}.items() if v}
+        )
+        spec = spec.model_copy(update={"tuning": spec.tuning.model_copy(update={"budget": budget})})
+    settings = Settings.from_env()
+    store, url = open_store(settings)
+    total = spec.tuning.budget.trials
+    with Progress(
+        TextColumn("[bold]tuning[/] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[best]}"),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(spec.name, total=total, best="")
+
+        def on_trial(rec: TrialRecord, history: History) -> None:
+            best = history.best
+            text = f"best: {best.config.describe()}" if best else "no feasible config yet"
+            progress.update(task, advance=1, best=text)
+
+        try:
+            report = tune_spec(
+                spec,
+                store.client,
+                url,
+                settings.namespace,
+                strategy=strategy,
+                use_cache=cache,
+                fresh=fresh,
+                on_trial=on_trial,
+            )
+        except UnknownPolicyError as err:
+            raise ConfigError(str(err)) from None
+    from orchestrator.tuner.profile import load_profile
+
+    profile = load_profile(store.client, settings.namespace, report.job)
+    console.print(show_tuning(report.to_dict(), profile))
+    console.print(f"[dim]study {report.study}: {dashboard_command(url, settings.namespace)}[/]")
+    if not report.run:
+        raise typer.Exit(3)
+
+
+def trials_table(report: dict[str, Any], limit: int = 50) -> Table:
+    """The trials of a tuning report, in order."""
+    table = Table(title=f"trials ({report['goal']})", show_lines=False)
+    for col in ("#", "config", "source", "samples/s", "p50 ms", "p95 ms", "p99 ms", "verdict"):
+        table.add_column(col, justify="right" if col not in ("config", "verdict") else "left")
+    rows = report.get("trials_table", [])
+    for t in rows[-limit:]:
+        m = t["measurement"]
+        from orchestrator.tuner.space import Config
+
+        cfg = Config.from_dict(t["config"])
+        verdict = "[green]meets SLA[/]" if t["feasible"] else f"[red]{t['reason'] or 'misses'}[/]"
+        table.add_row(
+            str(t["number"]),
+            cfg.describe(),
+            t["source"],
+            _num(m.get("samples_per_s"), 1),
+            _num(m.get("p50_ms"), 1),
+            _num(m.get("p95_ms"), 1),
+            _num(m.get("p99_ms"), 1),
+            verdict,
+        )
+    return table
+
+
+def show_tuning(report: dict[str, Any], profile: dict[str, Any] | None = None) -> Group:
+    """The tuning section of a job: verdict, chosen config, prediction, cache, trials."""
+    from orchestrator.tuner.space import Config
+
+    parts: list[Any] = [trials_table(report)]
+    cfg = report.get("config")
+    status = report["status"]
+    head = "[green]feasible[/]" if status == "feasible" else f"[red]{status}[/]: {report['reason']}"
+    lines = [
+        f"tuning: {head}",
+        f"goal: {report['goal']}",
+        f"cache: {report['cache']}   trials: {report['trials']}   profiling: "
+        f"{report['profiling_s']:.1f} s   stopped: {report['stopped']}",
+    ]
+    if cfg:
+        label = "chosen" if status == "feasible" else "closest"
+        lines.append(f"{label} config: [bold]{Config.from_dict(cfg).describe()}[/]")
+        m = report.get("measurement") or {}
+        lines.append(
+            f"measured: {_num(m.get('samples_per_s'), 1)} samples/s, "
+            f"p95 {_num(m.get('p95_ms'), 1)} ms"
+        )
+    chosen = (profile or {}).get("chosen") or {}
+    if "samples_per_s" in chosen:
+        lines.append(
+            f"predicted: {chosen['samples_per_s']:,.1f} samples/s, p{chosen['percentile']} "
+            f"{chosen['latency_ms']:.1f} ms (model fit error {100 * chosen['fit_error']:.1f}%)"
+        )
+    outcome = (profile or {}).get("outcome")
+    if outcome:
+        errs = ", ".join(f"{k} {100 * v:+.1f}%" for k, v in outcome["error"].items())
+        lines.append(f"prediction error after the run: {errs}")
+    if not report.get("run", True):
+        lines.append("[yellow]not run: the SLA is infeasible (set tuning.best_effort to run)[/]")
+    return Group(*parts, *lines)
+
+
+def _num(x: Any, nd: int) -> str:
+    return "-" if x is None else f"{float(x):,.{nd}f}"

@@ -1,0 +1,129 @@
+"""What the tuner knows so far: every trial's config, measurement and verdict.
+
+Strategies read it to decide the next config; the tuner writes it. It also holds the knowledge
+that lets a trial be skipped without running: a repeated config (already measured), a
+micro-batch at or above a known out-of-memory one, and a latency ceiling already missed by a
+smaller micro-batch with the same other settings (step time does not fall when the micro-batch
+grows, so the larger one misses too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from orchestrator.tuner.objective import Goal, Measurement, Verdict
+from orchestrator.tuner.oom import FitFrontier
+from orchestrator.tuner.space import Config, SearchSpace
+
+__all__ = ["History", "Source", "TrialRecord"]
+
+Source = Literal["measured", "repeat", "pruned", "cached"]
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as the tuner saw it.
+
+    Attributes:
+        number: the Optuna trial number.
+        config: what ran.
+        measurement: what it measured (a pruned trial measures nothing).
+        verdict: the measurement judged against the SLA.
+        source: ``measured`` (a real profiling run), ``repeat`` (the config was measured
+            before: its result reused at no cost), ``pruned`` (skipped: known to be infeasible),
+            ``cached`` (read back from a resumed study).
+    """
+
+    number: int
+    config: Config
+    measurement: Measurement
+    verdict: Verdict
+    source: Source = "measured"
+
+    @property
+    def cost_s(self) -> float:
+        """Profiling seconds this trial cost (zero unless it ran)."""
+        return self.measurement.cost_s if self.source == "measured" else 0.0
+
+
+@dataclass
+class History:
+    """Every trial so far, with indexes the strategies need."""
+
+    space: SearchSpace
+    goal: Goal
+    records: list[TrialRecord] = field(default_factory=list)
+    frontier: FitFrontier = field(default_factory=FitFrontier)
+    _by_config: dict[Config, TrialRecord] = field(default_factory=dict)
+
+    def add(self, record: TrialRecord) -> None:
+        """Append a trial and learn from it."""
+        self.records.append(record)
+        if record.source in ("measured", "cached") and record.config not in self._by_config:
+            self._by_config[record.config] = record
+            m = record.measurement
+            if m.status in ("ok", "oom"):
+                self.frontier.record(record.config, oom=m.status == "oom")
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def measured(self, config: Config) -> TrialRecord | None:
+        """The trial that measured ``config``, if any."""
+        return self._by_config.get(config)
+
+    def points(self) -> Iterator[TrialRecord]:
+        """One record per distinct measured config."""
+        return iter(self._by_config.values())
+
+    @property
+    def cost_s(self) -> float:
+        """Profiling seconds spent so far."""
+        return sum(r.cost_s for r in self.records)
+
+    @property
+    def best(self) -> TrialRecord | None:
+        """The best feasible trial, or ``None``."""
+        best: TrialRecord | None = None
+        for r in self._by_config.values():
+            if r.verdict.feasible and (
+                best is None or self.goal.better(r.verdict.value, best.verdict.value)
+            ):
+                best = r
+        return best
+
+    @property
+    def closest(self) -> TrialRecord | None:
+        """The measured trial closest to feasible (smallest total violation), or ``None``."""
+        ran = [r for r in self._by_config.values() if r.measurement.ok]
+        pool = ran or list(self._by_config.values())
+        if not pool:
+            return None
+        return min(pool, key=lambda r: (r.verdict.violation, -r.config.micro_batch))
+
+    def prune_reason(self, config: Config) -> str | None:
+        """Why ``config`` needs no trial (it cannot be feasible), or ``None``."""
+        if self.frontier.will_oom(config):
+            return f"micro-batch {self.frontier.limit(config)} already ran out of memory"
+        ceiling = self.goal.ceiling_ms
+        if ceiling is None:
+            return None
+        for r in self._by_config.values():
+            c = r.config
+            lat = self.goal.latency(r.measurement) if r.measurement.ok else None
+            if (
+                lat is not None
+                and lat > ceiling
+                and c.micro_batch <= config.micro_batch
+                and (c.gpus, c.grad_accum, c.sharding, c.precision)
+                == (config.gpus, config.grad_accum, config.sharding, config.precision)
+                and (c.activation_checkpointing, c.compile)
+                == (config.activation_checkpointing, config.compile)
+            ):
+                return (
+                    f"p{self.goal.percentile} {lat:.1f} ms at micro-batch {c.micro_batch} "
+                    f"already exceeds {ceiling:g} ms"
+                )
+        return None

@@ -1,0 +1,139 @@
+"""The job's performance profile: measured curves, the fitted model, and its accuracy.
+
+Per job, for each precision: throughput and latency against micro-batch and GPU count as
+measured by the tuning trials, plus the fitted step-time model's prediction of throughput at
+every GPU count for the chosen settings (what the scheduler needs to decide how many GPUs a
+job is worth). After the job runs, :func:`record_outcome` compares what it measured with what
+was predicted and keeps the error.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis
+
+from orchestrator.store.keys import Keys
+from orchestrator.tuner.history import History
+from orchestrator.tuner.perfmodel import Sample, fit_step_model
+from orchestrator.tuner.space import Config
+
+__all__ = ["build_profile", "load_profile", "profile_key", "record_outcome", "save_profile"]
+
+
+def profile_key(namespace: str, job: str) -> str:
+    """``{ns}:profile:{job}``."""
+    return Keys(namespace).key("profile", job)
+
+
+def build_profile(history: History, chosen: Config | None) -> dict[str, Any]:
+    """The profile of one tuning run, as JSON data."""
+    goal = history.goal
+    curves: dict[str, list[dict[str, Any]]] = {}
+    for r in history.points():
+        m, c = r.measurement, r.config
+        curves.setdefault(c.precision, []).append(
+            {
+                **c.to_dict(),
+                "status": m.status,
+                "samples_per_s": m.samples_per_s,
+                "tokens_per_s": m.tokens_per_s,
+                "p50_ms": m.p50_ms,
+                "p95_ms": m.p95_ms,
+                "p99_ms": m.p99_ms,
+                "peak_mem_mb": m.peak_mem_mb,
+            }
+        )
+    for points in curves.values():
+        points.sort(key=lambda p: (p["gpus"], p["micro_batch"], p["grad_accum"]))
+    profile: dict[str, Any] = {"goal": goal.describe(), "curves": curves, "chosen": None}
+    if chosen is None:
+        return profile
+    same = [
+        r
+        for r in history.points()
+        if r.measurement.ok
+        and r.measurement.samples_per_s
+        and (r.config.precision, r.config.activation_checkpointing, r.config.compile)
+        == (chosen.precision, chosen.activation_checkpointing, chosen.compile)
+    ]
+    samples = [
+        Sample(
+            r.config.gpus,
+            r.config.micro_batch,
+            r.config.grad_accum,
+            r.config.gpus
+            * r.config.micro_batch
+            * r.config.grad_accum
+            / float(r.measurement.samples_per_s or 1.0),
+            (goal.latency(r.measurement) or 0.0)
+            / (
+                1000.0
+                * r.config.gpus
+                * r.config.micro_batch
+                * r.config.grad_accum
+                / float(r.measurement.samples_per_s or 1.0)
+            ),
+        )
+        for r in same
+    ]
+    model = fit_step_model(samples, history.space.gpus_per_node)
+    predicted: dict[str, Any] = {"config": chosen.to_dict()}
+    if model is not None:
+        predicted.update(
+            samples_per_s=model.samples_per_s(chosen.gpus, chosen.micro_batch, chosen.grad_accum),
+            latency_ms=model.latency_ms(chosen.gpus, chosen.micro_batch, chosen.grad_accum),
+            percentile=goal.percentile,
+            fit_error=model.error,
+            by_gpus=[
+                {
+                    "gpus": g,
+                    "samples_per_s": model.samples_per_s(g, chosen.micro_batch, chosen.grad_accum),
+                    "latency_ms": model.latency_ms(g, chosen.micro_batch, chosen.grad_accum),
+                }
+                for g in history.space.gpus
+            ],
+        )
+    rec = history.measured(chosen)
+    if rec is not None and rec.measurement.ok:
+        predicted["measured_samples_per_s"] = rec.measurement.samples_per_s
+        predicted["measured_latency_ms"] = goal.latency(rec.measurement)
+    profile["chosen"] = predicted
+    return profile
+
+
+def save_profile(client: redis.Redis, namespace: str, job: str, profile: dict[str, Any]) -> None:
+    """Store a job's profile."""
+    client.set(profile_key(namespace, job), json.dumps(profile))
+
+
+def load_profile(client: redis.Redis, namespace: str, job: str) -> dict[str, Any] | None:
+    """A job's profile, if it was tuned."""
+    raw = client.get(profile_key(namespace, job))
+    return json.loads(str(raw)) if raw else None
+
+
+def record_outcome(
+    client: redis.Redis, namespace: str, job: str, metrics: dict[str, Any]
+) -> dict[str, float] | None:
+    """After the job ran: relative error of the predicted throughput and latency against the
+    measured ``metrics`` (the harness's report keys), stored in the profile and returned.
+
+    ``(predicted - measured) / measured``; ``None`` when the job has no prediction.
+    """
+    profile = load_profile(client, namespace, job)
+    chosen = (profile or {}).get("chosen") or {}
+    if not chosen or "samples_per_s" not in chosen:
+        return None
+    errors: dict[str, float] = {}
+    measured = metrics.get("samples_per_s")
+    if measured:
+        errors["samples_per_s"] = (chosen["samples_per_s"] - measured) / measured
+    lat = metrics.get(f"p{chosen.get('percentile', 95)}_ms")
+    if lat:
+        errors["latency_ms"] = (chosen["latency_ms"] - lat) / lat
+    assert profile is not None
+    profile["outcome"] = {"measured": metrics, "error": errors}
+    save_profile(client, namespace, job, profile)
+    return errors

@@ -1,0 +1,197 @@
+"""Tuning one job spec end to end: space, goal, cache, study, trials, profile, verdict.
+
+Used by ``orch tune`` (tune without running) and meant for the scheduler's tuning step. The
+result is stored under ``{ns}:tune:{job}`` for ``orch show``; the study, the cache entry and
+the profile live beside it in Redis.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import redis
+
+from orchestrator.errors import TuneError
+from orchestrator.spec import JobSpec
+from orchestrator.store.keys import Keys
+from orchestrator.tuner.cache import TuneCache, describe, fingerprint
+from orchestrator.tuner.evaluators.base import Evaluator
+from orchestrator.tuner.objective import Goal, Measurement
+from orchestrator.tuner.profile import build_profile, save_profile
+from orchestrator.tuner.space import Config, DeviceCaps, space_for
+from orchestrator.tuner.strategies import STRATEGIES
+from orchestrator.tuner.study import open_study, study_name
+from orchestrator.tuner.tuner import OnTrial, Tuner, TuneResult, summary
+
+__all__ = ["TuneReport", "load_report", "report_key", "tune_spec", "tuned_spec"]
+
+CacheStatus = Literal["hit", "warm", "miss", "off"]
+
+
+@dataclass(frozen=True)
+class TuneReport:
+    """What tuning a job decided.
+
+    Attributes:
+        job: the job id (or name) the study and profile are stored under.
+        result: the tuner's result (trials, best, closest, verdict).
+        cache: ``hit`` (no trial ran: the cached trials answered), ``warm`` (started from a
+            similar job's configs), ``miss``, or ``off``.
+        run: whether the job should run: the SLA is feasible, or the user accepts best effort.
+        study: the Optuna study name.
+    """
+
+    job: str
+    result: TuneResult
+    cache: CacheStatus
+    run: bool
+    study: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON data for ``orch show``."""
+        trials = [
+            {
+                "number": r.number,
+                "source": r.source,
+                "config": r.config.to_dict(),
+                "measurement": r.measurement.to_dict(),
+                "feasible": r.verdict.feasible,
+                "value": r.verdict.value,
+                "reason": r.verdict.reason,
+            }
+            for r in self.result.history.records
+        ]
+        return {
+            **summary(self.result),
+            "goal": self.result.history.goal.describe(),
+            "cache": self.cache,
+            "run": self.run,
+            "study": self.study,
+            "trials_table": trials,
+        }
+
+
+def report_key(namespace: str, job: str) -> str:
+    """``{ns}:tune:{job}``."""
+    return Keys(namespace).key("tune", job)
+
+
+def load_report(client: redis.Redis, namespace: str, job: str) -> dict[str, Any] | None:
+    """The stored tuning report of a job, if it was tuned."""
+    raw = client.get(report_key(namespace, job))
+    return json.loads(str(raw)) if raw else None
+
+
+def tune_spec(
+    spec: JobSpec,
+    client: redis.Redis,
+    redis_url: str,
+    namespace: str,
+    *,
+    job: str | None = None,
+    strategy: str = "sla",
+    evaluator: Evaluator | None = None,
+    caps: DeviceCaps | None = None,
+    use_cache: bool = True,
+    fresh: bool = False,
+    patience: int | None = 10,
+    on_trial: OnTrial | None = None,
+) -> TuneReport:
+    """Tune ``spec`` and store the study, cache entry, profile and report in Redis.
+
+    Args:
+        job: the key to store under (default: the spec's name).
+        evaluator: what a trial is (default: in-process harness runs, 3 warm-up + 10 measured
+            steps, one CPU thread).
+        caps: device capabilities (default: the evaluator's).
+        use_cache: read and write the tuning cache.
+        fresh: start the study over instead of resuming it.
+
+    Raises:
+        TuneError: the bounds leave nothing to search.
+        UnknownPolicyError: an unknown strategy name (lists the valid ones).
+    """
+    job = job or spec.name
+    if evaluator is None:
+        from orchestrator.tuner.evaluators.harness import HarnessEvaluator
+
+        evaluator = HarnessEvaluator(
+            spec.workload.ref, spec.workload.args, caps=caps, seed=spec.run.seed
+        )
+    caps = caps or evaluator.caps
+    space = space_for(spec, caps)
+    goal = Goal.from_spec(spec)
+    chosen_strategy = STRATEGIES.create(strategy, seed=spec.run.seed)
+    descriptor = describe(spec.workload.ref, dict(spec.workload.args), caps, space)
+    cache = TuneCache(client, namespace) if use_cache else None
+    known: list[tuple[Config, Measurement]] = []
+    warm: list[Config] = []
+    status: CacheStatus = "off" if cache is None else "miss"
+    if cache is not None:
+        entry = cache.get(fingerprint(descriptor))
+        if entry is not None:
+            known, status = entry.trials, "hit"
+        else:
+            for other in cache.similar(descriptor):
+                warm.extend(other.best(goal, n=2))
+            status = "warm" if warm else "miss"
+    name = study_name(job)
+    study = open_study(
+        redis_url, namespace, name, goal.direction, chosen_strategy.sampler(), fresh=fresh
+    )
+    budget = spec.tuning.budget
+    tuner = Tuner(
+        space,
+        goal,
+        evaluator,
+        chosen_strategy,
+        study=study,
+        max_trials=budget.trials,
+        max_seconds=budget.seconds,
+        patience=patience,
+        warm_start=warm,
+        known=known,
+        on_trial=on_trial,
+    )
+    result = tuner.run()
+    if status == "hit" and result.trials > 0:
+        status = "warm"  # the cached trials did not settle this SLA: more were run
+    if cache is not None:
+        cache.put(
+            descriptor,
+            [(r.config, r.measurement) for r in result.history.points() if r.source == "measured"]
+            + known,
+        )
+    chosen = result.chosen.config if result.chosen else None
+    save_profile(client, namespace, job, build_profile(result.history, chosen))
+    report = TuneReport(
+        job, result, status, result.status == "feasible" or spec.tuning.best_effort, name
+    )
+    client.set(report_key(namespace, job), json.dumps(report.to_dict()))
+    return report
+
+
+def tuned_spec(spec: JobSpec, config: Config) -> JobSpec:
+    """``spec`` with its run settings replaced by a tuned config (what the scheduler runs).
+
+    The data-parallel degree becomes ``config.gpus``; sharding is not a run setting yet (the
+    harness runs DDP), so an FSDP config is refused.
+
+    Raises:
+        TuneError: the config needs something the harness cannot run.
+    """
+    if config.gpus > 1 and config.sharding != "ddp":
+        raise TuneError(f"the harness runs DDP only; cannot run {config.describe()}")
+    run = spec.run.model_copy(
+        update={
+            "micro_batch": config.micro_batch,
+            "grad_accum": config.grad_accum,
+            "precision": config.precision,
+            "activation_checkpointing": config.activation_checkpointing,
+            "compile": config.compile,
+            "data_parallel": config.gpus,
+        }
+    )
+    return JobSpec.model_validate({**spec.model_dump(by_alias=True), "run": run.model_dump()})

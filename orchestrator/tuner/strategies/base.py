@@ -1,0 +1,55 @@
+"""The search-strategy family: what decides the next config to profile.
+
+Contract: :meth:`SearchStrategy.next_config` reads the :class:`History` (never writes it) and
+returns a config to profile, :data:`ASK_SAMPLER` to let the study's Optuna sampler choose, or
+``None`` when it has nothing left worth trying. A strategy may keep private state between calls
+(a line it is walking) but must be deterministic for the same history and seed. The tuner owns
+the budget, the patience rule and the study; the strategy never runs a trial itself.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from typing import TYPE_CHECKING
+
+from orchestrator.tuner.history import History
+from orchestrator.tuner.space import Config
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["ASK_SAMPLER", "Ask", "SearchStrategy"]
+
+
+class Ask(enum.Enum):
+    """A strategy's answer meaning "let Optuna's sampler choose"."""
+
+    SAMPLER = "sampler"
+
+
+ASK_SAMPLER = Ask.SAMPLER
+
+
+class SearchStrategy(abc.ABC):
+    """Chooses the next config to profile.
+
+    Args:
+        seed: seeds any randomness (the sampler, a shuffled order).
+    """
+
+    name: str = "?"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+
+    def sampler(self) -> optuna.samplers.BaseSampler:
+        """The Optuna sampler of the study. Strategies that choose configs themselves enqueue
+        them (``study.enqueue_trial``), so the sampler is only consulted on ``ASK_SAMPLER``."""
+        import optuna
+
+        return optuna.samplers.RandomSampler(seed=self.seed)
+
+    @abc.abstractmethod
+    def next_config(self, history: History) -> Config | Ask | None:
+        """The next config to profile, ``ASK_SAMPLER``, or ``None`` to stop."""

@@ -1,0 +1,147 @@
+"""A DeepSpeed-autotuning-style heuristic, as the baseline the issue names.
+
+DeepSpeed's autotuner (``deepspeed/autotuning``) finds the largest micro-batch that fits for a
+setting by binary search, then tries micro-batches around it and stops when the metric improves
+by less than a threshold (5 %). Here that runs line by line (settings, then GPU count
+ascending); the whole search stops when a finished line did not improve the best by 5 %.
+It knows the SLA only through the objective (feasible first, then the value).
+"""
+
+from __future__ import annotations
+
+from orchestrator.tuner.history import History, TrialRecord
+from orchestrator.tuner.space import Config, SearchSpace
+from orchestrator.tuner.strategies.base import Ask, SearchStrategy
+
+__all__ = ["HeuristicSearchStrategy"]
+
+GAIN = 0.05
+
+# (grad_accum, sharding, precision, activation_checkpointing, compile), then the GPU count.
+Line = tuple[tuple[int, str, str, bool, bool], int]
+
+
+def _config(line: Line, micro_batch: int) -> Config:
+    (accum, sharding, precision, ckpt, comp), gpus = line
+    return Config(micro_batch, accum, gpus, sharding, precision, ckpt, comp)
+
+
+def _lines(space: SearchSpace) -> list[Line]:
+    """Every line (all micro-batches of one setting), base settings first, then by GPU count."""
+    fams = sorted(
+        {
+            (c.grad_accum, c.sharding, c.precision, c.activation_checkpointing, c.compile)
+            for c in space.configs()
+        },
+        key=lambda f: (f[3], f[0], f[4], space.precisions.index(f[2]), f[1]),
+    )
+    return [(f, g) for f in fams for g in space.gpus if g > 1 or f[1] == space.shardings[0]]
+
+
+def _rank(history: History, r: TrialRecord) -> tuple[float, float]:
+    """Higher is better: feasible first, then the value (or the smaller violation)."""
+    v = r.verdict
+    if not v.feasible:
+        return (0.0, -v.violation)
+    return (1.0, v.value if history.goal.direction == "maximize" else -v.value)
+
+
+def _gain(history: History, new: TrialRecord | None, old: TrialRecord | None) -> bool:
+    """Whether ``new`` beats ``old`` by at least GAIN."""
+    if new is None:
+        return False
+    if old is None:
+        return True
+    a, b = _rank(history, new), _rank(history, old)
+    if a[0] != b[0]:
+        return a[0] > b[0]
+    return a[1] - b[1] >= GAIN * max(abs(b[1]), 1e-12)
+
+
+class HeuristicSearchStrategy(SearchStrategy):
+    """Largest micro-batch that fits, then neighbours and bisection, stop below 5 % gain."""
+
+    name = "heuristic"
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__(seed)
+        self._lines: list[Line] | None = None
+        self._pos = 0
+        self._best_before: TrialRecord | None = None
+        self._fit: tuple[int, int] = (-1, -1)  # (largest known fit, smallest known OOM)
+        self._tune: list[int] = []  # indices evaluated while tuning around the fit
+
+    def next_config(self, history: History) -> Config | Ask | None:
+        """The next point of the current line, moving to the next line when it is done."""
+        if self._lines is None:
+            self._lines = _lines(history.space)
+            self._new_line(history)
+        while self._pos < len(self._lines):
+            line = self._lines[self._pos]
+            idx = self._next_on_line(line, history)
+            if idx is not None:
+                return _config(line, history.space.micro_batches[idx])
+            line_best = self._line_best(line, history)
+            if not _gain(history, line_best, self._best_before):
+                return None
+            self._pos += 1
+            self._new_line(history)
+        return None
+
+    def _new_line(self, history: History) -> None:
+        self._best_before = self._overall_best(history)
+        self._fit = (-1, len(history.space.micro_batches))
+        self._tune = []
+
+    def _overall_best(self, history: History) -> TrialRecord | None:
+        pts = list(history.points())
+        return max(pts, key=lambda r: _rank(history, r)) if pts else None
+
+    def _line_best(self, line: Line, history: History) -> TrialRecord | None:
+        recs = [
+            r
+            for mb in history.space.micro_batches
+            if (r := history.measured(_config(line, mb))) is not None
+        ]
+        return max(recs, key=lambda r: _rank(history, r)) if recs else None
+
+    def _next_on_line(self, line: Line, history: History) -> int | None:
+        ladder = history.space.micro_batches
+        lo, hi = self._fit
+        # Phase 1: largest fit, by doubling then bisection (out of memory = does not fit).
+        while hi - lo > 1:
+            if lo < 0:
+                i = 0
+            elif hi == len(ladder):  # no OOM yet: double the index step
+                i = min(2 * lo + 1, hi - 1)
+            else:  # bisect between the largest fit and the smallest OOM
+                i = (lo + hi) // 2
+            r = history.measured(_config(line, ladder[i]))
+            if r is None:
+                if history.frontier.will_oom(_config(line, ladder[i])):
+                    hi = i
+                    self._fit = (lo, hi)
+                    continue
+                return i
+            if r.measurement.status == "ok":
+                lo = i
+            else:
+                hi = i
+            self._fit = (lo, hi)
+        if lo < 0:
+            return None
+        # Phase 2: from the largest fit, the lower neighbour, then bisect downwards while the
+        # last step gained at least 5 %.
+        if not self._tune:
+            self._tune = [lo]
+        last = self._tune[-1]
+        if len(self._tune) >= 2:
+            prev = history.measured(_config(line, ladder[self._tune[-2]]))
+            cur = history.measured(_config(line, ladder[last]))
+            if not _gain(history, cur, prev):
+                return None
+        nxt = last - 1 if len(self._tune) == 1 else last // 2
+        if nxt < 0 or nxt == last or history.measured(_config(line, ladder[nxt])) is not None:
+            return None
+        self._tune.append(nxt)
+        return nxt

@@ -1,0 +1,262 @@
+"""Our strategy: model-guided search under the SLA, with hard monotone pruning.
+
+Each step fits a performance model (``perfmodel``: Pollux's step-time model, linear in six
+coefficients) to the trials of each family of settings (precision, checkpointing, compile,
+sharding; gradient accumulation and GPU count are inside the model), predicts every config not
+measured yet, and profiles the one predicted best under the SLA. It stops when no config is
+predicted to beat the best measured one by more than ``min_gain``. Unmeasured regimes get zero
+coefficients, i.e. the fastest they could be, so the search measures them before ruling them
+out (optimism in the face of uncertainty).
+
+Hard rules, which no prediction overrides (hand-written: Optuna's samplers know nothing of
+them):
+
+- Memory: micro-batches grow by doubling from the largest known fit, and after an OOM by
+  bisection between the largest fit and the smallest OOM; nothing at or above a known OOM is
+  tried. With DDP memory does not depend on the GPU count, but a fit is only *certain* at fewer
+  GPUs than where it was seen, and an OOM at more (the Pollux tables cap the global batch).
+- Latency: step time does not fall when the micro-batch or the accumulation grows, so a
+  ceiling missed at micro-batch ``b`` is missed at ``2b`` with the same other settings.
+- Activation checkpointing only adds work: it is tried only at micro-batches that do not fit
+  without it.
+
+Verdict: an SLA is reported infeasible only after the config predicted closest to it has been
+measured and missed (so one bad prediction cannot hide a feasible config next to it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+from collections.abc import Callable
+
+from orchestrator.tuner.history import History
+from orchestrator.tuner.perfmodel import Sample, StepModel, fit_step_model
+from orchestrator.tuner.space import Config
+from orchestrator.tuner.strategies.base import Ask, SearchStrategy
+
+__all__ = ["SLASearchStrategy"]
+
+# (sharding, precision, activation_checkpointing, compile): one step-time model, and one memory
+# limit, per family (accumulation and GPU count are inside the model).
+Family = tuple[str, str, bool, bool]
+
+
+def _family(c: Config) -> Family:
+    return (c.sharding, c.precision, c.activation_checkpointing, c.compile)
+
+
+class SLASearchStrategy(SearchStrategy):
+    """Model-guided search with monotone pruning (see module doc).
+
+    Args:
+        seed: unused (the strategy is deterministic).
+        min_gain: stop when nothing is predicted to beat the best by more than this fraction.
+    """
+
+    name = "sla"
+
+    def __init__(self, seed: int = 0, min_gain: float = 0.01) -> None:
+        super().__init__(seed)
+        self.min_gain = min_gain
+
+    def next_config(self, history: History) -> Config | Ask | None:
+        """The config predicted best under the SLA among those the hard rules allow."""
+        space, goal = history.space, history.goal
+        ladder = space.micro_batches
+        by_family: dict[Family, list[Sample]] = defaultdict(list)
+        fits: dict[Family, list[tuple[int, int]]] = defaultdict(list)  # (gpus, index)
+        ooms: dict[Family, list[tuple[int, int]]] = defaultdict(list)
+        misses: list[Config] = []  # latency ceiling missed
+        work_unit: list[float] = []
+        for r in history.points():
+            c, m = r.config, r.measurement
+            idx = space.index(c.micro_batch)
+            if m.status == "oom":
+                ooms[_family(c)].append((c.gpus, idx))
+                continue
+            if not m.ok or not m.samples_per_s:
+                continue
+            fits[_family(c)].append((c.gpus, idx))
+            step = c.gpus * c.micro_batch * c.grad_accum / m.samples_per_s
+            lat = goal.latency(m)
+            ratio = lat / (step * 1000.0) if lat else 1.0
+            by_family[_family(c)].append(Sample(c.gpus, c.micro_batch, c.grad_accum, step, ratio))
+            rate = goal.rate(m)
+            if rate:
+                work_unit.append(rate / m.samples_per_s)
+            if goal.ceiling_ms is not None and lat is not None and lat > goal.ceiling_ms:
+                misses.append(c)
+        unit = sorted(work_unit)[len(work_unit) // 2] if work_unit else 1.0
+        models = {f: fit_step_model(s, space.gpus_per_node) for f, s in by_family.items()}
+
+        def bracket(c: Config) -> tuple[int, int, int, int]:
+            """For the memory settings of ``c``: the largest index sure to fit, the largest
+            seen to fit, the smallest sure OOM, the smallest seen OOM (a fit is certain at
+            fewer GPUs than where it was seen, an OOM at more)."""
+            f = _family(c)
+            sure = max((i for g, i in fits[f] if g >= c.gpus), default=-1)
+            seen = max((i for _, i in fits[f]), default=-1)
+            oom = min((i for g, i in ooms[f] if g <= c.gpus), default=len(ladder))
+            oom_seen = min((i for _, i in ooms[f]), default=len(ladder))
+            return sure, seen, oom, oom_seen
+
+        def cap(c: Config) -> int:
+            """The largest ladder index the memory rules allow: below a known OOM, and no
+            more than a gallop (index 2i + 2) above the largest known fit."""
+            sure, seen, oom, _ = bracket(c)
+            return min(oom - 1, 2 * max(sure, seen) + 2, len(ladder) - 1)
+
+        def memory_step(c: Config) -> Config:
+            """Bisection: a config above the largest sure fit, at or above an OOM seen (at
+            any GPU count), is replaced by the midpoint of that bracket on its line until the
+            boundary is found."""
+            sure, _, _, oom = bracket(c)
+            idx = space.index(c.micro_batch)
+            mid = (sure + oom) // 2
+            if oom < len(ladder) and sure < idx and mid < idx:
+                probe = dataclasses.replace(c, micro_batch=ladder[max(mid, 0)])
+                if history.measured(probe) is None:
+                    return probe
+            return c
+
+        def missed(c: Config) -> bool:
+            return any(
+                _family(p) == _family(c)
+                and p.gpus == c.gpus
+                and p.micro_batch <= c.micro_batch
+                and p.grad_accum <= c.grad_accum
+                for p in misses
+            )
+
+        def needs_ckpt(c: Config) -> bool:
+            """Checkpointing only where the same settings without it ran out of memory."""
+            base = (c.sharding, c.precision, False, c.compile)
+            idx = space.index(c.micro_batch)
+            return any(g <= c.gpus and i <= idx for g, i in ooms[base])
+
+        # First, per family, the walk up the smallest line (fewest GPUs, least accumulation):
+        # galloping then bisection to the largest micro-batch that fits (or to the first
+        # latency miss), which also spreads the samples the model is fitted on.
+        for fam in sorted(
+            {_family(c) for c in space.configs()},
+            key=lambda f: (f[2], f[3], space.precisions.index(f[1]), f[0]),
+        ):
+            first = Config(ladder[0], min(space.grad_accums), min(space.gpus), *fam)
+            if not space.contains(first) or (fam[2] and not needs_ckpt(first)):
+                continue
+            top = cap(first)
+            if top < 0:
+                continue  # the smallest micro-batch does not fit: nothing of this family runs
+            walk = memory_step(dataclasses.replace(first, micro_batch=ladder[top]))
+            if history.measured(walk) is None and not missed(walk):
+                return walk
+
+        best = history.best
+        scored: list[tuple[bool, float, float, Config]] = []
+        for c in space.configs():
+            if history.measured(c) is not None or space.index(c.micro_batch) > cap(c):
+                continue
+            if missed(c) or (c.activation_checkpointing and not needs_ckpt(c)):
+                continue
+            model = models.get(_family(c))
+            if model is None:
+                continue
+            ok, value, violation = self._predict(model, c, unit, history)
+            scored.append((ok, value, violation, c))
+
+        feasible = [s for s in scored if s[0]]
+        if feasible:
+            pick = feasible[0]
+            for s in feasible[1:]:
+                if goal.better(s[1], pick[1]):
+                    pick = s
+            if best is None or goal.better(pick[1], best.verdict.value, self.min_gain):
+                return memory_step(pick[3])
+        if best is not None:
+            # The model sees nothing better: check the best config's untried neighbours (one
+            # GPU more or fewer, the next micro-batch up or down) -- the model is smooth and
+            # real clusters are not, so the last steps are local search (hill climbing).
+            return self._neighbour(best.config, scored, history)
+        if not scored:
+            return None
+        # Nothing predicted feasible. Before the verdict, measure the extreme config of each
+        # family for the missed constraint (most GPUs at the largest micro-batch that may fit
+        # for a floor, the smallest micro-batch on the fewest GPUs for a ceiling): a model
+        # fitted on a few points must not be what declares an SLA infeasible.
+        for fam in models:
+            probe = self._extreme(fam, history, cap)
+            if probe is not None and history.measured(probe) is None and not missed(probe):
+                return memory_step(probe)
+        pick = min(scored, key=lambda s: s[2])
+        closest = history.closest
+        if closest is not None and pick[2] >= closest.verdict.violation - self.min_gain:
+            return None
+        return memory_step(pick[3])
+
+    @staticmethod
+    def _neighbour(
+        c: Config, scored: list[tuple[bool, float, float, Config]], history: History
+    ) -> Config | None:
+        space, goal = history.space, history.goal
+        idx = space.index(c.micro_batch)
+        near = {
+            dataclasses.replace(c, gpus=c.gpus - 1),
+            dataclasses.replace(c, gpus=c.gpus + 1),
+        }
+        if idx > 0:
+            near.add(dataclasses.replace(c, micro_batch=space.micro_batches[idx - 1]))
+        if idx + 1 < len(space.micro_batches):
+            near.add(dataclasses.replace(c, micro_batch=space.micro_batches[idx + 1]))
+        allowed = [s for s in scored if s[3] in near]
+        if not allowed:
+            return None
+        pick = allowed[0]
+        for s in allowed[1:]:
+            if (s[0], 0.0) > (pick[0], 0.0) or (s[0] == pick[0] and goal.better(s[1], pick[1])):
+                pick = s
+        return pick[3]
+
+    @staticmethod
+    def _extreme(fam: Family, history: History, cap: Callable[[Config], int]) -> Config | None:
+        space, goal = history.space, history.goal
+        sharding, precision, ckpt, comp = fam
+        if goal.ceiling_ms is not None:
+            c = Config(
+                space.micro_batches[0],
+                min(space.grad_accums),
+                min(space.gpus),
+                sharding,
+                precision,
+                ckpt,
+                comp,
+            )
+        else:
+            g = max(space.gpus)
+            c = Config(
+                space.micro_batches[0], max(space.grad_accums), g, sharding, precision, ckpt, comp
+            )
+            top = cap(c)
+            if top < 0:
+                return None
+            c = dataclasses.replace(c, micro_batch=space.micro_batches[top])
+        return c if space.contains(c) else None
+
+    @staticmethod
+    def _predict(
+        model: StepModel, c: Config, unit: float, history: History
+    ) -> tuple[bool, float, float]:
+        """(feasible, objective value, total violation) as the model predicts them."""
+        goal = history.goal
+        rate = model.samples_per_s(c.gpus, c.micro_batch, c.grad_accum) * unit
+        lat = model.latency_ms(c.gpus, c.micro_batch, c.grad_accum)
+        violation = 0.0
+        if goal.floor is not None and rate < goal.floor:
+            violation += (goal.floor - rate) / goal.floor
+        if goal.ceiling_ms is not None and lat > goal.ceiling_ms:
+            violation += (lat - goal.ceiling_ms) / goal.ceiling_ms
+        value = goal.value_of(c.gpus, rate) if math.isfinite(rate) else goal.worst
+        if not math.isfinite(rate):
+            value = 0.0 if goal.direction == "minimize" else math.inf
+        return violation == 0.0, value, violation

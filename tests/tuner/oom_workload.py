@@ -1,0 +1,35 @@
+"""A user workload with a memory cap: micro-batches above ``cap`` samples raise the error
+CUDA's allocator raises (``torch.OutOfMemoryError``), so OOM handling is tested on a CPU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from workers.workloads.base import Batch, Workload
+
+
+def build(args: dict[str, Any], seed: int) -> Workload:
+    """A tiny regression whose batches past ``args['cap']`` samples "run out of memory"."""
+    cap = int(args.get("cap", 8))
+    kind = str(args.get("kind", "torch"))
+    model = nn.Linear(4, 1)
+
+    def make_batch(first: int, count: int) -> Batch:
+        if count > cap:
+            if kind == "memory":
+                raise MemoryError(f"cannot allocate {count} samples")
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate {count} MiB (cap {cap})"
+            )
+        g = torch.Generator().manual_seed(seed + first)
+        x = torch.randn(count, 4, generator=g)
+        return x, x.sum(dim=1, keepdim=True)
+
+    def loss(m: nn.Module, batch: Batch) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.mse_loss(m(x), y)
+
+    return Workload(model=model, loss=loss, make_batch=make_batch)

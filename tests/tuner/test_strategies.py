@@ -1,0 +1,114 @@
+"""The search-strategy contract, run by every strategy on the same synthetic table."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.tuner.objective import Goal
+from orchestrator.tuner.strategies import STRATEGIES, SearchStrategy
+from orchestrator.tuner.tuner import Tuner
+from policies.registry import UnknownPolicyError
+from tests.tuner.conftest import optimum, synthetic_space, synthetic_table
+
+GOALS = [
+    Goal("throughput", floor=3000.0),
+    Goal("latency", ceiling_ms=40.0),
+    Goal("throughput", floor=1e9),  # infeasible
+]
+
+
+@pytest.mark.parametrize("name", STRATEGIES.names())
+class TestStrategyContract:
+    """Every strategy: stops, never crashes on OOM, never calls a feasible SLA infeasible when it
+    searched the whole budget, and records every trial in the Optuna study."""
+
+    def _tune(self, name: str, goal: Goal, seed: int = 0) -> tuple[object, Tuner]:
+        table = synthetic_table(mem_cap=64)
+        tuner = Tuner(
+            synthetic_space(),
+            goal,
+            table,
+            STRATEGIES.create(name, seed=seed),
+            patience=None if name in ("grid",) else 15,
+        )
+        return tuner.run(), tuner
+
+    @pytest.mark.parametrize("goal", GOALS, ids=["floor", "ceiling", "infeasible"])
+    def test_stops_with_a_verdict(self, name: str, goal: Goal) -> None:
+        result, tuner = self._tune(name, goal)
+        assert result.stopped in ("done", "patience", "trials")  # type: ignore[attr-defined]
+        assert len(tuner.study.trials) == len(result.history)  # type: ignore[attr-defined]
+        if goal.floor == 1e9:
+            assert result.status == "sla-infeasible"  # type: ignore[attr-defined]
+            assert "floor" in result.reason  # type: ignore[attr-defined]
+
+    def test_out_of_memory_trials_are_infeasible_and_the_search_goes_on(self, name: str) -> None:
+        result, _ = self._tune(name, Goal("latency", ceiling_ms=1000.0))
+        h = result.history  # type: ignore[attr-defined]
+        best = result.best  # type: ignore[attr-defined]
+        assert best is not None and best.config.micro_batch <= 64
+        for r in h.records:
+            if r.measurement.status == "oom":
+                assert not r.verdict.feasible and r.verdict.constraints["runs"] > 0
+
+    def test_deterministic_for_a_seed(self, name: str) -> None:
+        a, _ = self._tune(name, GOALS[0], seed=3)
+        b, _ = self._tune(name, GOALS[0], seed=3)
+        assert [r.config for r in a.history.records] == [  # type: ignore[attr-defined]
+            r.config
+            for r in b.history.records  # type: ignore[attr-defined]
+        ]
+
+
+@pytest.mark.parametrize("goal", GOALS[:2], ids=["floor", "ceiling"])
+def test_ours_finds_the_optimum_cheaply(goal: Goal) -> None:
+    table = synthetic_table(mem_cap=64)
+    result = Tuner(synthetic_space(), goal, table, STRATEGIES.create("sla")).run()
+    opt = optimum(table, goal)
+    assert opt is not None and result.best is not None
+    assert goal.gap(result.best.verdict.value, opt[0]) <= 0.03
+    grid_cost = sum(m.cost_s for m in table.rows.values()) + table.oom_cost_s * 16
+    assert result.cost_s < 0.5 * grid_cost
+    # Never at or above an OOM already seen with the same settings and no more GPUs.
+    seen: list[tuple[int, int]] = []
+    for r in result.history.records:
+        c = r.config
+        assert not any(g <= c.gpus and mb <= c.micro_batch for g, mb in seen), c
+        if r.measurement.status == "oom":
+            seen.append((c.gpus, c.micro_batch))
+
+
+def test_latency_miss_prunes_larger_micro_batches() -> None:
+    """With pruning, TPE's proposals above a missed ceiling are skipped, not measured."""
+    goal = Goal("latency", ceiling_ms=20.0)
+    result = Tuner(
+        synthetic_space(),
+        goal,
+        synthetic_table(),
+        STRATEGIES.create("tpe", seed=1),
+        patience=None,
+        max_trials=60,
+    ).run()
+    pruned = [r for r in result.history.records if r.source == "pruned"]
+    assert pruned and all(r.measurement.message.startswith("skipped") for r in pruned)
+    assert all(r.cost_s == 0 for r in pruned)
+
+
+def test_patience_stops_a_search_that_stopped_improving() -> None:
+    result = Tuner(
+        synthetic_space(),
+        GOALS[0],
+        synthetic_table(),
+        STRATEGIES.create("random", seed=0),
+        patience=3,
+    ).run()
+    assert result.stopped == "patience"
+
+
+def test_unknown_strategy_lists_the_valid_names() -> None:
+    with pytest.raises(UnknownPolicyError, match="grid, heuristic, random, sla, tpe"):
+        STRATEGIES.create("bayes")
+
+
+def test_registry_holds_search_strategies() -> None:
+    assert all(isinstance(STRATEGIES.create(n), SearchStrategy) for n in STRATEGIES.names())
