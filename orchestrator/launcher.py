@@ -269,3 +269,50 @@ class JobRun(threading.Thread):
         if result.get("status") == "stopped":
             return Outcome(OutcomeKind.STOPPED, "stopped on request", result)
         return Outcome(OutcomeKind.FINISHED, "", result)
+
+
+class TuneRun(JobRun):
+    """Tuning a job on one GPU slot of the pool (see ``orchestrator.tuner.remote``).
+
+    Placed and cleaned up like a job run (a one-bundle placement group on the policy's first
+    node); its outcome's ``result`` is the tuner's answer.
+    """
+
+    def __init__(
+        self, job_id: str, spec: JobSpec, node: str, redis_url: str, namespace: str, **kwargs: Any
+    ) -> None:
+        super().__init__(job_id, spec, (node,), "PACK", Path("."), None, lambda: True, **kwargs)
+        self.redis_url = redis_url
+        self.namespace = namespace
+
+    def _run_gang(self, pg: Any) -> Outcome:
+        import ray
+        from ray.exceptions import RayError, RayTaskError
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from orchestrator.tuner.remote import tune_job
+
+        task = ray.remote(tune_job).options(
+            num_cpus=0,
+            num_gpus=1,
+            max_retries=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=0
+            ),
+        )
+        spec_data = self.spec.model_dump(mode="json", by_alias=True)
+        ref = task.remote(spec_data, self.redis_url, self.namespace, self.job_id)
+        while True:
+            done, _ = ray.wait([ref], timeout=0.25)
+            if done:
+                break
+            if self._stop_requested.is_set():
+                ray.cancel(ref, force=True)  # the study is in Redis: tuning resumes from it
+                return Outcome(OutcomeKind.STOPPED, "tuning stopped")
+        try:
+            answer: dict[str, Any] = ray.get(ref)
+            return Outcome(OutcomeKind.FINISHED, "tuned", answer)
+        except RayTaskError as err:
+            return Outcome(OutcomeKind.FAILED, f"tuning failed: {_failure_message(err)}")
+        except RayError as err:  # the worker or its node died
+            return Outcome(OutcomeKind.LOST, f"tuning worker lost: {_failure_message(err)}")

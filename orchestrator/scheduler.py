@@ -19,13 +19,14 @@ import threading
 import time
 import uuid
 from collections import Counter
+from typing import Any
 
 import redis
 from pydantic import ValidationError
 
 from orchestrator.config import Settings
 from orchestrator.errors import IllegalTransition, JobNotFound
-from orchestrator.launcher import JobRun, Outcome, OutcomeKind
+from orchestrator.launcher import JobRun, Outcome, OutcomeKind, TuneRun
 from orchestrator.lease import Lease
 from orchestrator.pool import GPUPool, NodeInfo, nodes_to_json
 from orchestrator.sla import evaluate_sla
@@ -281,6 +282,31 @@ class Scheduler:
             first = err.errors()[0]
             self._settle(job_id, JobState.FAILED, f"the stored job is no longer valid: {first}")
             return False
+        try:
+            if spec.tuning.enabled and "tuned" not in rec.fields:
+                run: JobRun = TuneRun(
+                    job_id,
+                    spec,
+                    nodes[0],
+                    self.redis_url,
+                    self.settings.namespace,
+                    placement_timeout_s=self.placement_timeout_s,
+                    stop_grace_s=self.stop_grace_s,
+                )
+                run.start()
+                self.runs[job_id] = run
+                self.store.annotate(job_id, "tuning: profiling configs on 1 GPU")
+                log.info("%s: tuning on %s", job_id, _where(run.nodes))
+                return True
+            if "tuned" in rec.fields:
+                from orchestrator.tuner.service import tuned_spec
+                from orchestrator.tuner.space import Config
+
+                spec = tuned_spec(spec, Config.from_dict(json.loads(rec.fields["tuned"])))
+        except Exception as err:  # never leave a job placed with nothing running it
+            log.exception("%s: could not start tuning", job_id)
+            self._settle(job_id, JobState.FAILED, f"could not tune: {err}")
+            return False
         log.info("%s: placed on %s", job_id, _where(nodes))
         try:
             run = JobRun(
@@ -340,6 +366,10 @@ class Scheduler:
             if run.is_alive():
                 continue
             outcome = run.outcome or Outcome(OutcomeKind.LOST, "no outcome")
+            if isinstance(run, TuneRun) and outcome.kind is OutcomeKind.FINISHED:
+                self._record_tuning(job_id, outcome.result)
+                del self.runs[job_id]
+                continue
             if run.preempted_for and outcome.kind is OutcomeKind.STOPPED:
                 outcome = Outcome(OutcomeKind.STOPPED, f"preempted: {run.preempted_for}")
             self._record(job_id, outcome, requeue_stopped or bool(run.preempted_for))
@@ -368,6 +398,29 @@ class Scheduler:
                 continue  # the state moved (a cancel): decide again on the new one
         log.warning("%s: could not record its outcome %s", job_id, outcome.kind.value)
 
+    def _record_tuning(self, job_id: str, answer: dict[str, Any]) -> None:
+        """A tuning run ended: requeue the job with its tuned settings, or stop it as
+        SLA-infeasible (unless its spec accepts best effort)."""
+        cache, trials = answer.get("cache", "?"), answer.get("trials", 0)
+        try:
+            if answer.get("run") and answer.get("config"):
+                from orchestrator.tuner.space import Config
+
+                config = Config.from_dict(answer["config"])
+                msg = f"tuned ({cache}, {trials} trials): {config.describe()}"
+                self._settle(
+                    job_id, JobState.QUEUED, msg, expect=ACTIVE, fields={"tuned": answer["config"]}
+                )
+            else:
+                msg = (
+                    f"sla-infeasible: {answer.get('reason') or 'no config meets the SLA'} "
+                    f"(closest: {answer.get('closest')}; {trials} trials); set "
+                    "tuning.best_effort: true to run the closest config anyway"
+                )
+                self._settle(job_id, JobState.FAILED, msg, expect=ACTIVE)
+        except IllegalTransition:  # cancelled meanwhile
+            self._record(job_id, Outcome(OutcomeKind.STOPPED, "cancelled"), False)
+
     def _settle(
         self,
         job_id: str,
@@ -376,9 +429,10 @@ class Scheduler:
         *,
         expect: JobState | tuple[JobState, ...] = JobState.PLACED,
         result: dict[str, object] | None = None,
+        fields: dict[str, object] | None = None,
     ) -> None:
         """Move a job the scheduler holds to ``target``, freeing its placement."""
-        fields: dict[str, object] = {"placement": ""}
+        fields = {"placement": "", **(fields or {})}
         if target in TERMINAL:
             fields["finished_at"] = time.time()
         if result:
