@@ -390,7 +390,7 @@ class Scheduler:
                 rec.state, outcome, rec.attempts, requeue_stopped=requeue_stopped
             )
             if target is JobState.FINISHED:
-                msg = self._sla_message(rec)
+                msg = self._sla_message(rec) + self._prediction_error(rec, outcome.result)
             try:
                 self._settle(job_id, target, msg, expect=rec.state, result=outcome.result)
                 return
@@ -439,6 +439,20 @@ class Scheduler:
             fields["result"] = result
         self.store.transition(job_id, target, expect=expect, message=message, fields=fields)
         log.info("%s: %s%s", job_id, target.value, f" ({message})" if message else "")
+
+    def _prediction_error(self, rec: JobRecord, result: dict[str, Any]) -> str:
+        """For a tuned one-GPU job: how far the tuner's prediction was from what the run
+        measured (kept in its profile). Tuning trials run on one GPU, so a multi-GPU job's
+        prediction is not comparable and none is recorded."""
+        if "tuned" not in rec.fields or rec.gpus != 1 or not result:
+            return ""
+        from orchestrator.tuner.profile import record_outcome
+
+        errors = record_outcome(self.store.client, self.store.namespace, rec.id, result)
+        if not errors:
+            return ""
+        parts = [f"{k.removesuffix('_ms').replace('_', ' ')} {v:+.0%}" for k, v in errors.items()]
+        return f"; tuner prediction error: {', '.join(parts)}"
 
     def _sla_message(self, rec: JobRecord) -> str:
         verdict = evaluate_sla(

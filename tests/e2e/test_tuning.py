@@ -7,6 +7,7 @@ import json
 
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store.states import JobState
+from orchestrator.tuner.profile import load_profile
 from tests.e2e.conftest import Orch
 
 
@@ -39,6 +40,11 @@ def test_a_tuned_job_runs_with_the_settings_the_tuner_chose(orch: Orch) -> None:
     assert rec.result is not None
     assert rec.result["global_batch"] == tuned["micro_batch"] * tuned["grad_accum"]
     assert tuned["micro_batch"] > 4
+    # The measured run is compared with the tuner's prediction, kept in the job's profile.
+    assert "tuner prediction error: samples per s" in rec.message, rec.message
+    profile = load_profile(orch.store.client, orch.store.namespace, job_id)
+    assert profile is not None
+    assert set(profile["outcome"]["error"]) == {"samples_per_s", "latency_ms"}
     show = orch.cli("show", job_id)
     assert show.returncode == 0 and "tuning: feasible" in show.stdout, show.stdout
 
