@@ -2,7 +2,7 @@
 
 Two sources:
 
-- Pollux (``data/pollux``, real GPU-cluster measurements, OSDI'21 artifact). A config is
+- Pollux (``bench/data/pollux``, real GPU-cluster measurements, OSDI'21 artifact). A config is
   (GPUs, per-GPU micro-batch). Its step time is the mean over the *compact* placements of that
   GPU count in ``placements.csv`` (fewest nodes: ``ceil(g / 4)`` nodes of 4 GPUs, what a
   packing scheduler picks). throughput = ``g * local_bsz / step_time``; latency (p50 = p95 =
@@ -64,7 +64,7 @@ class Table:
         return sum(self.cost(c) for c in self.space.configs())
 
 
-def pollux_table(app: str, root: Path = DATA / "pollux") -> Table:
+def pollux_table(app: str, root: Path = DATA.parent.parent / "data" / "pollux" / "apps") -> Table:
     """The (GPUs, micro-batch) table of one Pollux application."""
     times: dict[tuple[int, int], list[float]] = defaultdict(list)
     with open(root / app / "placements.csv", newline="") as f:

@@ -26,8 +26,8 @@ from typing import Any
 from orchestrator.sim.errors import TraceError
 
 TRACES_ENV = "ORCH_POLLUX_TRACES"
-DEFAULT_TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces" / "pollux"
-"""``../shared/traces/pollux`` beside the repository; ``$ORCH_POLLUX_TRACES`` overrides it."""
+BUNDLED_TRACES = Path(__file__).resolve().parents[2] / "bench" / "data" / "pollux"
+"""The copy shipped in the repository (see its SOURCE.md and LICENSE)."""
 
 MAX_EPOCHS = {
     "bert": 2,
@@ -41,12 +41,12 @@ MAX_LOCAL_BSZ = {"yolov3": 8}
 
 
 def traces_dir() -> Path:
-    """The Pollux data folder: ``$ORCH_POLLUX_TRACES`` or ``../shared/traces/pollux``.
+    """The Pollux data folder: ``$ORCH_POLLUX_TRACES``, else the copy in ``bench/data/pollux``.
 
     Raises:
         TraceError: the folder is missing (the message says how to point at it).
     """
-    path = Path(os.environ.get(TRACES_ENV, DEFAULT_TRACES))
+    path = Path(os.environ.get(TRACES_ENV, BUNDLED_TRACES))
     if not (path / "apps").is_dir():
         raise TraceError(
             f"Pollux trace data not found at {path} (expected apps/ and workloads/ there); "
