@@ -103,6 +103,7 @@ class Scheduler:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lease = Lease(store.client, store.keys.key("scheduler", "lease"), self.owner)
         self._waits: dict[str, str] = {}
+        self._queued: dict[str, QueuedJob] = {}
         self._nodes: list[NodeInfo] = []
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -244,10 +245,13 @@ class Scheduler:
             NodeView(n.node_id, n.gpus, n.gpus - held.get(n.node_id, 0)) for n in self._nodes
         )
         ids = [j for c in ("interactive", "bulk") for j in self.store.queued(c)]
-        queue = [
-            QueuedJob(rec.id, rec.job_class, rec.team, rec.gpus, rec.seq, rec.submitted_at)
-            for rec in self.store.get_many(ids)
-        ]
+        # What a queued job shows a policy never changes after submission: fetch new ids only.
+        missing = [j for j in ids if j not in self._queued]
+        for fields in self.store.queue_fields(missing):
+            self._queued[fields[0]] = QueuedJob(*fields)
+        queue = [self._queued[j] for j in ids if j in self._queued]
+        if len(self._queued) > 2 * len(ids) + 1000:  # forget jobs that left the queue
+            self._queued = {j: self._queued[j] for j in ids if j in self._queued}
         running = tuple(
             RunningJob(
                 job_id,

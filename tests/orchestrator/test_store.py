@@ -390,3 +390,13 @@ def test_get_many_keeps_order_and_skips_missing(store: JobStore) -> None:
     b = store.submit(_spec_for_annotate())
     got = store.get_many([b.id, "gone-000000", a.id])
     assert [r.id for r in got] == [b.id, a.id]
+
+
+def test_submit_many_writes_whole_jobs_in_fifo_order(store: JobStore) -> None:
+    ids = store.submit_many([_spec_for_annotate() for _ in range(7)], by="bench")
+    assert len(set(ids)) == 7
+    assert store.queued("bulk") == ids
+    for job_id in ids:
+        rec = store.get(job_id)
+        assert rec.state is JobState.QUEUED and rec.by == "bench"
+        assert [e["event"] for e in store.events(job_id)] == ["submitted", "queued"]
