@@ -78,6 +78,7 @@ class _Job:
     preemptions: int = 0
     resizes: int = 0
     lost_gpu_s: float = 0.0
+    preempt_lost_gpu_s: float = 0.0
     view: QueuedJob | RunningJob | None = None
     speedup_key: object = None
     speedup: tuple[float, ...] = ()
@@ -196,8 +197,10 @@ class Simulator:
     def _advance(self, until: float) -> None:
         dt = until - self.now
         held = self.total_gpus - sum(self.free.values())
+        # demand: what the jobs asked for, not what elastic ones were grown to (the same
+        # jobs make the same demand under every policy)
         demand = sum(j.spec.gpus for j in self.queued.values()) + sum(
-            len(j.nodes) for j in self.running.values()
+            j.spec.gpus for j in self.running.values()
         )
         restarting = 0.0
         for job in self.running.values():
@@ -352,7 +355,11 @@ class Simulator:
                 raise PolicyViolation(f"PREEMPT for {d.job_id}, which is not running")
             if job.completed_at is not None:
                 return
+            before = job.lost_gpu_s
             self._lose_work(job)
+            job.preempt_lost_gpu_s += (
+                job.lost_gpu_s - before + self.config.restart_s * len(job.nodes)
+            )
             self._release(job)
             job.state = _QUEUED
             job.preemptions += 1
@@ -427,6 +434,7 @@ class Simulator:
             preemptions=job.preemptions,
             resizes=job.resizes,
             lost_gpu_s=job.lost_gpu_s,
+            preempt_lost_gpu_s=job.preempt_lost_gpu_s,
         )
 
 

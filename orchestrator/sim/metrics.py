@@ -26,6 +26,9 @@ class JobRecord:
     preemptions: int
     resizes: int
     lost_gpu_s: float
+    preempt_lost_gpu_s: float = 0.0
+    """GPU-seconds preemptions cost this job: work since its checkpoint, plus the restart
+    cost of resuming on the GPUs it held (``lost_gpu_s`` also counts resizes)."""
 
     @property
     def jct(self) -> float | None:
@@ -115,7 +118,11 @@ def summarize(records: Sequence[JobRecord], usage: Usage) -> dict[str, float]:
     * ``interactive_attainment``: interactive jobs started within their wait target.
     * ``deadline_attainment``: bulk jobs with a deadline that completed by it.
     * ``utilisation``: allocated GPU-time / pool GPU-time; ``busy_utilisation`` the same over
-      the time when demand (GPUs asked for by queued and running jobs) was at least the pool.
+      the time when demand (GPUs asked for by queued and running jobs: their requested
+      ``gpus``, whatever an elastic policy gave them) was at least the pool.
+    * ``gpu_hours_lost``: work lost since checkpoints (preemptions and resizes) plus the GPU
+      time of every restart (first starts included); ``preemption_gpu_hours_lost``: the part
+      preemptions cause (lost work and the resume's restart).
     * ``jain``: Jain's index over teams of (GPU-time held / GPU-time entitled), teams with an
       entitlement only; entitlement = guarantee, then weighted max-min share of the rest.
     """
@@ -147,4 +154,5 @@ def summarize(records: Sequence[JobRecord], usage: Usage) -> dict[str, float]:
         "preemptions": float(sum(r.preemptions for r in records)),
         "resizes": float(sum(r.resizes for r in records)),
         "gpu_hours_lost": sum(r.lost_gpu_s for r in records) / 3600 + usage.restart_gpu_s / 3600,
+        "preemption_gpu_hours_lost": sum(r.preempt_lost_gpu_s for r in records) / 3600,
     }

@@ -13,6 +13,7 @@ teams:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Self
 
@@ -89,3 +90,25 @@ def load_teams(path: Path) -> TeamConfig:
             f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors()
         ]
         raise SpecError(str(path), problems) from None
+
+
+def teams_from_usage(
+    gpu_seconds: Mapping[str, float], pool_gpus: int, guaranteed_share: float = 0.5
+) -> TeamConfig:
+    """A team config derived from each team's GPU usage (the rule the benchmarks document).
+
+    A team's weight is its share of the GPU-time (in percent, at least 1); its guarantee is
+    that share of ``guaranteed_share`` of the pool, rounded down. So half the pool (default)
+    is guaranteed in proportion to use and the rest, with idle guarantees, is shared by weight.
+    """
+    total = sum(gpu_seconds.values()) or 1.0
+    return TeamConfig(
+        teams=[
+            TeamSpec(
+                name=name,
+                weight=max(1.0, round(100 * used / total, 1)),
+                guaranteed_gpus=int(guaranteed_share * pool_gpus * used / total),
+            )
+            for name, used in sorted(gpu_seconds.items())
+        ]
+    )

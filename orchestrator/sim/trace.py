@@ -29,6 +29,7 @@ import json
 import random
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
+from functools import cache
 from pathlib import Path
 
 from orchestrator.sim.errors import TraceError
@@ -221,15 +222,7 @@ def philly_jobs(
     ``duration`` is the job's run time on its GPUs; an elastic job may run on half to twice its
     GPUs (at least 1, at most ``max_gpus``). Durations are capped at ``max_duration``.
     """
-    src = path or traces_dir() / "philly.csv"
-    if not src.is_file():
-        raise TraceError(f"Philly extract not found: {src}")
-    rows = []
-    with src.open(newline="") as f:
-        for r in csv.DictReader(f):
-            ts = datetime.strptime(r["timestamp"], "%Y-%m-%d %H:%M:%S").timestamp()
-            rows.append((ts, float(r["duration"]), int(r["num_gpus"]), r["cluster"]))
-    rows.sort()
+    rows = _philly_rows(path or traces_dir() / "philly.csv")
     t0, span = rows[0][0], rows[-1][0] - rows[0][0] + 60.0
     start = random.Random(seed).randrange(len(rows))
     jobs = []
@@ -251,4 +244,57 @@ def philly_jobs(
                 duration=min(max(duration, 60.0), max_duration),
             )
         )
+    return jobs
+
+
+@cache
+def _philly_rows(src: Path) -> list[tuple[float, float, int, str]]:
+    """(submit timestamp, duration, GPUs, cluster) of every Philly job, by timestamp."""
+    if not src.is_file():
+        raise TraceError(f"Philly extract not found: {src}")
+    rows = []
+    with src.open(newline="") as f:
+        for r in csv.DictReader(f):
+            ts = datetime.fromisoformat(r["timestamp"]).timestamp()
+            rows.append((ts, float(r["duration"]), int(r["num_gpus"]), r["cluster"]))
+    rows.sort()
+    return rows
+
+
+def philly_window(
+    start: str,
+    days: float,
+    speed: float = 1.0,
+    path: Path | None = None,
+    elastic: bool = True,
+    max_gpus: int = 64,
+    max_duration: float = 7 * 86400.0,
+) -> list[TraceJob]:
+    """Bulk jobs from the Philly extract submitted in ``days`` days from ``start`` (a date).
+
+    Teams come from ``cluster``; submission times are relative to ``start`` and divided by
+    ``speed`` (``speed=2``: the same jobs arrive twice as fast, twice the offered load).
+    Sizes and durations as :func:`philly_jobs`.
+    """
+    rows = _philly_rows(path or traces_dir() / "philly.csv")
+    t0 = datetime.strptime(start, "%Y-%m-%d").timestamp()
+    jobs: list[TraceJob] = []
+    for ts, duration, gpus, team in rows:
+        if not t0 <= ts < t0 + days * 86400.0:
+            continue
+        gpus = min(max(gpus, 1), max_gpus)
+        lo, hi = (max(1, gpus // 2), min(max_gpus, gpus * 2)) if elastic else (gpus, gpus)
+        jobs.append(
+            TraceJob(
+                name=f"philly-{len(jobs)}",
+                submit_time=(ts - t0) / speed,
+                team=team,
+                gpus=gpus,
+                min_gpus=lo,
+                max_gpus=hi,
+                duration=min(max(duration, 60.0), max_duration),
+            )
+        )
+    if not jobs:
+        raise TraceError(f"no Philly jobs submitted in {days} days from {start}")
     return jobs

@@ -21,7 +21,9 @@ class GoodputElastic(ElasticAllocation):
       fairness exponent at 1);
     * ``objective="log"``: the sum of log speedups (proportional fairness): a GPU goes where it
       cuts a job's remaining time by the largest *fraction*, which favours many jobs each
-      progressing over a few fast ones (Pollux's fairness exponent below 1 plays that role).
+      progressing over a few fast ones (Pollux's fairness exponent below 1 plays that role);
+    * ``objective="harmonic"``: the sum of ``-1 / speedup``, i.e. the harmonic mean of the
+      speedups, Pollux's default fairness exponent ``p = -1``: fairer still than ``log``.
 
     A running job is only grown when the change pays for its restart within the time it has
     already run (a job's expected remaining time, for heavy-tailed run times):
@@ -29,19 +31,21 @@ class GoodputElastic(ElasticAllocation):
     keeps its GPUs and the spare ones go to the next best job.
 
     Args:
-        objective: ``"sum"`` or ``"log"``.
+        objective: ``"sum"``, ``"log"`` or ``"harmonic"``.
     """
 
     def __init__(self, objective: str = "log") -> None:
-        if objective not in ("sum", "log"):
-            raise ValueError(f"objective must be 'sum' or 'log', got {objective!r}")
+        if objective not in ("sum", "log", "harmonic"):
+            raise ValueError(f"objective must be 'sum', 'log' or 'harmonic', got {objective!r}")
         self.objective = objective
 
     def _value(self, job: ElasticJob, gpus: int) -> float:
         r = job.rate(gpus)
         if self.objective == "sum":
             return r
-        return math.log(r) if r > 0 else -math.inf
+        if r <= 0:
+            return -math.inf
+        return math.log(r) if self.objective == "log" else -1.0 / r
 
     def allocate(
         self, jobs: Sequence[ElasticJob], gpus: int, restart_cost_s: float

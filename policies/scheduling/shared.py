@@ -11,22 +11,10 @@ from policies.placement import PLACEMENTS, Placement
 from policies.preemption import PREEMPTIONS, Preemption
 from policies.queue.las import las_level
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
+from policies.scheduling.resize import drop_gpus, grow_gpus
 from policies.scheduling.tiresias import service
 from policies.sharing import SHARINGS, TeamSharing
 from policies.snapshot import QueuedJob, RunningJob, Snapshot, TeamView
-
-
-def _drop(nodes: list[str], count: int) -> list[str]:
-    """Remove ``count`` GPUs from a job's nodes, from the nodes it uses least (keeps it compact).
-
-    Returns the dropped node ids (one per GPU)."""
-    dropped: list[str] = []
-    for _ in range(count):
-        use = Counter(nodes)
-        node = min(use, key=lambda n: (use[n], -nodes.index(n)))
-        nodes.remove(node)
-        dropped.append(node)
-    return dropped
 
 
 @SCHEDULING_POLICIES.register("shared")
@@ -175,7 +163,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
                 for n in hold.pop(r.job_id):
                     free[n] += 1
             elif target < len(hold[r.job_id]):
-                for n in _drop(hold[r.job_id], len(hold[r.job_id]) - target):
+                for n in drop_gpus(hold[r.job_id], len(hold[r.job_id]) - target):
                     free[n] += 1
                 touched.add(r.job_id)
         for r in snapshot.running:
@@ -196,7 +184,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             have = hold.get(j.job_id, [])
             extra = sizes[j.job_id] - len(have)
             if isinstance(j, RunningJob):
-                added = self._grow(have, extra, free)
+                added = grow_gpus(have, extra, free, self.placement)
                 if added is None:
                     continue
                 grows.append(
@@ -247,14 +235,15 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         touched: set[str],
     ) -> None:
         """Free ``short`` GPUs from bulk jobs: shrink elastic ones, then preempt."""
-        live = [running[k] for k in hold if k not in preempted and not running[k].interactive]
+        gone = set(preempted)  # a set: this runs once per interactive job, over every job
+        live = [running[k] for k in hold if k not in gone and not running[k].interactive]
         for r in sorted(live, key=lambda r: (-(len(hold[r.job_id]) - r.lo), r.seq, r.job_id)):
             if short <= 0:
                 return
             spare = len(hold[r.job_id]) - r.lo
             if spare <= 0:
                 break
-            for n in _drop(hold[r.job_id], min(spare, short)):
+            for n in drop_gpus(hold[r.job_id], min(spare, short)):
                 free[n] += 1
                 short -= 1
             touched.add(r.job_id)
@@ -262,7 +251,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             return
         held: Counter[str] = Counter()
         for k, nodes in hold.items():
-            if k not in preempted:
+            if k not in gone:
                 held[running[k].team] += len(nodes)
         current = [
             RunningJob(
@@ -378,21 +367,3 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         return self.elastic.allocate(
             groups[0] + groups[1] + groups[2], bulk_pool, snapshot.restart_cost_s
         )
-
-    def _grow(self, have: list[str], extra: int, free: dict[str, int]) -> list[str] | None:
-        """``extra`` more GPUs for a running job: on its own nodes first, then fewest nodes."""
-        added: list[str] = []
-        for n in dict.fromkeys(have):
-            take = min(free.get(n, 0), extra - len(added))
-            added.extend([n] * take)
-            free[n] -= take
-        if len(added) < extra:
-            more = self.placement.place(extra - len(added), free)
-            if more is None:
-                for n in added:
-                    free[n] += 1
-                return None
-            for n in more:
-                free[n] -= 1
-            added.extend(more)
-        return added

@@ -148,6 +148,47 @@ class TestTiresias(SchedulingContract):
         return SCHEDULING_POLICIES.create("tiresias")
 
 
+class TestStaticPartition(SchedulingContract):
+    def make(self) -> SchedulingPolicy:
+        return SCHEDULING_POLICIES.create("static-partition", interactive_fraction=0.25)
+
+
+class TestStrictPriority(SchedulingContract):
+    def make(self) -> SchedulingPolicy:
+        return SCHEDULING_POLICIES.create("strict-priority")
+
+    @settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=60)
+    @given(snap=snapshots())
+    def test_interactive_waits_only_when_bulk_cannot_make_room(self, snap: Snapshot) -> None:
+        decisions = self.make().decide(snap)
+        held = apply(snap, decisions)
+        kinds = {q.job_id: q.job_class for q in snap.queue}
+        kinds.update({r.job_id: r.job_class for r in snap.running})
+        bulk_held = sum(len(n) for j, n in held.items() if kinds[j] == "bulk")
+        free = snap.total_gpus - sum(len(n) for n in held.values())
+        for d in decisions:
+            if d.kind is DecisionKind.WAIT and kinds[d.job_id] == "interactive":
+                gpus = next(q.gpus for q in snap.queue if q.job_id == d.job_id)
+                assert gpus > free + bulk_held
+            if d.kind is DecisionKind.PREEMPT:
+                assert kinds[d.job_id] == "bulk"
+
+
+class TestPollux(SchedulingContract):
+    def make(self) -> SchedulingPolicy:
+        return SCHEDULING_POLICIES.create("pollux")
+
+    @settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=60)
+    @given(snap=snapshots())
+    def test_sizes_within_bounds(self, snap: Snapshot) -> None:
+        held = apply(snap, self.make().decide(snap))
+        jobs = {q.job_id: (q.lo, q.hi) for q in snap.queue}
+        jobs.update({r.job_id: (r.lo, r.hi) for r in snap.running})
+        for job_id, nodes in held.items():
+            lo, hi = jobs[job_id]
+            assert lo <= len(nodes) <= hi
+
+
 class TestShared(SchedulingContract):
     def make(self) -> SchedulingPolicy:
         return SCHEDULING_POLICIES.create("shared")
@@ -228,6 +269,54 @@ def test_tiresias_demotes_after_threshold() -> None:
     ]
 
 
-@pytest.mark.parametrize("name", ["gang", "tiresias", "shared"])
+def test_static_partition_keeps_bulk_off_reserved_gpus() -> None:
+    # 8 GPUs, a quarter reserved: 2 GPUs only for interactive work, even while idle.
+    nodes = (NodeView("n0", 4, 4), NodeView("n1", 4, 4))
+    queue = (
+        QueuedJob("b1", "bulk", "a", 4, 0, 0.0),
+        QueuedJob("b2", "bulk", "a", 4, 1, 0.0),
+        QueuedJob("b3", "bulk", "a", 1, 2, 0.0),
+        QueuedJob("i", "interactive", "a", 2, 3, 0.0),
+    )
+    pol = SCHEDULING_POLICIES.create("static-partition", interactive_fraction=0.25)
+    d = {x.job_id: x for x in pol.decide(Snapshot(nodes, queue))}
+    assert d["i"].kind is DecisionKind.START and d["i"].nodes == ("n0", "n0")
+    assert d["b1"].kind is DecisionKind.START and d["b1"].nodes == ("n1",) * 4
+    # b2 does not fit in the 2 bulk GPUs left on n0; strict FIFO: b3 waits behind it
+    assert d["b2"].kind is DecisionKind.WAIT and d["b3"].kind is DecisionKind.WAIT
+
+
+def test_strict_priority_preempts_newest_bulk() -> None:
+    nodes = (NodeView("n0", 4, 0),)
+    running = (
+        RunningJob("old", "bulk", "a", ("n0",) * 2, seq=0, started_at=0.0),
+        RunningJob("new", "bulk", "a", ("n0",) * 2, seq=1, started_at=50.0),
+    )
+    queue = (QueuedJob("i", "interactive", "a", 2, 2, 90.0),)
+    d = SCHEDULING_POLICIES.create("strict-priority").decide(
+        Snapshot(nodes, queue, running, now=100.0)
+    )
+    assert [(x.kind, x.job_id) for x in d] == [
+        (DecisionKind.PREEMPT, "new"),
+        (DecisionKind.START, "i"),
+    ]
+
+
+def test_pollux_grows_the_job_with_the_best_marginal_goodput() -> None:
+    # 4 free GPUs, two queued elastic jobs (1..4 GPUs): a scales linearly, b saturates at 1.5x
+    nodes = (NodeView("n0", 4, 4),)
+    queue = (
+        QueuedJob("a", "bulk", "t", 1, 0, 0.0, min_gpus=1, max_gpus=4),
+        QueuedJob("b", "bulk", "t", 1, 1, 0.0, min_gpus=1, max_gpus=4, speedup=(1.0, 1.5)),
+    )
+    d = SCHEDULING_POLICIES.create("pollux").decide(Snapshot(nodes, queue))
+    assert {x.job_id: len(x.nodes) for x in d} == {"a": 2, "b": 2}
+    d = SCHEDULING_POLICIES.create("pollux", objective="sum").decide(Snapshot(nodes, queue))
+    assert {x.job_id: len(x.nodes) for x in d} == {"a": 3, "b": 1}
+
+
+@pytest.mark.parametrize(
+    "name", ["gang", "tiresias", "shared", "static-partition", "strict-priority", "pollux"]
+)
 def test_registered(name: str) -> None:
     assert name in SCHEDULING_POLICIES.names()

@@ -25,3 +25,24 @@ def test_pollux_benchmark_smoke() -> None:
     )
     assert "tiresias" in out.stdout and "shared" in out.stdout
     assert (ROOT / "bench/scheduler/results/pollux-smoke.json").is_file()
+
+
+@pytest.mark.skipif(not HAVE_TRACES, reason="Pollux traces not found")
+@pytest.mark.parametrize(
+    ("script", "expect", "result"),
+    [
+        ("mixed.py", "static-partition", "mixed-smoke.json"),
+        ("scale.py", "strict-priority", "scale-smoke.json"),
+    ],
+)
+def test_mixed_and_scale_benchmarks_smoke(script: str, expect: str, result: str) -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench/scheduler" / script), "--smoke"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert expect in out.stdout and "shared" in out.stdout
+    assert (ROOT / "bench/scheduler/results" / result).is_file()

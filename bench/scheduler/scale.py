@@ -1,0 +1,251 @@
+"""Benchmark (c): simulator throughput at 100,000 jobs, and decision time vs queue length.
+
+    .venv/bin/python bench/scheduler/scale.py            # the full run
+    .venv/bin/python bench/scheduler/scale.py --smoke    # a small run (the test suite's)
+
+Two measurements, on one machine, in one run:
+
+1. **Simulation**: ``--jobs`` (100,000) consecutive Philly jobs (:func:`philly_jobs`, seed 0,
+   wrapping around the 82k-job extract; elastic half to twice their GPUs) on 250 nodes x 8
+   GPUs = 2,000 GPUs, arrivals sped up ``--speed`` times (default 4: the offered bulk work is
+   about 90% of the pool), rounds every 60 s with idle rounds skipped, under each policy in
+   ``--sim-policies``; the wall and CPU time of the whole simulation.
+2. **Decision time**: for each policy and 100, 1,000 and 10,000 queued jobs, the wall time of
+   ``policy.decide`` on a snapshot of the 2,000-GPU pool whose GPUs are all held by running
+   Philly jobs (plus the queue: Philly jobs, one in ten an interactive session), ``--reps``
+   calls each after one warm-up call: p50 and p99 (nearest rank) of the process's CPU time
+   (``time.process_time``), which other load on a shared machine does not inflate.
+
+Prints the tables, writes ``bench/scheduler/results/scale[-smoke].json`` and, when matplotlib is
+installed, ``scale-decision.png`` (decision time vs queue length, log-log) beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import sys
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from orchestrator.sim import SimConfig, Simulator, philly_jobs, uniform_pool
+from orchestrator.sim.metrics import percentile
+from orchestrator.sim.models import amdahl
+from policies import SCHEDULING_POLICIES, NodeView, QueuedJob, RunningJob, Snapshot
+from policies.scheduling import SchedulingPolicy
+from policies.snapshot import TeamView
+
+RESULTS = Path(__file__).parent / "results"
+POLICIES = ("fifo", "static-partition", "strict-priority", "tiresias", "pollux", "shared")
+
+
+def make_policy(name: str) -> SchedulingPolicy:
+    """The policy under its benchmark name (``fifo`` is ``gang`` with a plain FIFO queue)."""
+    if name == "fifo":
+        return SCHEDULING_POLICIES.create("gang", queue="fifo")
+    return SCHEDULING_POLICIES.create(name)
+
+
+def simulate(name: str, jobs: int, nodes: int, speed: float) -> dict[str, float | str]:
+    """Simulate ``jobs`` Philly jobs under one policy; return wall time and counters."""
+    trace = philly_jobs(jobs, seed=0)
+    if speed != 1.0:
+        trace = [replace(j, submit_time=j.submit_time / speed) for j in trace]
+    t0, c0 = time.perf_counter(), time.process_time()
+    sim = Simulator(
+        trace, make_policy(name), uniform_pool(nodes, 8), config=SimConfig(every_round=False)
+    )
+    result = sim.run()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    s = result.summary()
+    return {
+        "policy": name,
+        "jobs": jobs,
+        "gpus": nodes * 8,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "rounds": result.rounds,
+        "simulated_days": result.end_time / 86400,
+        "bulk_mean_jct": s["bulk_mean_jct"],
+        "utilisation": s["utilisation"],
+    }
+
+
+def decision_snapshot(queued: int, nodes: int, seed: int = 0) -> Snapshot:
+    """A full pool of running Philly jobs plus ``queued`` waiting ones (1 in 10 interactive)."""
+    rng = random.Random(seed)
+    trace = philly_jobs(queued + 4 * nodes * 8, seed=seed)
+    teams = sorted({j.team for j in trace})
+    free = {f"n{i}": 8 for i in range(nodes)}
+    order = list(free)
+    running: list[RunningJob] = []
+    it = iter(trace)
+    seq = 0
+    for job in it:
+        if sum(free.values()) == 0:
+            break
+        gpus = min(job.gpus, sum(free.values()))
+        held: list[str] = []
+        for n in order:
+            take = min(free[n], gpus - len(held))
+            held += [n] * take
+            free[n] -= take
+            if len(held) == gpus:
+                break
+        running.append(
+            RunningJob(
+                job.name,
+                "bulk",
+                job.team,
+                tuple(held),
+                seq=seq,
+                started_at=-rng.uniform(0, 7200),
+                min_gpus=max(1, gpus // 2),
+                max_gpus=min(64, 2 * gpus),
+                attained_service=rng.uniform(0, 5e4),
+                speedup=tuple(amdahl(n, 0.05) for n in range(1, min(64, 2 * gpus) + 1)),
+            )
+        )
+        seq += 1
+    queue: list[QueuedJob] = []
+    for job in it:
+        if len(queue) == queued:
+            break
+        inter = rng.random() < 0.1
+        gpus = rng.choice((1, 1, 2, 4, 8)) if inter else job.gpus
+        queue.append(
+            QueuedJob(
+                job.name,
+                "interactive" if inter else "bulk",
+                job.team,
+                gpus,
+                seq,
+                -rng.uniform(0, 50) if inter else -rng.uniform(0, 7200),
+                min_gpus=gpus if inter else job.lo,
+                max_gpus=gpus if inter else job.hi,
+                attained_service=0.0 if inter else rng.choice((0.0, 0.0, 1e4)),
+                speedup=() if inter else tuple(amdahl(n, 0.05) for n in range(1, job.hi + 1)),
+            )
+        )
+        seq += 1
+    share = nodes * 8 // (2 * len(teams))
+    views = tuple(TeamView(t, 1.0, share) for t in teams)
+    return Snapshot(
+        tuple(NodeView(n, 8, free[n]) for n in order),
+        tuple(queue),
+        tuple(running),
+        now=0.0,
+        teams=views,
+    )
+
+
+def decision_times(name: str, queued: int, nodes: int, reps: int) -> dict[str, float | str]:
+    """p50/p99 wall time of one ``decide`` call at ``queued`` waiting jobs."""
+    snap = decision_snapshot(queued, nodes)
+    policy = make_policy(name)
+    policy.decide(snap)  # warm-up (caches, imports)
+    times = []
+    for _ in range(reps):  # CPU time of this process: robust to other load on the machine
+        t0 = time.process_time()
+        policy.decide(snap)
+        times.append(time.process_time() - t0)
+    return {
+        "policy": name,
+        "queued": queued,
+        "running": len(snap.running),
+        "reps": reps,
+        "p50_ms": 1e3 * percentile(times, 50),
+        "p99_ms": 1e3 * percentile(times, 99),
+    }
+
+
+def plot(rows: list[dict[str, float | str]], path: Path) -> bool:
+    """Decision time vs queue length, log-log, one line per policy; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for name in dict.fromkeys(str(r["policy"]) for r in rows):
+        mine = [r for r in rows if r["policy"] == name]
+        xs = [float(r["queued"]) for r in mine]
+        ax.plot(xs, [float(r["p50_ms"]) for r in mine], marker="o", label=f"{name} p50")
+        ax.plot(xs, [float(r["p99_ms"]) for r in mine], ls=":", color=ax.lines[-1].get_color())
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("queued jobs")
+    ax.set_ylabel("decision time per round (ms); dotted: p99")
+    ax.set_title("Scheduling round on 2,000 busy GPUs")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print the tables; write the results file and plot."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="a small run (for the test suite)")
+    ap.add_argument("--jobs", type=int, default=100_000)
+    ap.add_argument("--nodes", type=int, default=250)
+    ap.add_argument("--speed", type=float, default=4.0)
+    ap.add_argument("--sim-policies", default="fifo,shared")
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--queues", default="100,1000,10000")
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.jobs, args.nodes, args.queues, args.reps = 1000, 25, "10,100", 3
+    sims = [
+        simulate(p, args.jobs, args.nodes, args.speed) for p in args.sim_policies.split(",") if p
+    ]
+    print(
+        f"{'policy':<17} {'jobs':>7} {'GPUs':>5} {'rounds':>7} {'sim days':>8} {'wall s':>7} "
+        f"{'CPU s':>7}"
+    )
+    for r in sims:
+        print(
+            f"{r['policy']:<17} {r['jobs']:>7} {r['gpus']:>5} {r['rounds']:>7} "
+            f"{r['simulated_days']:>8.1f} {r['wall_s']:>7.1f} {r['cpu_s']:>7.1f}"
+        )
+    queues = [int(q) for q in args.queues.split(",")]
+    print(f"\n{'policy':<17} {'queued':>7} {'running':>7} {'p50 ms':>8} {'p99 ms':>8}")
+    rows = []
+    for p in args.policies.split(","):
+        for q in queues:
+            r = decision_times(p, q, args.nodes, args.reps)
+            rows.append(r)
+            print(
+                f"{r['policy']:<17} {r['queued']:>7} {r['running']:>7} {r['p50_ms']:>8.2f} "
+                f"{r['p99_ms']:>8.2f}",
+                flush=True,
+            )
+    RESULTS.mkdir(exist_ok=True)
+    stem = "scale-smoke" if args.smoke else "scale"
+    png = RESULTS / f"{stem}-decision.png"
+    print(f"wrote {png}" if plot(rows, png) else "matplotlib not installed: no plot")
+    meta = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, no GPU",
+        "python": platform.python_version(),
+        "args": vars(args),
+    }
+    out = RESULTS / f"{stem}.json"
+    out.write_text(json.dumps({"meta": meta, "simulation": sims, "decision": rows}, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
