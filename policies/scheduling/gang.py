@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from policies.decisions import Decision, DecisionKind
+from policies.decisions import Decision
 from policies.placement import PLACEMENTS, Placement
 from policies.queue import QUEUE_ORDERS, QueueOrder
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
+from policies.scheduling.in_order import place_in_order
 from policies.snapshot import Snapshot
 
 
@@ -32,43 +33,5 @@ class GangSchedulingPolicy(SchedulingPolicy):
     def decide(self, snapshot: Snapshot) -> list[Decision]:
         """See :meth:`SchedulingPolicy.decide`."""
         free = {n.node_id: max(0, n.free_gpus) for n in snapshot.nodes}
-        decisions: list[Decision] = []
-        blocked_by: str | None = None
-        for job in self.queue.order(snapshot.queue, snapshot.now):
-            if job.gpus > snapshot.total_gpus:
-                decisions.append(
-                    Decision(
-                        DecisionKind.WAIT,
-                        job.job_id,
-                        reason=f"needs {job.gpus} GPUs; the pool has {snapshot.total_gpus}",
-                    )
-                )
-                continue
-            if blocked_by is not None:
-                decisions.append(
-                    Decision(DecisionKind.WAIT, job.job_id, reason=f"queued behind {blocked_by}")
-                )
-                continue
-            nodes = self.placement.place(job.gpus, free)
-            if nodes is None:
-                blocked_by = job.job_id
-                decisions.append(
-                    Decision(
-                        DecisionKind.WAIT,
-                        job.job_id,
-                        reason=f"needs {job.gpus} GPUs; {sum(free.values())} free",
-                    )
-                )
-                continue
-            for node in nodes:
-                free[node] -= 1
-            decisions.append(
-                Decision(
-                    DecisionKind.START,
-                    job.job_id,
-                    nodes=nodes,
-                    strategy=self.placement.ray_strategy,
-                    reason=f"placed on {len(set(nodes))} node(s)",
-                )
-            )
-        return decisions
+        ordered = self.queue.order(snapshot.queue, snapshot.now)
+        return place_in_order(ordered, free, snapshot.total_gpus, self.placement)

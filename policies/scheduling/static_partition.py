@@ -7,6 +7,7 @@ from collections import Counter
 from policies.decisions import Decision, DecisionKind
 from policies.placement import PLACEMENTS, Placement
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
+from policies.scheduling.in_order import place_in_order
 from policies.snapshot import Snapshot
 
 
@@ -77,30 +78,12 @@ class StaticPartitionSchedulingPolicy(SchedulingPolicy):
             for n in nodes:
                 free_i[n] -= 1
             decisions.append(self._start(q.job_id, nodes, "interactive partition"))
-        blocked: str | None = None
         bulk = sorted(
             (q for q in snapshot.queue if not q.interactive), key=lambda q: (q.seq, q.job_id)
         )
-        for q in bulk:
-            if q.gpus > size_b:
-                decisions.append(
-                    Decision(
-                        DecisionKind.WAIT,
-                        q.job_id,
-                        reason=f"needs {q.gpus} GPUs; the bulk partition has {size_b}",
-                    )
-                )
-                continue
-            nodes = None if blocked else self.placement.place(q.gpus, free_b)
-            if nodes is None:
-                blocked = blocked or q.job_id
-                decisions.append(
-                    Decision(DecisionKind.WAIT, q.job_id, reason=f"queued behind {blocked}")
-                )
-                continue
-            for n in nodes:
-                free_b[n] -= 1
-            decisions.append(self._start(q.job_id, nodes, "bulk partition"))
+        decisions += place_in_order(
+            bulk, free_b, size_b, self.placement, where="the bulk partition", label="bulk partition"
+        )
         return decisions
 
     def _start(self, job_id: str, nodes: tuple[str, ...], where: str) -> Decision:

@@ -6,6 +6,7 @@ from policies.decisions import Decision, DecisionKind
 from policies.placement import PLACEMENTS, Placement
 from policies.preemption import PREEMPTIONS, Preemption
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
+from policies.scheduling.in_order import place_in_order
 from policies.snapshot import Snapshot
 
 
@@ -79,26 +80,14 @@ class StrictPrioritySchedulingPolicy(SchedulingPolicy):
         queue = sorted(
             (q for q in snapshot.queue if not q.interactive), key=lambda q: (q.seq, q.job_id)
         )
-        for q in queue:
-            if q.gpus > snapshot.total_gpus:
-                starts.append(
-                    Decision(
-                        DecisionKind.WAIT,
-                        q.job_id,
-                        reason=f"needs {q.gpus} GPUs; the pool has {snapshot.total_gpus}",
-                    )
-                )
-                continue
-            nodes = None if blocked else self.placement.place(q.gpus, free)
-            if nodes is None:
-                blocked = blocked or q.job_id
-                starts.append(
-                    Decision(DecisionKind.WAIT, q.job_id, reason=f"queued behind {blocked}")
-                )
-                continue
-            for n in nodes:
-                free[n] -= 1
-            starts.append(self._start(q.job_id, nodes, "bulk: low priority"))
+        starts += place_in_order(
+            queue,
+            free,
+            snapshot.total_gpus,
+            self.placement,
+            label="bulk: low priority",
+            blocked_by=blocked,
+        )
         return preempts + starts
 
     def _start(self, job_id: str, nodes: tuple[str, ...], why: str) -> Decision:

@@ -113,3 +113,12 @@ def test_no_bulk_starts_while_an_interactive_job_waits(
 def test_unknown_queue_name() -> None:
     with pytest.raises(ValueError, match="valid: class-fifo, fifo, las, priority-ageing, sla"):
         GangSchedulingPolicy(queue="lifo")
+
+
+@pytest.mark.parametrize("name", ["gang", "static-partition", "strict-priority"])
+def test_the_first_blocked_job_says_why_and_the_rest_wait_behind_it(name: str) -> None:
+    snap = Snapshot(nodes(2, 1), (job(1, gpus=4), job(2, gpus=1)))  # 3 free of 8
+    decisions = {d.job_id: d for d in SCHEDULING_POLICIES.create(name).decide(snap)}
+    assert decisions["j1"].kind is DecisionKind.WAIT
+    assert "queued behind" not in decisions["j1"].reason  # never "queued behind" itself
+    assert decisions["j2"].reason == "queued behind j1"

@@ -1,0 +1,65 @@
+"""First-in-order gang placement without backfill, shared by the simple policies."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from policies.decisions import Decision, DecisionKind
+from policies.placement import Placement
+from policies.snapshot import QueuedJob
+
+
+def place_in_order(
+    jobs: Iterable[QueuedJob],
+    free: dict[str, int],
+    capacity: int,
+    placement: Placement,
+    *,
+    where: str = "the pool",
+    label: str = "",
+    blocked_by: str | None = None,
+) -> list[Decision]:
+    """Start ``jobs`` in the given order while each whole gang fits in ``free``.
+
+    The first job that does not fit blocks every job after it (no backfill), so a large job is
+    never starved by small ones; a job larger than ``capacity`` can never fit, is told so, and
+    blocks nobody. ``free`` is updated with the GPUs the starts take.
+
+    Args:
+        jobs: queued jobs, already in the order to consider them.
+        free: free GPUs per node id (mutated).
+        capacity: GPUs of ``where`` in total (the pool, or a partition of it).
+        placement: chooses the nodes of each gang.
+        where: how messages name the capacity (``"the pool"``, ``"the bulk partition"``).
+        label: prefix of a START's reason.
+        blocked_by: a job already blocking these ones (e.g. a waiting interactive job).
+    """
+    decisions: list[Decision] = []
+    for job in jobs:
+        if job.gpus > capacity:
+            reason = f"needs {job.gpus} GPUs; {where} has {capacity}"
+            decisions.append(Decision(DecisionKind.WAIT, job.job_id, reason=reason))
+            continue
+        if blocked_by is not None:
+            reason = f"queued behind {blocked_by}"
+            decisions.append(Decision(DecisionKind.WAIT, job.job_id, reason=reason))
+            continue
+        nodes = placement.place(job.gpus, free)
+        if nodes is None:
+            blocked_by = job.job_id
+            reason = f"needs {job.gpus} GPUs; {sum(free.values())} free"
+            decisions.append(Decision(DecisionKind.WAIT, job.job_id, reason=reason))
+            continue
+        for node in nodes:
+            free[node] -= 1
+        spread = f"placed on {len(set(nodes))} node(s)"
+        decisions.append(
+            Decision(
+                DecisionKind.START,
+                job.job_id,
+                nodes=nodes,
+                strategy=placement.ray_strategy,
+                reason=f"{label}, {spread}" if label else spread,
+            )
+        )
+    return decisions
