@@ -111,6 +111,7 @@ def submit(
     from orchestrator.services import open_store
 
     store, _ = open_store(_settings())
+    store.check_admission(specs)  # the team config refuses none of them, or nothing is queued
     ids = []
     for spec in specs:
         rec = store.submit(spec, by=by)
@@ -211,7 +212,7 @@ def cancel(
 def pool() -> None:
     """Show the pool's nodes and GPUs as the running scheduler sees them."""
     from orchestrator.services import open_store
-    from orchestrator.views import pool_table
+    from orchestrator.views import pool_table, teams_table
 
     store, _ = open_store(_settings())
     raw = store.client.get(store.keys.key("pool"))
@@ -219,8 +220,51 @@ def pool() -> None:
         raise OrchError("no scheduler is running for this namespace; start one with `orch up`")
     view = json.loads(str(raw))
     console.print(pool_table(view))
+    if view.get("teams"):
+        console.print(teams_table(view["teams"]))
     age = time.time() - float(view.get("at", 0))
     console.print(f"[dim]as of {age:.1f} s ago[/]")
+
+
+teams_app = typer.Typer(help="Teams sharing the pool: guarantees, limits, weights.")
+app.add_typer(teams_app, name="teams")
+
+
+@teams_app.command("apply")
+def teams_apply(
+    file: Annotated[Path, typer.Argument(help="Team config (YAML); see `orch teams --help`.")],
+) -> None:
+    """Validate a team config and store it; the scheduler applies it on its next round.
+
+    Example file: `teams: [{name: vision, weight: 2, guaranteed_gpus: 4, max_gpus: 8}]`, and
+    `allow_unlisted: false` to refuse jobs from teams not listed.
+    """
+    from orchestrator.services import open_store
+    from orchestrator.teams import load_teams
+    from orchestrator.views import team_config_table
+
+    config = load_teams(file)
+    store, _ = open_store(_settings())
+    raw = store.client.get(store.keys.key("pool"))
+    if raw:  # a scheduler is up: the guarantees must fit its pool
+        pool_gpus = sum(int(n["gpus"]) for n in json.loads(str(raw)).get("nodes", []))
+        config.views(pool_gpus)
+    store.put_teams(config)
+    console.print(team_config_table(config))
+    console.print(f"applied {len(config.teams)} team(s) to namespace {store.namespace}")
+
+
+@teams_app.command("show")
+def teams_show() -> None:
+    """Show the stored team config."""
+    from orchestrator.services import open_store
+    from orchestrator.views import team_config_table
+
+    store, _ = open_store(_settings())
+    config = store.teams()
+    if config is None:
+        raise OrchError("no team config applied; every team is equal (use `orch teams apply`)")
+    console.print(team_config_table(config))
 
 
 # `orch tune`: its module keeps torch and Optuna imports inside the command.

@@ -129,6 +129,7 @@ class JobRun(threading.Thread):
         self.outcome: Outcome | None = None
         self.started_at = time.time()
         self.preempted_for = ""  # set when stopped by a preemption: the job is requeued
+        self.resize_to: tuple[str, ...] | None = None  # set when stopped to restart resized
         self._stop_requested = threading.Event()
         self._actors: list[Any] = []
 
@@ -141,6 +142,13 @@ class JobRun(threading.Thread):
         if not self.preempted_for:
             self.preempted_for = reason or "preempted"
         self.request_stop()
+
+    def resize(self, nodes: tuple[str, ...]) -> None:
+        """Stop (with a checkpoint) to restart on ``nodes``: the scheduler starts the new gang
+        once this one has ended. A preemption or cancel takes precedence."""
+        if not self.stopping:
+            self.resize_to = nodes
+            self.request_stop()
 
     @property
     def stopping(self) -> bool:

@@ -10,6 +10,7 @@ or running but that no live scheduler runs are requeued and resume from their la
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -24,21 +25,35 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
+from orchestrator import elastic
 from orchestrator.config import Settings
 from orchestrator.errors import IllegalTransition, JobNotFound
 from orchestrator.launcher import JobRun, Outcome, OutcomeKind, TuneRun
 from orchestrator.lease import Lease
 from orchestrator.pool import GPUPool, NodeInfo, nodes_to_json
 from orchestrator.sla import evaluate_sla
+from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore, MetricsSink
 from orchestrator.store.records import JobRecord
 from orchestrator.store.states import TERMINAL, JobState
-from policies import DecisionKind, NodeView, QueuedJob, RunningJob, SchedulingPolicy, Snapshot
+from policies import (
+    Decision,
+    DecisionKind,
+    NodeView,
+    QueuedJob,
+    RunningJob,
+    SchedulingPolicy,
+    Snapshot,
+    TeamView,
+)
+from policies.scheduling import TeamCaps
+from policies.scheduling.resize import drop_gpus
 
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
-"""Starts allowed per job when its workers are lost; a workload error never retries."""
+"""Runs a job may lose (its workers or node died) before it fails; a workload error never
+retries, and preemptions and resizes do not count."""
 
 ACTIVE = (JobState.PLACED, JobState.RUNNING, JobState.CANCELLING)
 
@@ -51,7 +66,7 @@ def next_state(
     Args:
         state: the job's state when the run ended (placed, running or cancelling).
         outcome: how the run ended.
-        attempts: how many times the job reached running.
+        attempts: how many of the job's runs were lost, this one included.
         requeue_stopped: a stopped run is requeued (the scheduler is shutting down), not a cancel.
     """
     kind = outcome.kind
@@ -95,7 +110,8 @@ class Scheduler:
         self.settings = settings
         self.store = store
         self.pool = pool
-        self.policy = policy
+        self.policy: SchedulingPolicy = TeamCaps(policy)  # team caps hold whatever the policy
+        self.policy_name = type(policy).__name__
         self.redis_url = redis_url
         self.placement_timeout_s = placement_timeout_s
         self.stop_grace_s = stop_grace_s
@@ -105,6 +121,8 @@ class Scheduler:
         self._waits: dict[str, str] = {}
         self._queued: dict[str, QueuedJob] = {}
         self._nodes: list[NodeInfo] = []
+        self._teams: tuple[TeamView, ...] = ()
+        self._elastic: dict[str, tuple[JobSpec, tuple[float, ...]]] = {}
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -197,12 +215,14 @@ class Scheduler:
         self._forward_cancels()
         self._nodes = self.pool.nodes()
         snapshot = self.snapshot()
-        # GPUs physically free now: a preempted job holds its GPUs until its checkpoint is
-        # written and its gang is gone, although the policy already counts them as free.
+        # GPUs physically free now: a preempted or resized job holds its GPUs until its
+        # checkpoint is written and its gang is gone, although the policy already counts them
+        # as free (or, growing, counts its new GPUs as taken).
         free = {n.node_id: n.gpus for n in self._nodes}
         for run in self.runs.values():
-            for node in run.nodes:
-                free[node] = free.get(node, 0) - 1
+            held = Counter(run.nodes) | Counter(run.resize_to or ())
+            for node, n in held.items():
+                free[node] = free.get(node, 0) - n
         for d in self.policy.decide(snapshot):
             self.lease.check()
             if d.kind is DecisionKind.PREEMPT:
@@ -216,9 +236,9 @@ class Scheduler:
                     free.update({node: free[node] - n for node, n in need.items()})
             elif d.kind is DecisionKind.WAIT:
                 self._wait(d.job_id, d.reason)
-            else:  # RESIZE: live jobs are rigid (min = max GPUs), so policies emit none yet
-                log.warning("%s: %s decisions are not applied live yet", d.job_id, d.kind.value)
-        self._publish_pool()
+            else:
+                self._resize(d, free)
+        self._publish_pool(snapshot)
 
     def _wait(self, job_id: str, reason: str) -> None:
         """Tell the user why a queued job waits (once per distinct reason)."""
@@ -230,17 +250,89 @@ class Scheduler:
         """Stop a running job so its GPUs go to another; it is requeued and resumes from its
         checkpoint. The stop is bounded by ``stop_grace_s``, after which the gang is killed."""
         run = self.runs.get(job_id)
-        if run is None or run.stopping:
+        if run is None or (run.stopping and run.resize_to is None) or run.preempted_for:
             return
         log.info("%s: preempting (%s)", job_id, reason)
         run.preempt(reason)
         self.store.annotate(job_id, f"preempting: {reason}")
 
+    def _resize(self, d: Decision, free: dict[str, int]) -> None:
+        """Restart a running elastic job on the decision's GPUs (checkpoint, stop, start the new
+        gang once the old one is gone), at the largest size it can keep its global batch on."""
+        run = self.runs.get(d.job_id)
+        base = self._elastic.get(d.job_id, (None, ()))[0]
+        if run is None or run.stopping or isinstance(run, TuneRun) or base is None:
+            return
+        nodes = self._fit(base, d.nodes)
+        if not nodes or len(nodes) == len(run.nodes):
+            return
+        extra = Counter(nodes) - Counter(run.nodes)
+        if any(free.get(node, 0) < n for node, n in extra.items()):
+            return  # its new GPUs are still being freed: the policy asks again next round
+        for node, n in extra.items():
+            free[node] -= n
+        log.info("%s: resizing %d -> %d GPUs (%s)", d.job_id, len(run.nodes), len(nodes), d.reason)
+        run.resize(nodes)
+        self.store.annotate(d.job_id, f"resizing to {len(nodes)} GPUs: {d.reason}")
+
+    @staticmethod
+    def _fit(spec: JobSpec, nodes: tuple[str, ...]) -> tuple[str, ...]:
+        """``nodes`` cut to the largest size the job can keep its global batch on (empty if
+        none fits)."""
+        sizes = [n for n in elastic.feasible_sizes(spec) if n <= len(nodes)]
+        if not sizes:
+            return ()
+        kept = list(nodes)
+        drop_gpus(kept, len(kept) - sizes[-1])
+        return tuple(kept)
+
+    def _elastic_info(self, job_id: str) -> tuple[JobSpec, tuple[float, ...]] | None:
+        """An elastic job's spec (as it runs, at its requested size) and speedup curve: from
+        its profile (tuner prediction, throughput seen on each size), read once and refreshed
+        when a run of it reports a new throughput."""
+        if job_id not in self._elastic:
+            try:
+                rec = self.store.get(job_id)
+                spec = self._run_spec(rec)
+            except (JobNotFound, ValidationError, ValueError):
+                return None
+            measured = self._profile_throughputs(job_id)
+            self._elastic[job_id] = (spec, elastic.speedup_curve(spec, measured))
+        return self._elastic[job_id]
+
+    def _profile_throughputs(self, job_id: str) -> dict[int, float]:
+        """Samples/s per GPU count: what runs of the job measured, else what the tuner
+        predicted (its profile)."""
+        from orchestrator.tuner.profile import load_profile
+
+        client, ns = self.store.client, self.store.namespace
+        measured = elastic.read_throughputs(client, ns, job_id)
+        chosen = (load_profile(client, ns, job_id) or {}).get("chosen", {})
+        for point in chosen.get("by_gpus", []):
+            measured.setdefault(int(point["gpus"]), float(point["samples_per_s"]))
+        if chosen.get("measured_samples_per_s"):
+            measured.setdefault(1, float(chosen["measured_samples_per_s"]))
+        return measured
+
+    @staticmethod
+    def _run_spec(rec: JobRecord) -> JobSpec:
+        """The spec a job runs with: its own, with the tuner's chosen settings if tuned."""
+        spec = rec.spec
+        if "tuned" in rec.fields:
+            from orchestrator.tuner.service import tuned_spec
+            from orchestrator.tuner.space import Config
+
+            spec = tuned_spec(spec, Config.from_dict(json.loads(rec.fields["tuned"])))
+        return spec
+
     def snapshot(self) -> Snapshot:
         """The immutable view the policy decides on."""
-        # A job being preempted has already given its GPUs away as far as policy goes.
+        config = self.store.teams()
+        self._teams = config.views() if config is not None else ()
+        # A job being preempted has already given its GPUs away as far as policy goes, and a
+        # resizing one holds its new set.
         staying = {j: r for j, r in self.runs.items() if not r.preempted_for}
-        held = Counter(n for run in staying.values() for n in run.nodes)
+        held = Counter(n for run in staying.values() for n in run.resize_to or run.nodes)
         nodes = tuple(
             NodeView(n.node_id, n.gpus, n.gpus - held.get(n.node_id, 0)) for n in self._nodes
         )
@@ -249,26 +341,57 @@ class Scheduler:
         missing = [j for j in ids if j not in self._queued]
         for fields in self.store.queue_fields(missing):
             self._queued[fields[0]] = QueuedJob(*fields)
-        queue = [self._queued[j] for j in ids if j in self._queued]
+        queue = [self._queue_view(self._queued[j]) for j in ids if j in self._queued]
         if len(self._queued) > 2 * len(ids) + 1000:  # forget jobs that left the queue
             self._queued = {j: self._queued[j] for j in ids if j in self._queued}
-        running = tuple(
-            RunningJob(
-                job_id,
-                run.spec.job_class,
-                run.spec.team,
-                run.nodes,
-                started_at=run.started_at,
-                checkpoint_at=run.started_at,  # unknown live: assume work since start is lost
+            live = set(ids) | set(self.runs)
+            self._elastic = {j: v for j, v in self._elastic.items() if j in live}
+        running = []
+        for job_id, run in staying.items():
+            info = self._elastic.get(job_id)
+            lo = hi = 0
+            curve: tuple[float, ...] = ()
+            if info is not None and not isinstance(run, TuneRun):
+                sizes = elastic.feasible_sizes(info[0])
+                lo, hi, curve = sizes[0], sizes[-1], info[1]
+            running.append(
+                RunningJob(
+                    job_id,
+                    run.spec.job_class,
+                    run.spec.team,
+                    run.resize_to or run.nodes,
+                    started_at=run.started_at,
+                    checkpoint_at=run.started_at,  # unknown live: assume work since start is lost
+                    min_gpus=lo,
+                    max_gpus=hi,
+                    speedup=curve,
+                )
             )
-            for job_id, run in staying.items()
+        return Snapshot(
+            nodes=nodes,
+            queue=tuple(queue),
+            running=tuple(running),
+            now=time.time(),
+            teams=self._teams,
         )
-        return Snapshot(nodes=nodes, queue=tuple(queue), running=running, now=time.time())
+
+    def _queue_view(self, q: QueuedJob) -> QueuedJob:
+        """A queued job as the policy sees it: an elastic one with its speedup curve."""
+        if q.lo == q.hi or q.interactive:
+            return q
+        info = self._elastic_info(q.job_id)
+        return q if info is None or not info[1] else dataclasses.replace(q, speedup=info[1])
 
     def _start(self, job_id: str, nodes: tuple[str, ...], strategy: str) -> bool:
         """Place and launch a queued job; whether it now holds ``nodes``."""
         if job_id in self.runs:  # never two runs of one job in one scheduler
             return False
+        cached = self._queued.get(job_id)
+        if cached is not None and cached.lo != cached.hi and not cached.interactive:
+            info = self._elastic_info(job_id)  # an elastic job runs on a size that keeps its batch
+            if info is not None and not (nodes := self._fit(info[0], nodes)):
+                self._wait(job_id, "no size in its GPU range keeps its global batch here")
+                return False
         try:
             rec = self.store.transition(
                 job_id,
@@ -302,20 +425,26 @@ class Scheduler:
                 self.store.annotate(job_id, "tuning: profiling configs on 1 GPU")
                 log.info("%s: tuning on %s", job_id, _where(run.nodes))
                 return True
-            if "tuned" in rec.fields:
-                from orchestrator.tuner.service import tuned_spec
-                from orchestrator.tuner.space import Config
-
-                spec = tuned_spec(spec, Config.from_dict(json.loads(rec.fields["tuned"])))
+            spec = self._run_spec(rec)
         except Exception as err:  # never leave a job placed with nothing running it
             log.exception("%s: could not start tuning", job_id)
             self._settle(job_id, JobState.FAILED, f"could not tune: {err}")
             return False
+        if spec.job_class == "bulk" and spec.resources.gpus.min != spec.resources.gpus.upper:
+            self._elastic.pop(job_id, None)  # re-read: tuned settings or a new profile
+            self._elastic_info(job_id)
         log.info("%s: placed on %s", job_id, _where(nodes))
+        return self._launch(job_id, spec, nodes, strategy)
+
+    def _launch(self, job_id: str, spec: JobSpec, nodes: tuple[str, ...], strategy: str) -> bool:
+        """Start the gang of a placed job on ``nodes`` (an elastic job at that size)."""
         try:
+            sized = elastic.resized_spec(spec, len(nodes)) if len(nodes) != spec.gpus else spec
+            if sized is None:
+                raise ValueError(f"cannot keep the global batch on {len(nodes)} GPUs")
             run = JobRun(
                 job_id,
-                spec,
+                sized,
                 nodes,
                 strategy,
                 checkpoint_dir=self.settings.checkpoint_dir / job_id,
@@ -333,6 +462,27 @@ class Scheduler:
             self._settle(job_id, JobState.QUEUED, f"requeued: could not start: {err}")
             return False
         self.runs[job_id] = run
+        return True
+
+    def _restart_resized(self, job_id: str, run: JobRun) -> bool:
+        """A run stopped for a resize has ended: start the job on its new GPUs. ``False`` when
+        it cannot (cancelled meanwhile): its outcome is then recorded as usual."""
+        nodes = run.resize_to or ()
+        info = self._elastic.get(job_id)
+        if info is None or not nodes:
+            return False
+        try:
+            self.store.transition(
+                job_id,
+                JobState.PLACED,
+                expect=JobState.RUNNING,
+                message=f"resized from {len(run.nodes)} to {len(nodes)} GPUs; resumes",
+                fields={"placement": {"nodes": list(nodes), "strategy": run.strategy}},
+            )
+        except (IllegalTransition, JobNotFound):
+            return False
+        del self.runs[job_id]
+        self._launch(job_id, info[0], nodes, run.strategy)
         return True
 
     def _on_running(self, job_id: str) -> bool:
@@ -374,10 +524,28 @@ class Scheduler:
                 self._record_tuning(job_id, outcome.result)
                 del self.runs[job_id]
                 continue
+            self._note_throughput(job_id, outcome.result)
             if run.preempted_for and outcome.kind is OutcomeKind.STOPPED:
                 outcome = Outcome(OutcomeKind.STOPPED, f"preempted: {run.preempted_for}")
+            elif run.resize_to and outcome.kind is OutcomeKind.STOPPED and not requeue_stopped:
+                if outcome.result:
+                    self.store.put_metrics(job_id, _metrics_of(outcome.result))
+                if self._restart_resized(job_id, run):
+                    continue
             self._record(job_id, outcome, requeue_stopped or bool(run.preempted_for))
             del self.runs[job_id]
+
+    def _note_throughput(self, job_id: str, result: dict[str, Any]) -> None:
+        """Keep the throughput a run of an elastic job showed on its GPU count (its profile)."""
+        info = self._elastic.get(job_id)
+        sps, world = result.get("samples_per_s"), result.get("world_size")
+        if info is None or not sps or not world:
+            return
+        elastic.record_throughput(
+            self.store.client, self.store.namespace, job_id, int(world), float(sps)
+        )
+        measured = self._profile_throughputs(job_id)
+        self._elastic[job_id] = (info[0], elastic.speedup_curve(info[0], measured))
 
     def _record(self, job_id: str, outcome: Outcome, requeue_stopped: bool) -> None:
         """Turn a run's outcome into the job's next state (re-deciding if a cancel races in)."""
@@ -390,13 +558,19 @@ class Scheduler:
                 return
             if rec.state not in ACTIVE:
                 return
-            target, msg = next_state(
-                rec.state, outcome, rec.attempts, requeue_stopped=requeue_stopped
-            )
+            losses = int(rec.fields.get("losses", 0)) + (outcome.kind is OutcomeKind.LOST)
+            target, msg = next_state(rec.state, outcome, losses, requeue_stopped=requeue_stopped)
             if target is JobState.FINISHED:
                 msg = self._sla_message(rec) + self._prediction_error(rec, outcome.result)
             try:
-                self._settle(job_id, target, msg, expect=rec.state, result=outcome.result)
+                self._settle(
+                    job_id,
+                    target,
+                    msg,
+                    expect=rec.state,
+                    result=outcome.result,
+                    fields={"losses": losses} if losses else None,
+                )
                 return
             except IllegalTransition:
                 continue  # the state moved (a cancel): decide again on the new one
@@ -468,18 +642,64 @@ class Scheduler:
         met = {True: "SLA met", False: "SLA missed", None: "SLA not measured"}[verdict.met]
         return f"{met}: {verdict.measured} (target {verdict.target})"
 
-    def _publish_pool(self) -> None:
+    def _publish_pool(self, snapshot: Snapshot) -> None:
         held = Counter(n for run in self.runs.values() for n in run.nodes)
         view = {
             "at": time.time(),
             "scheduler": self.owner,
-            "policy": type(self.policy).__name__,
+            "policy": self.policy_name,
             "nodes": [
                 {**n, "used_gpus": held.get(n["node_id"], 0)} for n in nodes_to_json(self._nodes)
             ],
             "jobs": {job_id: list(run.nodes) for job_id, run in self.runs.items()},
+            "teams": team_usage(
+                snapshot.teams,
+                [(r.spec.team, len(r.nodes)) for r in self.runs.values()],
+                [(q.team, q.lo) for q in snapshot.queue],
+            ),
         }
         self.store.client.set(self.store.keys.key("pool"), json.dumps(view), px=self.lease.ttl_ms)
+
+
+def team_usage(
+    teams: tuple[TeamView, ...],
+    running: list[tuple[str, int]],
+    queued_jobs: list[tuple[str, int]],
+) -> list[dict[str, Any]]:
+    """Each team's GPUs in use against its guarantee and limit, what it borrows (uses beyond
+    its guarantee), and the GPUs its queued jobs need at least; configured teams first, then
+    any other with jobs.
+
+    Args:
+        teams: the team config.
+        running: ``(team, GPUs held)`` of each running job.
+        queued_jobs: ``(team, fewest GPUs)`` of each queued job.
+    """
+    used: Counter[str] = Counter()
+    for team, n in running:
+        used[team] += n
+    queued: Counter[str] = Counter()
+    for team, n in queued_jobs:
+        queued[team] += n
+    config = {t.name: t for t in teams}
+    names = list(config) + sorted((set(used) | set(queued)) - set(config))
+    rows = []
+    for name in names:
+        t = config.get(name)
+        guarantee = t.guaranteed_gpus if t else 0
+        rows.append(
+            {
+                "team": name,
+                "used_gpus": used[name],
+                "guaranteed_gpus": guarantee,
+                "max_gpus": t.max_gpus if t else 0,
+                "weight": t.weight if t else 1.0,
+                "borrowed_gpus": max(0, used[name] - guarantee),
+                "queued_gpus": queued[name],
+                "configured": t is not None,
+            }
+        )
+    return rows
 
 
 def _where(nodes: tuple[str, ...]) -> str:

@@ -17,6 +17,7 @@ from orchestrator.sla import SLAVerdict, describe_sla, evaluate_sla
 from orchestrator.store import JobStore
 from orchestrator.store.records import JobRecord
 from orchestrator.store.states import TERMINAL, JobState
+from orchestrator.teams import TeamConfig
 
 STATE_STYLE = {
     "queued": "yellow",
@@ -177,6 +178,36 @@ def pool_table(view: dict[str, Any]) -> Table:
             str(n["gpus"] - n.get("used_gpus", 0)),
             kind,
         )
+    return table
+
+
+def teams_table(rows: list[dict[str, Any]]) -> Table:
+    """Each team's use of the pool against its guarantee and limit (as the scheduler last
+    published it)."""
+    table = Table(title="teams")
+    for col in ("team", "weight", "used", "guaranteed", "limit", "borrowed", "queued (min GPUs)"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r["team"] + ("" if r.get("configured", True) else " (not configured)"),
+            f"{r.get('weight', 1.0):g}",
+            str(r["used_gpus"]),
+            str(r["guaranteed_gpus"]),
+            str(r["max_gpus"] or "none"),
+            str(r["borrowed_gpus"]),
+            str(r["queued_gpus"]),
+        )
+    return table
+
+
+def team_config_table(config: TeamConfig) -> Table:
+    """A stored team config."""
+    title = "team config" + ("" if config.allow_unlisted else " (unlisted teams refused)")
+    table = Table(title=title)
+    for col in ("team", "weight", "guaranteed GPUs", "max GPUs"):
+        table.add_column(col)
+    for t in config.teams:
+        table.add_row(t.name, f"{t.weight:g}", str(t.guaranteed_gpus), str(t.max_gpus or "none"))
     return table
 
 

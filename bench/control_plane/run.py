@@ -121,6 +121,7 @@ class _HeldRun:
     nodes: tuple[str, ...]
     spec: JobSpec = field(default_factory=lambda: _spec("interactive"))
     preempted_for: str = ""
+    resize_to: tuple[str, ...] | None = None
     started_at: float = field(default_factory=time.time)
     stopping: bool = False
 

@@ -18,7 +18,7 @@ Workload (everything fixed by the arguments and seeds; a re-run gives the same f
 * **Interactive**: sessions from :mod:`orchestrator.sim.synthetic` (seed 0) over the same span,
   holding ``--interactive-load`` (default 10%) of the pool on average, 1-8 GPUs, teams in
   proportion to their bulk job counts, SLA: start within 60 s.
-* **Teams**: :func:`orchestrator.sim.teams.teams_from_usage` on the bulk GPU-time per team: half
+* **Teams**: :func:`orchestrator.teams.teams_from_usage` on the bulk GPU-time per team: half
   the pool guaranteed in proportion to use, weight = percent of use.
 * **Policies**: ``fifo`` (strict submission order, class-blind), ``static-partition`` (the p99 of
   the sessions' concurrent GPU demand reserved for them, bulk FIFO on the rest),
@@ -47,8 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from orchestrator.sim import SimConfig, Simulator, TraceJob, uniform_pool
 from orchestrator.sim.metrics import jain
 from orchestrator.sim.synthetic import concurrent_gpus, interactive_sessions
-from orchestrator.sim.teams import teams_from_usage
 from orchestrator.sim.trace import philly_window
+from orchestrator.teams import teams_from_usage
 from policies import SCHEDULING_POLICIES
 from policies.scheduling import SchedulingPolicy
 

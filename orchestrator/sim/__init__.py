@@ -8,8 +8,8 @@ performance from measured profiles (Pollux apps) or a parametric model.
 from orchestrator.sim.engine import SimConfig, Simulator, uniform_pool
 from orchestrator.sim.errors import PolicyViolation, SimError, TraceError
 from orchestrator.sim.metrics import JobRecord, SimResult, summarize
-from orchestrator.sim.teams import TeamConfig, TeamSpec, load_teams
 from orchestrator.sim.trace import TraceJob, philly_jobs, pollux_workload, read_trace, write_trace
+from orchestrator.teams import TeamConfig, TeamSpec, load_teams
 
 __all__ = [
     "JobRecord",

@@ -17,11 +17,18 @@ from typing import Any, cast
 
 import redis
 
-from orchestrator.errors import AmbiguousJob, IllegalTransition, JobNotFound, StoreError
+from orchestrator.errors import (
+    AmbiguousJob,
+    IllegalTransition,
+    JobNotFound,
+    SpecError,
+    StoreError,
+)
 from orchestrator.spec import JobSpec
 from orchestrator.store.keys import Keys
 from orchestrator.store.records import CORE_FIELDS, JobRecord
 from orchestrator.store.states import JobState, sources
+from orchestrator.teams import TeamConfig, parse_teams
 
 __all__ = ["EVENTS_MAXLEN", "METRICS_MAXLEN", "JobStore"]
 
@@ -48,6 +55,9 @@ return 1
 _ID_TRIES = 16
 _BATCH = 500
 
+QueueFields = tuple[str, str, str, int, int, float, int, int]
+"""What :meth:`JobStore.queue_fields` gives per job, in ``QueuedJob``'s field order."""
+
 
 class JobStore:
     """Jobs of one namespace in one Redis.
@@ -65,6 +75,40 @@ class JobStore:
         self._transition = client.register_script(_TRANSITION_LUA)
         self._incr_attempts = client.register_script(_INCR_ATTEMPTS_LUA)
         self._annotate = client.register_script(_ANNOTATE_LUA)
+        self._teams: tuple[str | None, TeamConfig | None] = (None, None)
+
+    # ---- teams -------------------------------------------------------------------------------
+
+    def put_teams(self, config: TeamConfig) -> None:
+        """Store the team config (replacing the previous one); the scheduler applies it on its
+        next round, and submissions are checked against it from now on."""
+        self.client.set(self.keys.key("teams"), config.model_dump_json())
+
+    def teams(self) -> TeamConfig | None:
+        """The stored team config, or ``None`` when none was applied (one ``GET``; parsed only
+        when it changed)."""
+        raw = cast(str | None, self.client.get(self.keys.key("teams")))
+        if raw != self._teams[0]:
+            config = parse_teams(json.loads(raw), "stored team config") if raw else None
+            self._teams = (raw, config)
+        return self._teams[1]
+
+    def check_admission(self, specs: Iterable[JobSpec]) -> None:
+        """Refuse jobs the team config forbids, before any is written.
+
+        Raises:
+            SpecError: one line per refused job, naming the field and what is allowed.
+        """
+        config = self.teams()
+        if config is None:
+            return
+        problems = [
+            f"job {spec.name!r}: {problem}"
+            for spec in specs
+            for problem in config.admission_problems(spec.team, spec.resources.gpus.min)
+        ]
+        if problems:
+            raise SpecError("team config", problems)
 
     # ---- writing -----------------------------------------------------------------------------
 
@@ -77,7 +121,11 @@ class JobStore:
 
         Returns:
             The stored record; its id is ``{spec.name}-{6 hex digits}``.
+
+        Raises:
+            SpecError: the team config refuses the job (nothing is written).
         """
+        self.check_admission([spec])
         for _ in range(_ID_TRIES):
             reply = self._submit(**self._submit_args(spec, by))
             if reply[0] == "ok":
@@ -89,8 +137,12 @@ class JobStore:
 
         Returns:
             The new job ids, in the order of ``specs``.
+
+        Raises:
+            SpecError: the team config refuses one of the jobs (none is written).
         """
         specs = builtins.list(specs)
+        self.check_admission(specs)
         ids: builtins.list[str] = []
         for start in range(0, len(specs), _BATCH):
             batch = specs[start : start + _BATCH]
@@ -129,6 +181,7 @@ class JobStore:
                 spec.gpus,
                 by or "",
                 EVENTS_MAXLEN,
+                *_gpu_range(spec),
             ],
         }
 
@@ -239,22 +292,25 @@ class JobStore:
             records += [JobRecord.from_hash(h) for h in pipe.execute() if h]
         return records
 
-    def queue_fields(
-        self, job_ids: Iterable[str]
-    ) -> builtins.list[tuple[str, str, str, int, int, float]]:
-        """``(id, class, team, gpus, seq, submitted_at)`` of these jobs, without their specs
-        (what a scheduling snapshot needs, a fraction of the bytes); missing jobs are skipped."""
+    def queue_fields(self, job_ids: Iterable[str]) -> builtins.list[QueueFields]:
+        """``(id, class, team, gpus, seq, submitted_at, min_gpus, max_gpus)`` of these jobs,
+        without their specs (what a scheduling snapshot needs, a fraction of the bytes);
+        missing jobs are skipped. Jobs stored before ``min_gpus``/``max_gpus`` were kept give
+        0 for both (rigid)."""
         ids = builtins.list(job_ids)
-        out: builtins.list[tuple[str, str, str, int, int, float]] = []
-        fields = ("class", "team", "gpus", "seq", "submitted_at")
+        out: builtins.list[QueueFields] = []
+        fields = ("class", "team", "gpus", "seq", "submitted_at", "gpus_min", "gpus_max")
         for start in range(0, len(ids), _BATCH):
             chunk = ids[start : start + _BATCH]
             pipe = self.client.pipeline(transaction=False)
             for job_id in chunk:
                 pipe.hmget(self.keys.job(job_id), fields)
-            for job_id, (cls, team, gpus, seq, at) in zip(chunk, pipe.execute(), strict=True):
+            for job_id, (cls, team, gpus, seq, at, lo, hi) in zip(
+                chunk, pipe.execute(), strict=True
+            ):
                 if cls is not None:
-                    out.append((job_id, cls, team, int(gpus), int(seq), float(at)))
+                    lo_hi = (int(lo or 0), int(hi or 0))
+                    out.append((job_id, cls, team, int(gpus), int(seq), float(at), *lo_hi))
         return out
 
     def resolve(self, ref: str) -> str:
@@ -378,6 +434,17 @@ def _strs(reply: object) -> list[str]:
 
 def _entries(reply: object) -> list[tuple[str, dict[str, str]]]:
     return cast(list[tuple[str, dict[str, str]]], reply)
+
+
+def _gpu_range(spec: JobSpec) -> tuple[int, int]:
+    """Fewest and most GPUs the scheduler may give the job: an elastic bulk job's sizes that
+    keep its global batch; exactly its size for any other."""
+    if spec.job_class == "bulk" and spec.resources.gpus.min != spec.resources.gpus.upper:
+        from orchestrator.elastic import feasible_sizes
+
+        sizes = feasible_sizes(spec)
+        return sizes[0], sizes[-1]
+    return spec.gpus, spec.gpus
 
 
 def _pairs(flat: list[str]) -> dict[str, str]:

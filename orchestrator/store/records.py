@@ -23,6 +23,8 @@ CORE_FIELDS: frozenset[str] = frozenset(
         "spec",
         "seq",
         "gpus",
+        "gpus_min",
+        "gpus_max",
         "submitted_at",
         "updated_at",
         "message",

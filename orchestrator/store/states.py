@@ -33,7 +33,8 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     # Finished: a placed job can complete before its "running" report is applied.
     _S.PLACED: frozenset({_S.RUNNING, _S.QUEUED, _S.CANCELLING, _S.FAILED, _S.FINISHED}),
     # Back to queued: the worker was lost (orchestrator restart) or the job was preempted.
-    _S.RUNNING: frozenset({_S.FINISHED, _S.FAILED, _S.CANCELLING, _S.QUEUED}),
+    # Back to placed: resized, it restarts at once on its new GPUs.
+    _S.RUNNING: frozenset({_S.FINISHED, _S.FAILED, _S.CANCELLING, _S.QUEUED, _S.PLACED}),
     # A job asked to stop may still finish or fail before it notices.
     _S.CANCELLING: frozenset({_S.CANCELLED, _S.FINISHED, _S.FAILED}),
     _S.FINISHED: frozenset(),

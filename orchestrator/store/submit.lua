@@ -4,6 +4,7 @@
 -- KEYS[5] event stream     KEYS[6] name set
 -- ARGV[1] id  ARGV[2] name  ARGV[3] team  ARGV[4] class  ARGV[5] spec (JSON)  ARGV[6] gpus
 -- ARGV[7] submitted by ("" if unknown)  ARGV[8] event stream cap (approximate MAXLEN)
+-- ARGV[9] fewest GPUs  ARGV[10] most GPUs (an elastic job's range)
 --
 -- Returns {"exists"} when the id is taken (the caller draws another), else {"ok", job hash}.
 
@@ -19,7 +20,7 @@ local id = ARGV[1]
 redis.call("HSET", KEYS[2],
   "id", id, "name", ARGV[2], "team", ARGV[3], "class", ARGV[4], "state", "queued",
   "spec", ARGV[5], "submitted_at", ts, "updated_at", ts, "seq", seq, "gpus", ARGV[6],
-  "attempts", 0, "message", "", "by", ARGV[7])
+  "attempts", 0, "message", "", "by", ARGV[7], "gpus_min", ARGV[9], "gpus_max", ARGV[10])
 redis.call("ZADD", KEYS[3], seq, id)
 redis.call("ZADD", KEYS[4], seq, id)
 redis.call("SADD", KEYS[6], id)

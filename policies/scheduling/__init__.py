@@ -1,6 +1,7 @@
 """Scheduling policies, selected by name through ``SCHEDULING_POLICIES``."""
 
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
+from policies.scheduling.capped import TeamCaps
 from policies.scheduling.gang import GangSchedulingPolicy
 from policies.scheduling.pollux import PolluxSchedulingPolicy
 from policies.scheduling.shared import SharedSchedulingPolicy
@@ -16,5 +17,6 @@ __all__ = [
     "SharedSchedulingPolicy",
     "StaticPartitionSchedulingPolicy",
     "StrictPrioritySchedulingPolicy",
+    "TeamCaps",
     "TiresiasSchedulingPolicy",
 ]

@@ -17,19 +17,21 @@ started twice at the same time, and never lost."""
 def mlp_job(
     name: str,
     *,
-    gpus: int = 1,
+    gpus: int | dict[str, int] = 1,
     cls: str = "bulk",
     workload: str = "mlp",
+    team: str = "e2e",
     **run: Any,
 ) -> JobSpec:
-    """An MLP job of ``gpus`` GPUs; ``run`` sets run settings (steps or duration_s...)."""
+    """An MLP job of ``gpus`` GPUs (or a ``{"min", "max"}`` range); ``run`` sets run settings
+    (steps or duration_s...)."""
     sla = (
         {"throughput": {"min_samples_per_s": 1}} if cls == "bulk" else {"latency": {"max_ms": 1000}}
     )
     return parse_spec(
         {
             "name": name,
-            "team": "e2e",
+            "team": team,
             "class": cls,
             "workload": workload,
             "sla": sla,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.sim.synthetic import SIZES, concurrent_gpus, interactive_sessions
-from orchestrator.sim.teams import teams_from_usage
 from orchestrator.sim.trace import TraceJob, philly_window
+from orchestrator.teams import teams_from_usage
 from tests.sim.test_fidelity import HAVE_TRACES
 
 

@@ -1,6 +1,7 @@
 """Team config: YAML validated once into pydantic models, handed to policies as plain views.
 
 ```yaml
+allow_unlisted: true   # false: a job from a team not listed here is refused at submission
 teams:
   - name: vision
     weight: 2          # share of the GPUs beyond guarantees, relative to other teams
@@ -49,6 +50,10 @@ class TeamConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     teams: list[TeamSpec] = Field(default_factory=list)
+    allow_unlisted: bool = Field(
+        default=True,
+        description="accept jobs from teams not listed (weight 1, no guarantee, no cap)",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> Self:
@@ -72,6 +77,42 @@ class TeamConfig(BaseModel):
             )
         return tuple(TeamView(t.name, t.weight, t.guaranteed_gpus, t.max_gpus) for t in self.teams)
 
+    def team(self, name: str) -> TeamSpec | None:
+        """The listed team called ``name``, if any."""
+        return next((t for t in self.teams if t.name == name), None)
+
+    def admission_problems(self, team: str, min_gpus: int) -> list[str]:
+        """Why a job of ``team`` needing at least ``min_gpus`` GPUs must be refused (none: it
+        may be queued). A job that could never run under its team's cap is refused up front
+        rather than left waiting forever."""
+        spec = self.team(team)
+        if spec is None:
+            if self.allow_unlisted:
+                return []
+            listed = ", ".join(t.name for t in self.teams) or "none"
+            return [f"team: {team!r} is not a configured team; allowed: {listed}"]
+        if spec.max_gpus and min_gpus > spec.max_gpus:
+            return [
+                f"resources.gpus.min: {min_gpus} is more than team {team!r} may hold "
+                f"(max_gpus {spec.max_gpus}); ask for at most {spec.max_gpus}"
+            ]
+        return []
+
+
+def parse_teams(data: object, source: str = "<teams>") -> TeamConfig:
+    """Validate a team config from plain data.
+
+    Raises:
+        SpecError: invalid fields, one line per problem with its path.
+    """
+    try:
+        return TeamConfig.model_validate(data or {})
+    except ValidationError as err:
+        problems = [
+            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors()
+        ]
+        raise SpecError(source, problems) from None
+
 
 def load_teams(path: Path) -> TeamConfig:
     """Read and validate a team config file.
@@ -83,13 +124,7 @@ def load_teams(path: Path) -> TeamConfig:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:
         raise SpecError(str(path), [f"cannot read YAML: {err}"]) from None
-    try:
-        return TeamConfig.model_validate(data or {})
-    except ValidationError as err:
-        problems = [
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors()
-        ]
-        raise SpecError(str(path), problems) from None
+    return parse_teams(data, str(path))
 
 
 def teams_from_usage(

@@ -1,0 +1,123 @@
+"""Elastic jobs live: the settings a job runs with on N GPUs, and what N GPUs are worth to it.
+
+A bulk job whose ``resources.gpus`` is a range may be started, grown or shrunk anywhere in it.
+Its **global batch** (micro-batch x accumulation x GPUs at its requested size) is kept whatever
+the size: the micro-batch and accumulation are re-derived, never the batch the optimizer sees,
+so the training (and its step count) is the same as on the requested size. Sizes on which the
+global batch cannot be kept with a micro-batch no larger than the requested one (so no new
+out-of-memory risk) are not used.
+
+What a size is worth (the ``speedup`` curve the elastic policy maximises) comes from the job's
+profile: the tuner's one-GPU measurement and every throughput the job has shown while running
+on some number of GPUs (kept in Redis per job). Between known sizes it is interpolated; beyond
+the largest it is extrapolated with the parallel efficiency last seen; with nothing measured it
+is linear.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import redis
+
+from orchestrator.spec import JobSpec
+from orchestrator.store.keys import Keys
+
+__all__ = [
+    "feasible_sizes",
+    "global_batch",
+    "read_throughputs",
+    "record_throughput",
+    "resized_spec",
+    "speedup_curve",
+]
+
+
+def global_batch(spec: JobSpec) -> int:
+    """Samples per optimizer step at the job's requested size."""
+    return spec.run.micro_batch * spec.run.grad_accum * spec.gpus
+
+
+def _split(batch: int, gpus: int, max_micro: int) -> tuple[int, int] | None:
+    """``(micro_batch, grad_accum)`` with ``micro x accum x gpus == batch`` and the largest
+    micro-batch at most ``max_micro`` (fewest accumulation steps), or ``None``."""
+    if batch % gpus:
+        return None
+    per_gpu = batch // gpus
+    for accum in range(max(1, math.ceil(per_gpu / max_micro)), per_gpu + 1):
+        if per_gpu % accum == 0:
+            return per_gpu // accum, accum
+    return None
+
+
+def resized_spec(spec: JobSpec, gpus: int) -> JobSpec | None:
+    """The job's spec for a run on ``gpus`` GPUs, keeping its global batch; ``None`` when that
+    size is outside its range or cannot keep the batch."""
+    lo, hi = spec.resources.gpus.min, spec.resources.gpus.upper
+    if gpus == spec.gpus:
+        return spec
+    if not lo <= gpus <= hi:
+        return None
+    split = _split(global_batch(spec), gpus, spec.run.micro_batch)
+    if split is None:
+        return None
+    micro, accum = split
+    run = spec.run.model_copy(
+        update={"micro_batch": micro, "grad_accum": accum, "data_parallel": gpus}
+    )
+    return spec.model_copy(update={"run": run})
+
+
+def feasible_sizes(spec: JobSpec) -> list[int]:
+    """The GPU counts the job can run on, ascending."""
+    lo, hi = spec.resources.gpus.min, spec.resources.gpus.upper
+    return [n for n in range(lo, hi + 1) if resized_spec(spec, n) is not None]
+
+
+def speedup_curve(spec: JobSpec, measured: Mapping[int, float]) -> tuple[float, ...]:
+    """Goodput on 1..max GPUs (index ``n-1``), in samples/s where measured, for the policy.
+
+    Interpolated between measured sizes, extrapolated beyond the largest at the parallel
+    efficiency seen there (and linearly below the smallest); linear (``n`` on ``n`` GPUs) with
+    nothing measured. Sizes the job cannot keep its batch on are interpolated too, so that a
+    greedy allocator can step across them; the scheduler runs the job on the largest usable
+    size within what the policy gives it.
+    """
+    hi = spec.resources.gpus.upper
+    known = sorted((n, v) for n, v in measured.items() if 1 <= n <= hi and v > 0)
+
+    def estimate(n: int) -> float:
+        if not known:
+            return float(n)
+        below = [(k, v) for k, v in known if k <= n]
+        above = [(k, v) for k, v in known if k >= n]
+        if below and above:
+            (k0, v0), (k1, v1) = below[-1], above[0]
+            return v0 if k1 == k0 else v0 + (v1 - v0) * (n - k0) / (k1 - k0)
+        if above:  # below the smallest measured size: linear down from it
+            k1, v1 = above[0]
+            return v1 * n / k1
+        k0, v0 = below[-1]  # beyond the largest: at the efficiency seen there
+        return v0 * n / k0
+
+    return tuple(round(estimate(n), 6) for n in range(1, hi + 1))
+
+
+def _key(namespace: str, job_id: str) -> str:
+    """``{ns}:scaling:{job}``: GPU count -> samples/s."""
+    return Keys(namespace).key("scaling", job_id)
+
+
+def record_throughput(
+    client: redis.Redis, namespace: str, job_id: str, gpus: int, samples_per_s: float
+) -> None:
+    """Remember the throughput the job showed on ``gpus`` GPUs (the latest replaces older)."""
+    if samples_per_s > 0:
+        client.hset(_key(namespace, job_id), str(gpus), f"{samples_per_s:.6g}")
+
+
+def read_throughputs(client: redis.Redis, namespace: str, job_id: str) -> dict[int, float]:
+    """Throughput per GPU count the job has shown (empty when none)."""
+    raw = client.hgetall(_key(namespace, job_id))
+    return {int(k): float(v) for k, v in raw.items()}

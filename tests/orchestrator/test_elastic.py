@@ -1,0 +1,62 @@
+"""Elastic sizes: the global batch is kept, and the speedup curve comes from measurements."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator import elastic
+from orchestrator.spec import JobSpec, parse_spec
+from orchestrator.store import JobStore
+
+
+def _spec(lo: int = 1, hi: int = 4, micro: int = 8, accum: int = 1, dp: int | None = 2) -> JobSpec:
+    return parse_spec(
+        {
+            "name": "e",
+            "team": "t",
+            "class": "bulk",
+            "workload": "mlp",
+            "sla": {"throughput": {"min_samples_per_s": 1}},
+            "resources": {"gpus": {"min": lo, "max": hi}},
+            "run": {"steps": 10, "micro_batch": micro, "grad_accum": accum, "data_parallel": dp},
+        }
+    )
+
+
+@pytest.mark.parametrize(("gpus", "micro", "accum"), [(1, 8, 2), (2, 8, 1), (4, 4, 1)])
+def test_resize_keeps_the_global_batch(gpus: int, micro: int, accum: int) -> None:
+    spec = _spec()
+    got = elastic.resized_spec(spec, gpus)
+    assert got is not None
+    assert (got.run.micro_batch, got.run.grad_accum, got.gpus) == (micro, accum, gpus)
+    assert elastic.global_batch(got) == elastic.global_batch(spec) == 16
+    assert got.steps_for() == spec.steps_for()
+
+
+def test_sizes_that_cannot_keep_the_batch_are_not_used() -> None:
+    spec = _spec(lo=1, hi=4)  # global batch 16: 3 GPUs cannot split it
+    assert elastic.resized_spec(spec, 3) is None
+    assert elastic.resized_spec(spec, 5) is None  # outside the range
+    assert elastic.feasible_sizes(spec) == [1, 2, 4]
+
+
+def test_the_micro_batch_never_grows_past_the_requested_one() -> None:
+    spec = _spec(lo=1, hi=2, micro=6, accum=1, dp=2)  # 12 samples a step
+    one = elastic.resized_spec(spec, 1)
+    assert one is not None and (one.run.micro_batch, one.run.grad_accum) == (6, 2)
+
+
+def test_speedup_curve_interpolates_and_extrapolates() -> None:
+    spec = _spec(lo=1, hi=4)
+    assert elastic.speedup_curve(spec, {}) == (1.0, 2.0, 3.0, 4.0)  # nothing measured: linear
+    # beyond the largest measured size, at the efficiency seen there (75 per GPU)
+    assert elastic.speedup_curve(spec, {1: 100.0, 2: 150.0}) == (100.0, 150.0, 225.0, 300.0)
+    # between measured sizes, interpolated; below the smallest, linear down
+    assert elastic.speedup_curve(spec, {2: 150.0, 4: 250.0}) == (75.0, 150.0, 200.0, 250.0)
+
+
+def test_throughputs_kept_per_size(store: JobStore) -> None:
+    elastic.record_throughput(store.client, store.namespace, "j1", 2, 123.5)
+    elastic.record_throughput(store.client, store.namespace, "j1", 4, 0.0)  # nothing: ignored
+    assert elastic.read_throughputs(store.client, store.namespace, "j1") == {2: 123.5}
+    assert elastic.read_throughputs(store.client, store.namespace, "j2") == {}
