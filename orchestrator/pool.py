@@ -124,7 +124,9 @@ class GPUPool:
                 if not probe_nvml():
                     kwargs["num_gpus"] = self.settings.virtual_gpus
                 kwargs["num_cpus"] = max(2, os.cpu_count() or 2)
-                ray.init(**kwargs)
+                # "local": always a new instance; a bare ray.init() would join any cluster
+                # already running on this host (someone else's) when RAY_ADDRESS is unset.
+                ray.init(address="local", **kwargs)
                 self.started_ray = True
         except Exception as err:
             where = self.settings.ray_address or "a local Ray instance"

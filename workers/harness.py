@@ -178,9 +178,13 @@ class _Run:
         self.measured_samples = 0
         self.measured_time_s = 0.0
         self.local_steps = 0
+        # Nothing reported yet, so the first step is reported at once: a job's first_step_at
+        # reaches the store right after step 1 whatever report_every_s is.
         self.last_report = -float("inf")
+        self.first_step_at: float | None = None
         self.checkpoint_path: str | None = None
         self.last_saved_step: int | None = None
+        self.checkpoint_write_s: float | None = None
         self.tokens_per_sample = h.workload.tokens_per_sample
         self.ddp: DistributedDataParallel | None = None
         self.forward_module: torch.nn.Module = h.model
@@ -254,6 +258,8 @@ class _Run:
         self.step += 1
         self.samples_seen += h.global_batch
         self.local_steps += 1
+        if self.first_step_at is None:
+            self.first_step_at = time.time()  # wall clock: compared with submission times
         if self.local_steps > cfg.warmup_steps:
             self.latencies_ms.append(elapsed * 1000.0)
             self.measured_samples += h.global_batch
@@ -330,6 +336,7 @@ class _Run:
         self.last_saved_step = self.step
         if h.rank != 0:
             return
+        t0 = time.perf_counter()
         ckpt = Checkpoint(
             step=self.step,
             samples_seen=self.samples_seen,
@@ -344,6 +351,7 @@ class _Run:
             measured_time_s=self.measured_time_s,
         )
         self.checkpoint_path = str(save_checkpoint(h.checkpoint_dir, ckpt))
+        self.checkpoint_write_s = time.perf_counter() - t0
 
     # -- measurement ----------------------------------------------------------------------
 
@@ -382,6 +390,8 @@ class _Run:
             "world_size": h.world_size,
             "global_batch": h.global_batch,
             "warmup_steps": h.config.warmup_steps,
+            "first_step_at": self.first_step_at,
+            "checkpoint_write_s": self.checkpoint_write_s,
             **self._metrics(),
             **self.nvml.snapshot(),
         }
@@ -416,6 +426,8 @@ class _Run:
             param_fingerprint=fingerprint,
             telemetry=self.nvml.snapshot(),
             checkpoint_path=self.checkpoint_path,
+            first_step_at=self.first_step_at,
+            checkpoint_write_s=self.checkpoint_write_s,
         )
 
 

@@ -33,6 +33,8 @@ REPORT_KEYS: tuple[str, ...] = (
     "global_batch",
     "measured_steps",
     "warmup_steps",
+    "first_step_at",
+    "checkpoint_write_s",
     "nvml",
 )
 
@@ -62,6 +64,12 @@ class RunResult:
         param_fingerprint: sum of absolute values of all parameters (float64), a cheap check
             that two runs ended with the same model.
         checkpoint_path: the last checkpoint written or resumed from, if any.
+        first_step_at: wall-clock time (``time.time()``) when this run's first optimizer step
+            finished, resumed runs included; ``None`` when no step ran. Reported with the
+            first report, right after step 1, so submit-to-first-step can be measured.
+        checkpoint_write_s: seconds rank 0 took to write this run's last checkpoint (state
+            dicts, serialisation, fsync, rename); ``None`` when this run wrote none, and on
+            other ranks.
     """
 
     status: str
@@ -83,6 +91,8 @@ class RunResult:
     param_fingerprint: float
     telemetry: dict[str, Any] = field(default_factory=dict)
     checkpoint_path: str | None = None
+    first_step_at: float | None = None
+    checkpoint_write_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict of every field."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,46 @@ def test_reports_are_throttled() -> None:
     Harness(tiny("mlp", steps=5), report=reports.append, report_every_s=3600.0).run()
     # The first step reports (nothing was reported yet), then only the final report.
     assert [r["status"] for r in reports] == ["running", "finished"]
+
+
+def test_first_step_is_reported_at_once_with_its_wall_clock_time() -> None:
+    reports: list[tuple[float, dict[str, Any]]] = []
+    before = time.time()
+    result = Harness(
+        tiny("mlp", steps=5),
+        report=lambda r: reports.append((time.time(), r)),
+        report_every_s=3600.0,
+    ).run()
+    # However rarely reports are sent, step 1 is reported right away, with when it ended.
+    (sent, first), (_, final) = reports
+    assert first["step"] == 1 and first["status"] == "running"
+    assert before < first["first_step_at"] <= sent
+    assert final["first_step_at"] == first["first_step_at"] == result.first_step_at
+
+
+def test_first_step_at_is_none_without_a_step(tmp_path: Path) -> None:
+    result = Harness(tiny("mlp"), checkpoint_dir=tmp_path, should_stop=lambda: True).run()
+    assert result.steps_done == 0
+    assert result.first_step_at is None
+
+
+def test_checkpoint_write_time_is_reported(tmp_path: Path) -> None:
+    assert Harness(tiny("mlp")).run().checkpoint_write_s is None  # no checkpoint directory
+    reports: list[dict[str, Any]] = []
+    polls = iter(range(100))
+    result = Harness(
+        tiny("mlp", steps=50, checkpoint_every=2),
+        checkpoint_dir=tmp_path,
+        should_stop=lambda: next(polls) >= 3,
+        report=reports.append,
+        report_every_s=0.0,
+    ).run()
+    assert result.status == "stopped" and result.steps_done == 3
+    # Step 1 wrote nothing yet; step 2 wrote the periodic checkpoint; the stop wrote step 3's.
+    assert [r["checkpoint_write_s"] is None for r in reports] == [True, False, False, False]
+    assert result.checkpoint_write_s is not None and result.checkpoint_write_s > 0
+    assert reports[-1]["status"] == "stopped"
+    assert reports[-1]["checkpoint_write_s"] == result.checkpoint_write_s
 
 
 def test_a_failing_report_sink_does_not_stop_the_run() -> None:
