@@ -49,7 +49,13 @@ def _settings(**overrides: object) -> Settings:
 def up(
     virtual_gpus: VirtualGPUs = None,
     policy: Annotated[
-        str | None, typer.Option(help="Scheduling policy: gang (default), shared, tiresias.")
+        str | None,
+        typer.Option(
+            help=(
+                "Scheduling policy: shared (default), gang, tiresias, pollux, "
+                "strict-priority, static-partition."
+            )
+        ),
     ] = None,
 ) -> None:
     """Start the pool and run the scheduler until interrupted (Ctrl-C requeues running jobs)."""

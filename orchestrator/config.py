@@ -48,7 +48,7 @@ class Settings(BaseModel):
     namespace: str = Field(default="orch", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     virtual_gpus: int = Field(default=4, ge=1, le=1024)
     scheduler_interval_s: float = Field(default=0.5, gt=0, le=60)
-    policy: str = Field(default="gang", min_length=1)
+    policy: str = Field(default="shared", min_length=1)
     stop_grace_s: float = Field(default=30.0, gt=0, le=3600)
 
     @classmethod

@@ -31,7 +31,7 @@ def open_store(settings: Settings) -> tuple[JobStore, str]:
     return JobStore(open_url(url), settings.namespace), url
 
 
-def make_policy(name: str = "gang", **options: str) -> SchedulingPolicy:
+def make_policy(name: str = "shared", **options: str) -> SchedulingPolicy:
     """The scheduling policy registered as ``name``, with its options.
 
     Raises:
