@@ -122,6 +122,8 @@ class Scheduler:
         self._queued: dict[str, QueuedJob] = {}
         self._nodes: list[NodeInfo] = []
         self._teams: tuple[TeamView, ...] = ()
+        self._queue_ids: tuple[int, list[str]] = (-1, [])  # (queue version, ids) last read
+        self._published: tuple[float, object] = (0.0, None)  # when, and what the pool view was
         self._elastic: dict[str, tuple[JobSpec, tuple[float, ...]]] = {}
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -336,12 +338,22 @@ class Scheduler:
         nodes = tuple(
             NodeView(n.node_id, n.gpus, n.gpus - held.get(n.node_id, 0)) for n in self._nodes
         )
-        ids = [j for c in ("interactive", "bulk") for j in self.store.queued(c)]
+        version = self.store.queue_version()
+        if version != self._queue_ids[0]:  # most rounds nothing joined or left the queue
+            self._queue_ids = (
+                version,
+                [j for c in ("interactive", "bulk") for j in self.store.queued(c)],
+            )
+        ids = self._queue_ids[1]
         # What a queued job shows a policy never changes after submission: fetch new ids only.
         missing = [j for j in ids if j not in self._queued]
         for fields in self.store.queue_fields(missing):
             self._queued[fields[0]] = QueuedJob(*fields)
-        queue = [self._queue_view(self._queued[j]) for j in ids if j in self._queued]
+        cached = self._queued
+        queue = [
+            q if q.min_gpus == q.max_gpus else self._queue_view(q)
+            for q in (cached[j] for j in ids if j in cached)
+        ]
         if len(self._queued) > 2 * len(ids) + 1000:  # forget jobs that left the queue
             self._queued = {j: self._queued[j] for j in ids if j in self._queued}
             live = set(ids) | set(self.runs)
@@ -505,15 +517,8 @@ class Scheduler:
         return all(n in virtual for n in nodes)
 
     def _forward_cancels(self) -> None:
-        if not self.runs:
-            return
-        pipe = self.store.client.pipeline(transaction=False)
-        ids = list(self.runs)
-        for job_id in ids:
-            pipe.hget(self.store.keys.job(job_id), "state")
-        for job_id, state in zip(ids, pipe.execute(), strict=True):
-            if state == JobState.CANCELLING.value:
-                self.runs[job_id].request_stop()
+        for job_id in self.store.cancelling(self.runs):
+            self.runs[job_id].request_stop()
 
     def _reap(self, requeue_stopped: bool = False) -> None:
         for job_id, run in list(self.runs.items()):
@@ -643,6 +648,13 @@ class Scheduler:
         return f"{met}: {verdict.measured} (target {verdict.target})"
 
     def _publish_pool(self, snapshot: Snapshot) -> None:
+        """Publish the pool view for `orch pool`: when the jobs holding GPUs changed, else at
+        most once a second (it is read by people, and costs a serialisation per round)."""
+        placed = {job_id: run.nodes for job_id, run in self.runs.items()}
+        now = time.monotonic()
+        if placed == self._published[1] and now - self._published[0] < 1.0:
+            return
+        self._published = (now, placed)
         held = Counter(n for run in self.runs.values() for n in run.nodes)
         view = {
             "at": time.time(),

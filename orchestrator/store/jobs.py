@@ -52,6 +52,14 @@ if redis.call("EXISTS", KEYS[1]) == 0 then return false end
 redis.call("HSET", KEYS[1], "message", ARGV[1])
 return 1
 """
+# The jobs (hash keys) whose state is "cancelling".
+_CANCELLING_LUA = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  if redis.call("HGET", key, "state") == "cancelling" then out[#out + 1] = key end
+end
+return out
+"""
 _ID_TRIES = 16
 _BATCH = 500
 
@@ -75,6 +83,7 @@ class JobStore:
         self._transition = client.register_script(_TRANSITION_LUA)
         self._incr_attempts = client.register_script(_INCR_ATTEMPTS_LUA)
         self._annotate = client.register_script(_ANNOTATE_LUA)
+        self._cancelling = client.register_script(_CANCELLING_LUA)
         self._teams: tuple[str | None, TeamConfig | None] = (None, None)
 
     # ---- teams -------------------------------------------------------------------------------
@@ -171,6 +180,7 @@ class JobStore:
                 k.queue(spec.job_class),
                 k.events(job_id),
                 k.names(spec.name),
+                k.queue_version,
             ],
             "args": [
                 job_id,
@@ -230,7 +240,7 @@ class JobStore:
                 value = ""
             extra += [name, value if isinstance(value, str) else json.dumps(value)]
         reply = self._transition(
-            keys=[self.keys.job(job_id), self.keys.events(job_id)],
+            keys=[self.keys.job(job_id), self.keys.events(job_id), self.keys.queue_version],
             args=[
                 target.value,
                 " ".join(s.value for s in sources(target)),
@@ -355,6 +365,19 @@ class JobStore:
     def queued(self, job_class: str) -> builtins.list[str]:
         """Ids of the queued jobs of a class, oldest submission first."""
         return _strs(self.client.zrange(self.keys.queue(job_class), 0, -1))
+
+    def queue_version(self) -> int:
+        """A counter that changes whenever any queue's membership does (submission, a job
+        leaving or re-entering the queue): equal values mean the same queues."""
+        return int(cast(str | None, self.client.get(self.keys.queue_version)) or 0)
+
+    def cancelling(self, job_ids: Iterable[str]) -> builtins.list[str]:
+        """Which of these jobs are being cancelled (one round trip, a short reply)."""
+        keys = [self.keys.job(j) for j in job_ids]
+        if not keys:
+            return []
+        found = self._cancelling(keys=keys)
+        return [k.removeprefix(self.keys.key("job", "")) for k in _strs(found)]
 
     def events(self, job_id: str) -> builtins.list[dict[str, Any]]:
         """The job's state changes, oldest first: ``{id, event, from, message, ts}``.

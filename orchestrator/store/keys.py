@@ -28,6 +28,7 @@ class Keys:
         ns:events:{id}             stream  state changes {event, ts, message, from}
         ns:queue:{class}           zset    queued job ids of a class, score = submit sequence
         ns:names:{name}            set     ids of the jobs with that name
+        ns:queue-version           string  bumped whenever a queue's membership changes
         ns:metrics:{id}            hash    latest value of each metric (JSON)
         ns:metrics-stream:{id}     stream  metric reports, capped
         ns:{part}:{part}...        anything else, through :meth:`key`
@@ -70,6 +71,11 @@ class Keys:
     def queue(self, job_class: str) -> str:
         """Queued job ids of one class, scored by submit sequence (lowest first = FIFO)."""
         return self.key("queue", job_class)
+
+    @property
+    def queue_version(self) -> str:
+        """Counter bumped on every change of a queue's membership (a cheap "has it changed")."""
+        return self.key("queue-version")
 
     @property
     def queue_prefix(self) -> str:

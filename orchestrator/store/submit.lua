@@ -1,7 +1,7 @@
 -- Write a new job, queued, in one step: never a half-written job.
 --
 -- KEYS[1] submit counter   KEYS[2] job hash    KEYS[3] all jobs zset   KEYS[4] class queue
--- KEYS[5] event stream     KEYS[6] name set
+-- KEYS[5] event stream     KEYS[6] name set        KEYS[7] queue version counter
 -- ARGV[1] id  ARGV[2] name  ARGV[3] team  ARGV[4] class  ARGV[5] spec (JSON)  ARGV[6] gpus
 -- ARGV[7] submitted by ("" if unknown)  ARGV[8] event stream cap (approximate MAXLEN)
 -- ARGV[9] fewest GPUs  ARGV[10] most GPUs (an elastic job's range)
@@ -23,6 +23,7 @@ redis.call("HSET", KEYS[2],
   "attempts", 0, "message", "", "by", ARGV[7], "gpus_min", ARGV[9], "gpus_max", ARGV[10])
 redis.call("ZADD", KEYS[3], seq, id)
 redis.call("ZADD", KEYS[4], seq, id)
+redis.call("INCR", KEYS[7])
 redis.call("SADD", KEYS[6], id)
 
 local by = ""

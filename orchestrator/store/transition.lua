@@ -1,6 +1,7 @@
 -- Move one job to a new state, atomically (the store's only state writer).
 --
 -- KEYS[1]  the job hash            KEYS[2]  the job's event stream
+-- KEYS[3]  the queue version counter (bumped whenever a queue's membership changes)
 -- ARGV[1]  target state
 -- ARGV[2]  states the target may be entered from, space-separated (from states.py, so the
 --          transition table lives in Python only)
@@ -41,8 +42,10 @@ local job = redis.call("HMGET", KEYS[1], "id", "class", "seq")
 local queue = ARGV[5] .. job[2]
 if target == "queued" then
   redis.call("ZADD", queue, job[3], job[1])
+  redis.call("INCR", KEYS[3])
 elseif current == "queued" then
   redis.call("ZREM", queue, job[1])
+  redis.call("INCR", KEYS[3])
 end
 
 return {"ok", current, redis.call("HGETALL", KEYS[1])}

@@ -400,3 +400,29 @@ def test_submit_many_writes_whole_jobs_in_fifo_order(store: JobStore) -> None:
         rec = store.get(job_id)
         assert rec.state is JobState.QUEUED and rec.by == "bench"
         assert [e["event"] for e in store.events(job_id)] == ["submitted", "queued"]
+
+
+def test_queue_version_changes_exactly_when_a_queue_does(store: JobStore) -> None:
+    v0 = store.queue_version()
+    a = store.submit(_spec_for_annotate())
+    v1 = store.queue_version()
+    assert v1 != v0
+    store.annotate(a.id, "waiting")  # not a queue change
+    assert store.queue_version() == v1
+    store.transition(a.id, JobState.PLACED)  # leaves the queue
+    v2 = store.queue_version()
+    assert v2 != v1
+    store.transition(a.id, JobState.RUNNING)  # not a queue change
+    assert store.queue_version() == v2
+    store.transition(a.id, JobState.QUEUED)  # back in the queue
+    assert store.queue_version() != v2
+
+
+def test_cancelling_lists_only_jobs_being_cancelled(store: JobStore) -> None:
+    a, b = (store.submit(_spec_for_annotate()).id for _ in range(2))
+    for job_id in (a, b):
+        store.transition(job_id, JobState.PLACED)
+        store.transition(job_id, JobState.RUNNING)
+    store.transition(b, JobState.CANCELLING)
+    assert store.cancelling([a, b, "gone-000000"]) == [b]
+    assert store.cancelling([]) == []
