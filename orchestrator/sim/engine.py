@@ -19,10 +19,12 @@ makes 100,000-job traces fast; the Pollux reproduction runs every round, as publ
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from orchestrator.sim.errors import PolicyViolation
 from orchestrator.sim.metrics import JobRecord, SimResult, Usage
@@ -82,6 +84,10 @@ class _Job:
     view: QueuedJob | RunningJob | None = None
     speedup_key: object = None
     speedup: tuple[float, ...] = ()
+    speedup_final: bool = False  # ``speedup`` cannot change any more: no need to ask again
+    lo: int = 0  # ``spec.lo``, ``spec.team`` and ``spec.checkpoint``, read every round
+    team: str = ""
+    checkpoint_s: float = 0.0
 
 
 def _placement(nodes: tuple[str, ...]) -> tuple[int, ...]:
@@ -104,7 +110,7 @@ class Simulator:
         jobs: the trace.
         policy: any :class:`~policies.scheduling.SchedulingPolicy` (the live scheduler's kind).
         nodes: ``(node_id, gpus)`` per node, in the pool's stable order.
-        teams: the team config as plain views (see :mod:`orchestrator.sim.teams`).
+        teams: the team config as plain views (see :mod:`orchestrator.teams`).
         config: simulator settings.
         traces_root: the Pollux data folder for ``app`` jobs (default: the standard lookup).
     """
@@ -132,7 +138,8 @@ class Simulator:
                 model = ProfileJobModel(spec.app, spec.batch_size, traces_root)
             else:
                 model = ParametricJobModel(spec.duration, spec.gpus, self.config.sigma)
-            self.jobs.append(_Job(spec, seq, model))
+            job = _Job(spec, seq, model, lo=spec.lo, team=spec.team, checkpoint_s=spec.checkpoint)
+            self.jobs.append(job)
         self.by_id = {j.spec.name: j for j in self.jobs}
         self.now = 0.0
         self.queued: dict[str, _Job] = {}
@@ -140,11 +147,30 @@ class Simulator:
         self.usage = Usage(self.total_gpus)
         self.decision_s: list[tuple[int, float]] = []
         self.rounds = 0
+        # kept up to date instead of recomputed every round (a round must cost little more
+        # than the policy's decision, for 100,000-job traces)
+        self._node_views = {n: NodeView(n, self.capacity[n], self.free[n]) for n in self.node_ids}
+        self._nodes = tuple(map(self._node_views.__getitem__, self.node_ids))
+        self._changed: set[str] = set()  # nodes whose free GPUs changed since the last snapshot
+        self._completed: list[_Job] = []  # running jobs that completed in the last interval
+        self._asked = 0  # GPUs the queued and running jobs asked for
 
     # ---- main loop -------------------------------------------------------------------------
 
     def run(self) -> SimResult:
         """Run to completion (or the horizon) and return the per-job records and totals."""
+        # The cyclic garbage collector is paused for the run: a round makes many short-lived
+        # objects but no reference cycles to speak of, and with 100,000 jobs in memory the
+        # collector's passes over them cost a quarter of the run. It resumes afterwards.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _run(self) -> SimResult:
         cfg = self.config
         arrivals = 0
         n = len(self.jobs)
@@ -152,15 +178,17 @@ class Simulator:
         wall = time.perf_counter()
         while done < n:
             # jobs that completed during the last interval release their GPUs
-            finished = [j for j in self.running.values() if j.completed_at is not None]
-            for job in finished:
+            for job in self._completed:
                 self._release(job)
                 job.state = _DONE
+                self._asked -= job.spec.gpus
                 done += 1
+            self._completed.clear()
             while arrivals < n and self.jobs[arrivals].spec.submit_time <= self.now:
                 job = self.jobs[arrivals]
                 job.state = _QUEUED
                 self.queued[job.spec.name] = job
+                self._asked += job.spec.gpus
                 arrivals += 1
             if self.queued or self.running:
                 self._round()
@@ -187,8 +215,11 @@ class Simulator:
         nxt = math.inf
         if arrivals < len(self.jobs):
             nxt = self.jobs[arrivals].spec.submit_time
+        now = self.now
         for job in self.running.values():
-            nxt = min(nxt, self.now + job.restart_left + job.model.remaining_time(job.placement))
+            done_at = now + job.restart_left + job.model.remaining_time(job.placement)
+            if done_at < nxt:
+                nxt = done_at
         if self.queued:
             nxt = min(nxt, self.now + cfg.max_idle_s)
         gap = max(step, math.ceil((nxt - self.now) / step - 1e-9) * step)
@@ -199,12 +230,12 @@ class Simulator:
         held = self.total_gpus - sum(self.free.values())
         # demand: what the jobs asked for, not what elastic ones were grown to (the same
         # jobs make the same demand under every policy)
-        demand = sum(j.spec.gpus for j in self.queued.values()) + sum(
-            j.spec.gpus for j in self.running.values()
-        )
+        demand = self._asked
         restarting = 0.0
+        team_held: dict[str, int] = {}
         for job in self.running.values():
             gpus = len(job.nodes)
+            team_held[job.team] = team_held.get(job.team, 0) + gpus
             job.attained += gpus * dt
             if job.completed_at is not None:
                 continue
@@ -214,13 +245,20 @@ class Simulator:
                 job.restart_left -= d
                 left -= d
                 restarting += d * gpus
-            ckpt = job.spec.checkpoint
+            ckpt = job.checkpoint_s
             elapsed = dt - left
+            if ckpt <= 0:  # the usual case: one step, no checkpoint to take
+                used = job.model.advance(job.placement, left) if left > 0 else None
+                if used is not None:
+                    job.completed_at = self.now + elapsed + used
+                    self._completed.append(job)
+                continue
             while left > 0:
                 chunk = min(left, ckpt - job.since_ckpt) if ckpt > 0 else left
                 used = job.model.advance(job.placement, chunk)
                 if used is not None:
                     job.completed_at = self.now + elapsed + used
+                    self._completed.append(job)
                     break
                 elapsed += chunk
                 left -= chunk
@@ -229,19 +267,22 @@ class Simulator:
                     if job.since_ckpt >= ckpt - 1e-9:
                         job.since_ckpt = 0.0
                         job.ckpt = job.model.state()
-        self.usage.add(dt, held, restarting, demand, self._team_held())
+        self.usage.add(dt, held, restarting, demand, team_held)
         self.now = until
-
-    def _team_held(self) -> dict[str, int]:
-        held: dict[str, int] = {}
-        for job in self.running.values():
-            held[job.spec.team] = held.get(job.spec.team, 0) + len(job.nodes)
-        return held
 
     # ---- one round -------------------------------------------------------------------------
 
     def _round(self) -> None:
         snapshot = self.snapshot()
+        # each team's demand for its entitlement (see Usage.note_entitlement), from the jobs
+        # as the snapshot shows them: a queued job asks for its lo, a running one for
+        # max(gpus, lo)
+        demand: dict[str, int] = {}
+        for job in self.queued.values():
+            demand[job.team] = demand.get(job.team, 0) + job.lo
+        for job in self.running.values():
+            gpus = len(job.nodes)
+            demand[job.team] = demand.get(job.team, 0) + (gpus if gpus >= job.lo else job.lo)
         if self.config.time_decisions:
             t0 = time.perf_counter()
             decisions = self.policy.decide(snapshot)
@@ -251,19 +292,30 @@ class Simulator:
         self.rounds += 1
         for d in decisions:
             self._apply(d)
-        self.usage.note_entitlement(snapshot, self.teams)
+        self.usage.note_entitlement(demand, self.teams, snapshot.total_gpus)
 
     def snapshot(self) -> Snapshot:
         """The immutable view of this round (what the live scheduler would build)."""
-        nodes = tuple(NodeView(nid, self.capacity[nid], self.free[nid]) for nid in self.node_ids)
-        queue = tuple(v for j in self.queued.values() if isinstance(v := self._view(j), QueuedJob))
+        if self._changed:
+            for nid in self._changed:
+                self._node_views[nid] = NodeView(nid, self.capacity[nid], self.free[nid])
+            self._changed.clear()
+            self._nodes = tuple(map(self._node_views.__getitem__, self.node_ids))
+        nodes = self._nodes
+        # a job's view is rebuilt only when it may have changed (the fast path of _view); a
+        # queued job's view is a QueuedJob, a running one's a RunningJob
+        queue = tuple(
+            j.view if j.view is not None and j.speedup_final else self._view(j)
+            for j in self.queued.values()
+        )
         running = tuple(
-            v for j in self.running.values() if isinstance(v := self._view(j), RunningJob)
+            j.view if j.view is not None and j.speedup_final else self._view(j)
+            for j in self.running.values()
         )
         return Snapshot(
             nodes,
-            queue,
-            running,
+            cast(tuple[QueuedJob, ...], queue),
+            cast(tuple[RunningJob, ...], running),
             now=self.now,
             seed=self.config.seed,
             teams=self.teams,
@@ -271,15 +323,21 @@ class Simulator:
         )
 
     def _speedup(self, job: _Job) -> tuple[float, ...]:
+        if job.speedup_final:
+            return job.speedup
         if job.spec.lo == job.spec.hi:
+            job.speedup_final = True
             return ()  # rigid: the policy never needs its curve
         speedup = job.model.speedup(job.spec.hi)
         if speedup is not job.speedup:
             job.speedup = speedup
             job.view = None
+        job.speedup_final = not job.model.speedup_changes
         return speedup
 
     def _view(self, job: _Job) -> QueuedJob | RunningJob:
+        if job.view is not None and job.speedup_final:
+            return job.view
         speedup = self._speedup(job)
         if job.view is not None:
             return job.view
@@ -398,6 +456,7 @@ class Simulator:
                 )
         for node, count in need.items():
             self.free[node] -= count
+        self._changed.update(need)
         job.nodes = tuple(d.nodes)
         job.placement = _placement(job.nodes)
         job.restart_left = self.config.restart_s
@@ -408,6 +467,7 @@ class Simulator:
     def _release(self, job: _Job) -> None:
         for node in job.nodes:
             self.free[node] += 1
+        self._changed.update(job.nodes)
         job.nodes = ()
         job.placement = ()
         job.view = None

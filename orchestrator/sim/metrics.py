@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from policies.sharing import entitlements
-from policies.snapshot import Snapshot, TeamView
+from policies.snapshot import TeamView
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class Usage:
     team_held: dict[str, float] = field(default_factory=dict)
     team_entitled: dict[str, float] = field(default_factory=dict)
     _entitled: dict[str, int] = field(default_factory=dict)
+    _entitled_for: tuple[object, ...] = ()
 
     def add(
         self, dt: float, held: int, restart_gpu_s: float, demand: int, teams: dict[str, int]
@@ -70,14 +71,21 @@ class Usage:
         for team, gpus in self._entitled.items():
             self.team_entitled[team] = self.team_entitled.get(team, 0.0) + gpus * dt
 
-    def note_entitlement(self, snapshot: Snapshot, teams: Sequence[TeamView]) -> None:
-        """Record each team's entitlement for the coming interval (from its demand now)."""
-        demand: dict[str, int] = {}
-        for q in snapshot.queue:
-            demand[q.team] = demand.get(q.team, 0) + q.lo
-        for r in snapshot.running:
-            demand[r.team] = demand.get(r.team, 0) + max(r.gpus, r.lo)
-        self._entitled = entitlements(demand, teams, snapshot.total_gpus)
+    def note_entitlement(
+        self, demand: Mapping[str, int], teams: Sequence[TeamView], total: int
+    ) -> None:
+        """Record each team's entitlement for the coming interval.
+
+        Args:
+            demand: GPUs per team now: its queued jobs' ``lo``, its running jobs'
+                ``max(gpus, lo)``.
+            teams: the team config.
+            total: GPUs in the pool.
+        """
+        key = (dict(demand), teams, total)
+        if key != self._entitled_for:  # same demand, same entitlement: skip the water-filling
+            self._entitled_for = key
+            self._entitled = entitlements(demand, teams, total)
 
 
 @dataclass

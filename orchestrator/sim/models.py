@@ -26,6 +26,9 @@ class JobModel(abc.ABC):
     ``placement`` is the number of GPUs on each node the job uses, in allocation order.
     """
 
+    speedup_changes = True
+    """Whether ``speedup`` may change as the job progresses (if not, callers may ask once)."""
+
     @abc.abstractmethod
     def advance(self, placement: tuple[int, ...], seconds: float) -> float | None:
         """Run ``seconds`` on ``placement``; return the seconds used if the job completed."""
@@ -73,10 +76,14 @@ class ParametricJobModel(JobModel):
         sigma: serial fraction (0 = linear).
     """
 
+    speedup_changes = False
+
     def __init__(self, duration: float, gpus: int, sigma: float = DEFAULT_SIGMA) -> None:
         self.sigma = sigma
         self.work = duration * amdahl(gpus, sigma)
         self.done = 0.0
+        self._on: tuple[int, ...] | None = None  # the placement ``_on_rate`` is for
+        self._on_rate = 0.0
 
     def rate(self, gpus: int) -> float:
         """Work per second on ``gpus`` GPUs."""
@@ -84,7 +91,9 @@ class ParametricJobModel(JobModel):
 
     def advance(self, placement: tuple[int, ...], seconds: float) -> float | None:
         """See :meth:`JobModel.advance`."""
-        rate = amdahl(sum(placement), self.sigma)
+        if placement is not self._on:  # a job keeps its placement many rounds: cache the rate
+            self._on, self._on_rate = placement, amdahl(sum(placement), self.sigma)
+        rate = self._on_rate
         left = self.work - self.done
         if rate * seconds >= left - 1e-9:
             self.done = self.work
@@ -106,7 +115,9 @@ class ParametricJobModel(JobModel):
 
     def remaining_time(self, placement: tuple[int, ...]) -> float:
         """See :meth:`JobModel.remaining_time`."""
-        return (self.work - self.done) / amdahl(sum(placement), self.sigma)
+        if placement is not self._on:
+            self._on, self._on_rate = placement, amdahl(sum(placement), self.sigma)
+        return (self.work - self.done) / self._on_rate
 
     @property
     def fraction_done(self) -> float:

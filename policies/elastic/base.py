@@ -9,9 +9,12 @@ from dataclasses import dataclass
 from policies.registry import Registry
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ElasticJob:
     """What the allocator knows of one bulk job.
+
+    A scheduling policy builds one for every bulk job every round, so this is a plain slotted
+    dataclass (a frozen one takes several times longer to build); allocators only read it.
 
     Attributes:
         job_id: the job.
@@ -67,16 +70,19 @@ def admit(jobs: Sequence[ElasticJob], gpus: int, size: dict[str, int]) -> int:
     Fills ``size`` (job id -> GPUs) and returns the GPUs left.
     """
     left = gpus
+    size.update(dict.fromkeys([j.job_id for j in jobs], 0))
     for j in jobs:
-        size[j.job_id] = 0
-    for j in jobs:
-        want = max(j.floor, j.lo) if j.floor else 0
-        want = min(want, j.hi)
+        if j.floor:
+            want = min(max(j.floor, j.lo), j.hi)
+        elif j.hi < 0:  # as min(0, hi): never for a valid job
+            want = j.hi
+        else:
+            continue
         if want and want <= left:
             size[j.job_id] = want
             left -= want
     for j in jobs:
-        if size[j.job_id] == 0 and j.lo <= left:
+        if j.lo <= left and size[j.job_id] == 0:
             size[j.job_id] = j.lo
             left -= j.lo
     return left

@@ -56,32 +56,38 @@ class GoodputElastic(ElasticAllocation):
         for j in jobs:  # sticky: running jobs get their GPUs back first
             n = size[j.job_id]
             if n and j.current > n:
-                add = min(j.current - n, left)
+                add = j.current - n
+                if add > left:
+                    add = left
                 size[j.job_id] = n + add
                 left -= add
+        value = self._value
         frozen: set[str] = set()
         while left > 0:
-            heap: list[tuple[float, int, str]] = []
-            index = {j.job_id: (i, j) for i, j in enumerate(jobs)}
+            # (-gain of one more GPU, position, the value with it): the largest gain pops first,
+            # ties to the earlier job; the value is kept for the job's next gain
+            heap: list[tuple[float, int, float]] = []
             for i, j in enumerate(jobs):
                 n = size[j.job_id]
                 if n and n < j.hi and j.job_id not in frozen:
-                    gain = self._value(j, n + 1) - self._value(j, n)
+                    up = value(j, n + 1)
+                    gain = up - value(j, n)
                     if gain > 1e-12:
-                        heap.append((-gain, i, j.job_id))
+                        heap.append((-gain, i, up))
             if not heap:
                 break
             heapq.heapify(heap)
             while left > 0 and heap:
-                _, i, job_id = heapq.heappop(heap)
-                j = index[job_id][1]
-                n = size[job_id] + 1
-                size[job_id] = n
+                _, i, have = heapq.heappop(heap)
+                j = jobs[i]
+                n = size[j.job_id] + 1
+                size[j.job_id] = n
                 left -= 1
                 if n < j.hi:
-                    gain = self._value(j, n + 1) - self._value(j, n)
+                    up = value(j, n + 1)
+                    gain = up - have
                     if gain > 1e-12:
-                        heapq.heappush(heap, (-gain, i, job_id))
+                        heapq.heappush(heap, (-gain, i, up))
             # a running job whose growth does not pay for its restart keeps what it had
             undone = False
             for j in jobs:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from itertools import compress
 
 from policies.registry import Registry
 
@@ -30,3 +31,37 @@ class Placement(abc.ABC):
 
 
 PLACEMENTS: Registry[Placement] = Registry("placement")
+
+
+def free_total(free: Mapping[str, int]) -> int:
+    """Free GPUs over all nodes (a negative count counts as none)."""
+    counts = free.values()
+    if not counts or min(counts) >= 0:
+        return sum(counts)
+    return sum(f for f in counts if f > 0)
+
+
+def by_most_free(free: Mapping[str, int]) -> list[str]:
+    """Nodes with free GPUs, most free first, in pool order among equals."""
+    nodes = [n for n in compress(free, free.values()) if free[n] > 0]
+    nodes.sort(key=free.__getitem__, reverse=True)  # stable: pool order among equals
+    return nodes
+
+
+def best_fit(gpus: int, free: Mapping[str, int], among: Iterable[str] | None = None) -> str | None:
+    """The node with the fewest free GPUs that still holds ``gpus`` (first in order on ties).
+
+    Args:
+        gpus: GPUs the node must have free, at least 1.
+        free: free GPUs per node id.
+        among: the nodes to consider, in the order ties go by (default: every node, pool order).
+    """
+    best: str | None = None
+    most = 0
+    for n in compress(free, free.values()) if among is None else among:
+        f = free[n]
+        if f >= gpus and (best is None or f < most):
+            best, most = n, f
+            if f == gpus:
+                break  # nothing fits tighter
+    return best

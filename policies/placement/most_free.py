@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from policies.placement.base import PLACEMENTS, Placement
+from policies.placement.base import PLACEMENTS, Placement, by_most_free, free_total
 
 
 @PLACEMENTS.register("most-free")
@@ -19,14 +19,12 @@ class MostFreePlacement(Placement):
 
     def place(self, gpus: int, free: Mapping[str, int]) -> tuple[str, ...] | None:
         """See :meth:`Placement.place`."""
-        if gpus <= 0 or sum(max(0, f) for f in free.values()) < gpus:
+        if gpus <= 0 or free_total(free) < gpus:
             return None
-        left = {n: f for n, f in free.items() if f > 0}
-        order = {n: i for i, n in enumerate(free)}
         nodes: list[str] = []
-        while len(nodes) < gpus:
-            node = min(left, key=lambda n: (-left[n], order[n]))
-            take = min(left[node], gpus - len(nodes))
+        for node in by_most_free(free):  # each node is taken whole, but maybe the last
+            take = min(free[node], gpus - len(nodes))
             nodes.extend([node] * take)
-            left[node] -= take
+            if len(nodes) == gpus:
+                break
         return tuple(nodes)

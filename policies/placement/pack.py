@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from policies.placement.base import PLACEMENTS, Placement
+from policies.placement.base import PLACEMENTS, Placement, best_fit, by_most_free
 
 
 @PLACEMENTS.register("pack")
@@ -22,13 +22,11 @@ class PackPlacement(Placement):
         """See :meth:`Placement.place`."""
         if gpus <= 0 or sum(free.values()) < gpus:
             return None
-        order = {node: i for i, node in enumerate(free)}
-        fits = [n for n, f in free.items() if f >= gpus]
-        if fits:
-            best = min(fits, key=lambda n: (free[n], order[n]))
+        best = best_fit(gpus, free)
+        if best is not None:
             return (best,) * gpus
         nodes: list[str] = []
-        for node in sorted(free, key=lambda n: (-free[n], order[n])):
+        for node in by_most_free(free):
             take = min(free[node], gpus - len(nodes))
             nodes.extend([node] * take)
             if len(nodes) == gpus:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from policies.placement.base import PLACEMENTS, Placement
+from policies.placement.base import PLACEMENTS, Placement, best_fit, by_most_free, free_total
 
 
 @PLACEMENTS.register("topology")
@@ -22,17 +22,18 @@ class TopologyPlacement(Placement):
 
     def place(self, gpus: int, free: Mapping[str, int]) -> tuple[str, ...] | None:
         """See :meth:`Placement.place`."""
-        if gpus <= 0 or sum(max(0, f) for f in free.values()) < gpus:
+        if gpus <= 0 or free_total(free) < gpus:
             return None
-        order = {n: i for i, n in enumerate(free)}
-        ranked = sorted((n for n in free if free[n] > 0), key=lambda n: (-free[n], order[n]))
+        best = best_fit(gpus, free)
+        if best is not None:
+            return (best,) * gpus
+        ranked = by_most_free(free)
         nodes: list[str] = []
         need = gpus
         for i, node in enumerate(ranked):
             if free[node] >= need:
-                rest = [n for n in ranked[i:] if free[n] >= need]
-                best = min(rest, key=lambda n: (free[n], order[n]))
-                nodes.extend([best] * need)
+                tight = best_fit(need, free, ranked[i:])
+                nodes.extend([node if tight is None else tight] * need)
                 return tuple(nodes)
             nodes.extend([node] * free[node])
             need -= free[node]

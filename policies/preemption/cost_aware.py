@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from policies.preemption.base import PREEMPTIONS, Preemption, lost_work, trim
+from policies.preemption.base import PREEMPTIONS, Preemption, VictimKey, lost_work, pick_in_order
 from policies.snapshot import RunningJob
 
 
@@ -19,15 +19,12 @@ class CostAwarePreemption(Preemption):
 
     def pick(self, pool: Sequence[RunningJob], need: int, now: float) -> list[RunningJob]:
         """See :meth:`Preemption.pick`."""
-        singles = [c for c in pool if c.gpus >= need]
-        if singles:
-            return [min(singles, key=lambda c: (lost_work(c, now), c.gpus, -c.seq, c.job_id))]
-        ranked = sorted(pool, key=lambda c: (lost_work(c, now) / c.gpus, -c.gpus, -c.seq, c.job_id))
-        chosen: list[RunningJob] = []
-        got = 0
-        for c in ranked:
-            chosen.append(c)
-            got += c.gpus
-            if got >= need:
-                break
-        return trim(chosen, need)
+        return pick_in_order(pool, need, self.rank_key(now), self.single_key(now))
+
+    def rank_key(self, now: float) -> VictimKey:
+        """Least work lost per GPU freed, then more GPUs, later submission."""
+        return lambda c: (lost_work(c, now) / c.gpus, -c.gpus, -c.seq, c.job_id)
+
+    def single_key(self, now: float) -> VictimKey:
+        """Least work lost, then fewest GPUs, later submission."""
+        return lambda c: (lost_work(c, now), c.gpus, -c.seq, c.job_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from policies.preemption.base import PREEMPTIONS, Preemption, trim
+from policies.preemption.base import PREEMPTIONS, Preemption, VictimKey, pick_in_order
 from policies.snapshot import RunningJob
 
 
@@ -15,11 +15,8 @@ class NewestPreemption(Preemption):
 
     def pick(self, pool: Sequence[RunningJob], need: int, now: float) -> list[RunningJob]:
         """See :meth:`Preemption.pick`."""
-        chosen: list[RunningJob] = []
-        got = 0
-        for c in sorted(pool, key=lambda c: (-c.started_at, -c.seq, c.job_id)):
-            chosen.append(c)
-            got += c.gpus
-            if got >= need:
-                break
-        return trim(chosen, need)
+        return pick_in_order(pool, need, self.rank_key(now))
+
+    def rank_key(self, now: float) -> VictimKey:
+        """Latest start first, then later submission."""
+        return lambda c: (-c.started_at, -c.seq, c.job_id)

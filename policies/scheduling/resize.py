@@ -10,7 +10,7 @@ for every job.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from policies.decisions import Decision, DecisionKind
 from policies.placement import Placement
@@ -31,7 +31,7 @@ def drop_gpus(nodes: list[str], count: int) -> list[str]:
 
 
 def grow_gpus(
-    have: list[str], extra: int, free: dict[str, int], placement: Placement
+    have: Sequence[str], extra: int, free: dict[str, int], placement: Placement
 ) -> list[str] | None:
     """``extra`` more GPUs for a running job: on its own nodes first, then by ``placement``.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from operator import itemgetter
 
 from policies.decisions import Decision, DecisionKind
 from policies.elastic import ELASTIC, ElasticAllocation, ElasticJob
@@ -12,9 +13,9 @@ from policies.preemption import PREEMPTIONS, Preemption
 from policies.queue.las import las_level
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
 from policies.scheduling.resize import drop_gpus, grow_gpus
-from policies.scheduling.tiresias import service
+from policies.scheduling.room import Room
 from policies.sharing import SHARINGS, TeamSharing
-from policies.snapshot import QueuedJob, RunningJob, Snapshot, TeamView
+from policies.snapshot import INTERACTIVE, QueuedJob, RunningJob, Snapshot
 
 
 @SCHEDULING_POLICIES.register("shared")
@@ -81,34 +82,51 @@ class SharedSchedulingPolicy(SchedulingPolicy):
 
     def decide(self, snapshot: Snapshot) -> list[Decision]:
         """See :meth:`SchedulingPolicy.decide`."""
-        now = snapshot.now
+        total = snapshot.total_gpus
         free = snapshot.free()
-        running = {r.job_id: r for r in snapshot.running}
-        hold = {r.job_id: list(r.nodes) for r in snapshot.running}
+        free_total = sum(free.values())
+        # GPUs each running job holds; a job's tuple becomes a list when it loses GPUs
+        hold: dict[str, Sequence[str]] = {r.job_id: r.nodes for r in snapshot.running}
         preempted: list[str] = []
+        gone: set[str] = set()  # the same jobs as ``preempted``, for lookups
         touched: set[str] = set()  # shrunk this round for an interactive job: no regrowth
         starts: list[Decision] = []
         waits: list[Decision] = []
 
-        demand: Counter[str] = Counter()
+        # one pass over the jobs (this runs for every job every round): each team's demand,
+        # interactive jobs apart, bulk jobs with their (lo, hi)
+        demand: dict[str, int] = {}
+        inter: list[QueuedJob] = []
+        queued_bulk: list[tuple[QueuedJob, int, int]] = []
         for q in snapshot.queue:
-            demand[q.team] += q.gpus if q.interactive else q.hi
+            if q.interactive:
+                inter.append(q)
+                demand[q.team] = demand.get(q.team, 0) + q.gpus
+            else:
+                lo, hi = _bounds(q, q.gpus)
+                queued_bulk.append((q, lo, hi))
+                demand[q.team] = demand.get(q.team, 0) + hi
+        inter_held: Counter[str] = Counter()
+        running_bulk: list[_Running] = []
         for r in snapshot.running:
-            demand[r.team] += r.gpus if r.interactive else max(r.hi, r.gpus)
-        ent = self.sharing.entitlements(dict(demand), snapshot.teams, snapshot.total_gpus)
+            gpus = len(r.nodes)
+            if r.job_class == INTERACTIVE:  # r.interactive, without the property call
+                inter_held[r.team] += gpus
+                demand[r.team] = demand.get(r.team, 0) + gpus
+            else:
+                lo, hi = _bounds(r, gpus)
+                running_bulk.append((r, lo, hi, gpus))
+                demand[r.team] = demand.get(r.team, 0) + (hi if hi > gpus else gpus)
+        ent = self.sharing.entitlements(demand, snapshot.teams, total)
 
         # 1. interactive jobs start now
-        inter = sorted(
-            (q for q in snapshot.queue if q.interactive),
-            key=lambda q: (q.submitted_at + q.wait_target_s, q.seq, q.job_id),
-        )
+        inter.sort(key=lambda q: (q.submitted_at + q.wait_target_s, q.seq, q.job_id))
+        room = Room(self.preemption, snapshot, hold, free, ent, preempted, touched)
         for q in inter:
-            short = q.gpus - sum(free.values())
+            short = q.gpus - free_total
             if short > 0:
-                self._make_room(
-                    short, running, hold, free, ent, snapshot.teams, now, preempted, touched
-                )
-            nodes = self.placement.place(q.gpus, free) if q.gpus <= sum(free.values()) else None
+                free_total += room.make(short)
+            nodes = self.placement.place(q.gpus, free) if q.gpus <= free_total else None
             if nodes is None:
                 waits.append(
                     Decision(DecisionKind.WAIT, q.job_id, reason="interactive jobs hold the pool")
@@ -116,6 +134,8 @@ class SharedSchedulingPolicy(SchedulingPolicy):
                 continue
             for n in nodes:
                 free[n] -= 1
+            free_total -= len(nodes)
+            inter_held[q.team] += len(nodes)
             starts.append(
                 Decision(
                     DecisionKind.START,
@@ -127,46 +147,43 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             )
 
         # 2-3. bulk jobs share what interactive jobs leave
-        inter_held: Counter[str] = Counter()
-        for r in snapshot.running:
-            if r.interactive:
-                inter_held[r.team] += r.gpus
-        for d in starts:
-            inter_held[next(q.team for q in inter if q.job_id == d.job_id)] += len(d.nodes)
-        bulk_pool = snapshot.total_gpus - sum(inter_held.values())
-        bulk: list[QueuedJob | RunningJob] = [
-            q for q in snapshot.queue if not q.interactive and q.lo <= snapshot.total_gpus
-        ]
-        bulk += [r for r in snapshot.running if not r.interactive and r.job_id not in preempted]
-        for q in snapshot.queue:
-            if not q.interactive and q.lo > snapshot.total_gpus:
-                waits.append(
-                    Decision(
-                        DecisionKind.WAIT,
-                        q.job_id,
-                        reason=f"needs {q.lo} GPUs; the pool has {snapshot.total_gpus}",
-                    )
-                )
-        sizes = self._bulk_sizes(bulk, hold, ent, inter_held, bulk_pool, touched, snapshot)
+        gone.update(preempted)
+        bulk_pool = total - sum(inter_held.values())
+        queued: list[tuple[QueuedJob, int, int]] = []
+        for row in queued_bulk:
+            if row[1] <= total:
+                queued.append(row)
+            else:
+                reason = f"needs {row[1]} GPUs; the pool has {total}"
+                waits.append(Decision(DecisionKind.WAIT, row[0].job_id, reason=reason))
+        kept = [row for row in running_bulk if row[0].job_id not in gone] if gone else running_bulk
+        sizes = self._bulk_sizes(queued, kept, hold, ent, inter_held, bulk_pool, touched, snapshot)
 
         shrinks: list[Decision] = []
         grows: list[Decision] = []
         for job_id in preempted:
             for n in hold.pop(job_id):
                 free[n] += 1
-        for r in snapshot.running:  # bulk shrinks and preemptions release first
-            if r.interactive or r.job_id in preempted:
-                continue
+        # bulk shrinks and preemptions release first; the jobs to grow or start are noted
+        growing: list[QueuedJob | RunningJob] = [
+            q for q, _, _ in queued if sizes.get(q.job_id, 0) > 0
+        ]
+        for r, _, _, _ in kept:
             target = sizes.get(r.job_id, 0)
+            holds = len(hold[r.job_id])
             if target == 0:
                 preempted.append(r.job_id)
+                gone.add(r.job_id)
                 for n in hold.pop(r.job_id):
                     free[n] += 1
-            elif target < len(hold[r.job_id]):
-                for n in drop_gpus(hold[r.job_id], len(hold[r.job_id]) - target):
+            elif target < holds:
+                smaller = hold[r.job_id] = list(hold[r.job_id])
+                for n in drop_gpus(smaller, holds - target):
                     free[n] += 1
                 touched.add(r.job_id)
-        for r in snapshot.running:
+            elif target > holds:
+                growing.append(r)
+        for r in snapshot.running if touched else ():
             if r.job_id in touched and r.job_id in hold:
                 shrinks.append(
                     Decision(
@@ -178,10 +195,9 @@ class SharedSchedulingPolicy(SchedulingPolicy):
                     )
                 )
         # grows and starts, largest first (placement quality), then priority order
-        growing = [j for j in bulk if sizes.get(j.job_id, 0) > len(hold.get(j.job_id, ()))]
         growing.sort(key=lambda j: -sizes[j.job_id])
         for j in growing:
-            have = hold.get(j.job_id, [])
+            have = hold.get(j.job_id, ())
             extra = sizes[j.job_id] - len(have)
             if isinstance(j, RunningJob):
                 added = grow_gpus(have, extra, free, self.placement)
@@ -191,7 +207,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
                     Decision(
                         DecisionKind.RESIZE,
                         j.job_id,
-                        nodes=tuple(have + added),
+                        nodes=(*have, *added),
                         strategy=self.placement.ray_strategy,
                         reason=f"grows to {sizes[j.job_id]} GPUs for goodput",
                     )
@@ -212,9 +228,9 @@ class SharedSchedulingPolicy(SchedulingPolicy):
                     )
                 )
         started = {d.job_id for d in grows}
-        for j in bulk:
-            if isinstance(j, QueuedJob) and j.job_id not in started:
-                waits.append(Decision(DecisionKind.WAIT, j.job_id, reason="waiting for GPUs"))
+        for q, _, _ in queued:
+            if q.job_id not in started:
+                waits.append(Decision(DecisionKind.WAIT, q.job_id, reason="waiting for GPUs"))
         preempts = [
             Decision(DecisionKind.PREEMPT, job_id, reason="gives way") for job_id in preempted
         ]
@@ -222,148 +238,106 @@ class SharedSchedulingPolicy(SchedulingPolicy):
 
     # ---- helpers ---------------------------------------------------------------------------
 
-    def _make_room(
-        self,
-        short: int,
-        running: dict[str, RunningJob],
-        hold: dict[str, list[str]],
-        free: dict[str, int],
-        ent: dict[str, int],
-        teams: Sequence[TeamView],
-        now: float,
-        preempted: list[str],
-        touched: set[str],
-    ) -> None:
-        """Free ``short`` GPUs from bulk jobs: shrink elastic ones, then preempt."""
-        gone = set(preempted)  # a set: this runs once per interactive job, over every job
-        live = [running[k] for k in hold if k not in gone and not running[k].interactive]
-        for r in sorted(live, key=lambda r: (-(len(hold[r.job_id]) - r.lo), r.seq, r.job_id)):
-            if short <= 0:
-                return
-            spare = len(hold[r.job_id]) - r.lo
-            if spare <= 0:
-                break
-            for n in drop_gpus(hold[r.job_id], min(spare, short)):
-                free[n] += 1
-                short -= 1
-            touched.add(r.job_id)
-        if short <= 0:
-            return
-        held: Counter[str] = Counter()
-        for k, nodes in hold.items():
-            if k not in gone:
-                held[running[k].team] += len(nodes)
-        current = [
-            RunningJob(
-                r.job_id,
-                r.job_class,
-                r.team,
-                tuple(hold[r.job_id]),
-                seq=r.seq,
-                started_at=r.started_at,
-                checkpoint_at=r.checkpoint_at,
-            )
-            for r in live
-        ]
-        # borrowed capacity first (teams above their entitlement), then capacity above a
-        # team's guarantee, then the rest
-        guarantee = {t.name: t.guaranteed_gpus for t in teams}
-        tiers: tuple[list[RunningJob], list[RunningJob], list[RunningJob]] = ([], [], [])
-        for c in current:
-            if held[c.team] > ent.get(c.team, 0):
-                tiers[0].append(c)
-            elif held[c.team] > guarantee.get(c.team, 0):
-                tiers[1].append(c)
-            else:
-                tiers[2].append(c)
-        victims: list[RunningJob] = []
-        need = short
-        for tier in tiers:
-            chosen = self.preemption.choose(tier, need, now)
-            if chosen is not None:
-                victims += chosen
-                break
-            victims += tier
-            need -= sum(c.gpus for c in tier)
-        for v in victims:
-            if short <= 0:
-                break
-            preempted.append(v.job_id)
-            touched.discard(v.job_id)
-            for n in hold.pop(v.job_id):
-                free[n] += 1
-                short -= 1
-        # preempted jobs keep no GPUs; re-add an empty list so later lookups are uniform
-        for v in victims:
-            hold.setdefault(v.job_id, [])
-
     def _bulk_sizes(
         self,
-        bulk: Sequence[QueuedJob | RunningJob],
-        hold: dict[str, list[str]],
+        queued: Sequence[tuple[QueuedJob, int, int]],
+        running: Sequence[_Running],
+        hold: dict[str, Sequence[str]],
         ent: dict[str, int],
         inter_held: Counter[str],
         bulk_pool: int,
         touched: set[str],
         snapshot: Snapshot,
     ) -> dict[str, int]:
+        """GPUs per bulk job: ``elastic`` over the jobs in admission groups, LAS order in each.
+
+        Args:
+            queued: queued bulk jobs with their ``(lo, hi)``.
+            running: running bulk jobs with their ``(lo, hi)`` and snapshot GPUs.
+            hold: GPUs each running job holds now (after the interactive jobs' shrinks).
+            ent: each team's entitlement.
+            inter_held: GPUs each team's interactive jobs hold (new ones included).
+            bulk_pool: GPUs for bulk jobs.
+            touched: running jobs shrunk this round (not regrown).
+            snapshot: the round's snapshot.
+        """
         now = snapshot.now
-
-        def key(j: QueuedJob | RunningJob) -> tuple[int, int, str]:
-            level = (
-                0
-                if self.fifo
-                else las_level(service(j, now), self.las_first_gpu_s, self.las_factor)
-            )
-            return (level, j.seq, j.job_id)
-
-        ordered = sorted(bulk, key=key)
+        first, factor, fifo, level_of = self.las_first_gpu_s, self.las_factor, self.fifo, las_level
+        # (LAS key, job, lo, hi, GPUs held now, GPUs asked, start), one per job; the key is
+        # Tiresias's level of attained service (the current run's included), then submission
+        rows: list[tuple[tuple[int, int, str], QueuedJob | RunningJob, int, int, int, int, float]]
+        rows = []
+        for q, lo, hi in queued:
+            served = q.attained_service
+            level = 0 if fifo or served < first else level_of(served, first, factor)
+            rows.append(((level, q.seq, q.job_id), q, lo, hi, 0, q.gpus, now))
+        for r, lo, hi, gpus in running:
+            run = now - r.started_at
+            served = r.attained_service + gpus * (run if run > 0.0 else 0.0)
+            level = 0 if fifo or served < first else level_of(served, first, factor)
+            # the GPUs it holds now: its own unless an interactive job made it shrink
+            cur = len(hold[r.job_id]) if touched and r.job_id in touched else gpus
+            rows.append(((level, r.seq, r.job_id), r, lo, hi, cur, gpus, r.started_at))
+        rows.sort(key=itemgetter(0))
         guarantee = {t.name: t.guaranteed_gpus for t in snapshot.teams}
         # floors: a team's guarantee, spread over its jobs (minimums first, in order)
         g_room = {t: max(0, g - inter_held.get(t, 0)) for t, g in guarantee.items()}
         floors: dict[str, int] = {}
-        for j in ordered:
-            if g_room.get(j.team, 0) >= j.lo:
-                floors[j.job_id] = j.lo
-                g_room[j.team] -= j.lo
-        for j in ordered:
+        for _, j, lo, _, _, _, _ in rows if g_room else ():
+            if g_room.get(j.team, 0) >= lo:
+                floors[j.job_id] = lo
+                g_room[j.team] -= lo
+        for _, j, _, hi, _, _, _ in rows if floors else ():
             if j.job_id in floors and g_room.get(j.team, 0) > 0:
-                add = min(j.hi - floors[j.job_id], g_room[j.team])
+                add = min(hi - floors[j.job_id], g_room[j.team])
                 floors[j.job_id] += add
                 g_room[j.team] -= add
         # admission order: protected running jobs, then jobs within their team's entitlement,
         # then the rest (borrowers), each group in LAS order
         room = {t: max(0, e - inter_held.get(t, 0)) for t, e in ent.items()}
-        held_team: Counter[str] = Counter()
-        for j in ordered:
-            if isinstance(j, RunningJob):
-                held_team[j.team] += len(hold.get(j.job_id, ()))
+        held_team: Counter[str] | None = None  # GPUs held per team, once a young job needs it
         groups: tuple[list[ElasticJob], list[ElasticJob], list[ElasticJob]] = ([], [], [])
-        for j in ordered:
-            running = isinstance(j, RunningJob)
-            started = j.started_at if isinstance(j, RunningJob) else now
-            cur = len(hold.get(j.job_id, ())) if running else 0
-            young = running and cur > 0 and now - started < self.min_runtime_s
-            within = held_team[j.team] <= room.get(j.team, 0)
-            hi = cur if j.job_id in touched else j.hi
-            floor = floors.get(j.job_id, 0)
-            ej = ElasticJob(
+        young_s = self.min_runtime_s
+        for _, j, lo, hi, cur, gpus, started in rows:
+            team = j.team
+            protected = False
+            if cur > 0 and now - started < young_s:  # young: protected if within
+                if held_team is None:
+                    held_team = Counter()
+                    for r, _, _, _ in running:
+                        held_team[r.team] += len(hold.get(r.job_id, ()))
+                protected = held_team[team] <= room.get(team, 0)
+            floor = floors.get(j.job_id, 0) if floors else 0
+            if touched and j.job_id in touched:
+                hi = cur  # shrunk for an interactive job: no regrowth this round
+            ej = ElasticJob(  # positional: this runs for every job every round
                 j.job_id,
-                lo=j.lo,
-                hi=max(hi, j.lo),
-                preferred=j.gpus,
-                current=cur,
-                speedup=j.speedup,
-                floor=max(floor, cur) if young and within else floor,
-                run_s=now - started,
+                lo,
+                hi if hi >= lo else lo,
+                gpus,
+                cur,
+                j.speedup,
+                max(floor, cur) if protected else floor,
+                now - started,
             )
-            if young and within:
+            if protected:
                 groups[0].append(ej)
-            elif room.get(j.team, 0) >= j.lo:
-                room[j.team] -= j.lo
+            elif room.get(team, 0) >= lo:
+                room[team] -= lo
                 groups[1].append(ej)
             else:
                 groups[2].append(ej)
         return self.elastic.allocate(
             groups[0] + groups[1] + groups[2], bulk_pool, snapshot.restart_cost_s
         )
+
+
+_Running = tuple[RunningJob, int, int, int]
+"""A running bulk job with its ``lo``, ``hi`` and ``gpus``, read once per round."""
+
+
+def _bounds(job: QueuedJob | RunningJob, gpus: int) -> tuple[int, int]:
+    """``(job.lo, job.hi)`` of a job on ``gpus`` GPUs: the snapshot's rule, inlined (fast)."""
+    lo = job.min_gpus or gpus
+    hi = job.max_gpus or gpus
+    return lo, hi if hi > lo else lo

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from policies.decisions import Decision, DecisionKind
 from policies.placement import PLACEMENTS, Placement
-from policies.preemption import PREEMPTIONS, Preemption
+from policies.preemption import PREEMPTIONS, Preemption, VictimIndex
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
 from policies.scheduling.in_order import place_in_order
 from policies.snapshot import Snapshot
@@ -46,7 +46,10 @@ class StrictPrioritySchedulingPolicy(SchedulingPolicy):
     def decide(self, snapshot: Snapshot) -> list[Decision]:
         """See :meth:`SchedulingPolicy.decide`."""
         free = snapshot.free()
-        bulk = [r for r in snapshot.running if not r.interactive]
+        free_total = sum(free.values())
+        # the victims of every interactive job come from one index of the round (built when
+        # first needed): it is sorted once instead of once per interactive job
+        index: VictimIndex | None = None
         preempts: list[Decision] = []
         starts: list[Decision] = []
         blocked: str | None = None
@@ -55,27 +58,36 @@ class StrictPrioritySchedulingPolicy(SchedulingPolicy):
             key=lambda q: (q.submitted_at + q.wait_target_s, q.seq, q.job_id),
         )
         for q in inter:
-            short = q.gpus - sum(free.values())
-            victims = self.preemption.choose(bulk, short, snapshot.now) if short > 0 else []
-            if victims is None:
-                blocked = blocked or q.job_id
-                starts.append(
-                    Decision(DecisionKind.WAIT, q.job_id, reason="interactive jobs hold the pool")
-                )
-                continue
-            for v in victims:
-                bulk.remove(v)
-                for n in v.nodes:
-                    free[n] += 1
-                preempts.append(
-                    Decision(DecisionKind.PREEMPT, v.job_id, reason=f"gives way to {q.job_id}")
-                )
+            short = q.gpus - free_total
+            if short > 0:
+                if index is None:
+                    bulk = [r for r in snapshot.running if not r.interactive]
+                    one_group = {r.job_id: "" for r in bulk}
+                    index = self.preemption.index(bulk, one_group, snapshot.now)
+                victims = index.choose(("",), short)
+                if victims is None:
+                    blocked = blocked or q.job_id
+                    starts.append(
+                        Decision(
+                            DecisionKind.WAIT, q.job_id, reason="interactive jobs hold the pool"
+                        )
+                    )
+                    continue
+                for v in victims:
+                    index.remove(v.job_id)
+                    for n in v.nodes:
+                        free[n] += 1
+                    free_total += v.gpus
+                    preempts.append(
+                        Decision(DecisionKind.PREEMPT, v.job_id, reason=f"gives way to {q.job_id}")
+                    )
             nodes = self.placement.place(q.gpus, free)
             if nodes is None:  # cannot happen: the count fits, and placements span nodes
                 starts.append(Decision(DecisionKind.WAIT, q.job_id, reason="fragmented"))
                 continue
             for n in nodes:
                 free[n] -= 1
+            free_total -= len(nodes)
             starts.append(self._start(q.job_id, nodes, "interactive: high priority"))
         queue = sorted(
             (q for q in snapshot.queue if not q.interactive), key=lambda q: (q.seq, q.job_id)

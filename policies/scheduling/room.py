@@ -1,0 +1,160 @@
+"""Making room for interactive jobs: shrink elastic bulk jobs, then preempt, over one round."""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Sequence
+
+from policies.preemption import Preemption, VictimIndex
+from policies.scheduling.resize import drop_gpus
+from policies.snapshot import RunningJob, Snapshot
+
+
+class Room:
+    """Frees GPUs for interactive jobs from bulk jobs, over one round.
+
+    :meth:`make` shrinks elastic jobs towards their minimum (most to spare first, then
+    submission order), then preempts whole bulk jobs: borrowed capacity (teams above their
+    entitlement) first, then capacity above a team's guarantee, then the rest; within a tier,
+    victims are chosen by the ``preemption`` policy. Bulk jobs only lose GPUs during a round,
+    so the shrink order and the victims' index are built once, when first needed, and
+    consumed: a job shrunk to its minimum or preempted drops out of them. Each call then costs
+    about the jobs it disturbs, not every running job.
+
+    Args:
+        preemption: the victim choice.
+        snapshot: the round's snapshot.
+        hold: the GPUs each running job holds now (updated).
+        free: free GPUs per node (updated).
+        ent: each team's entitlement this round.
+        preempted: jobs preempted so far this round (appended to, in order).
+        touched: jobs shrunk this round (updated).
+    """
+
+    def __init__(
+        self,
+        preemption: Preemption,
+        snapshot: Snapshot,
+        hold: dict[str, Sequence[str]],
+        free: dict[str, int],
+        ent: dict[str, int],
+        preempted: list[str],
+        touched: set[str],
+    ) -> None:
+        self.preemption = preemption
+        self.now = snapshot.now
+        self.guarantee = {t.name: t.guaranteed_gpus for t in snapshot.teams}
+        self.snapshot = snapshot
+        self.hold = hold
+        self.free = free
+        self.ent = ent
+        self.preempted = preempted
+        self.gone = set(preempted)
+        self.touched = touched
+        self.running: dict[str, RunningJob] = {}  # by id, once needed
+        self._spare: list[tuple[int, int, str]] | None = None  # heap: (-spare, seq, job id)
+        self._victims: VictimIndex | None = None
+        self._held: Counter[str] = Counter()  # GPUs per team, once victims are chosen
+
+    def make(self, short: int) -> int:
+        """Free ``short`` GPUs (fewer if bulk jobs hold fewer); return the GPUs freed."""
+        left = self._shrink(short)
+        if left > 0:
+            left = self._preempt(left)
+        return short - left
+
+    def _live(self) -> list[RunningJob]:
+        """Running bulk jobs not preempted, in the snapshot's order."""
+        if not self.running:
+            self.running = {r.job_id: r for r in self.snapshot.running}
+        return [
+            self.running[k]
+            for k in self.hold
+            if k not in self.gone and not self.running[k].interactive
+        ]
+
+    def _shrink(self, short: int) -> int:
+        """Shrink elastic jobs towards their minimum; return the GPUs still short."""
+        hold = self.hold
+        if self._spare is None:
+            self._spare = [
+                (r.lo - len(hold[r.job_id]), r.seq, r.job_id)
+                for r in self._live()
+                if len(hold[r.job_id]) > r.lo
+            ]
+            heapq.heapify(self._spare)
+        while short > 0 and self._spare:
+            neg_spare, seq, job_id = heapq.heappop(self._spare)
+            spare = len(hold[job_id]) - self.running[job_id].lo
+            if job_id in self.gone or spare != -neg_spare:
+                continue  # stale: only the shrinks below change a job's spare GPUs
+            take = min(spare, short)
+            nodes = hold[job_id] = list(hold[job_id])
+            for n in drop_gpus(nodes, take):
+                self.free[n] += 1
+            short -= take
+            self.touched.add(job_id)
+            if spare > take:
+                heapq.heappush(self._spare, (take - spare, seq, job_id))
+        return short
+
+    def _preempt(self, short: int) -> int:
+        """Preempt bulk jobs, tier by tier; return the GPUs still short.
+
+        Only called once no job has GPUs to spare, so from here on jobs keep their sizes
+        and the victims' index stays valid; jobs leave it as they are preempted.
+        """
+        hold, held = self.hold, self._held
+        if self._victims is None:
+            current = [
+                RunningJob(
+                    r.job_id,
+                    r.job_class,
+                    r.team,
+                    tuple(hold[r.job_id]),
+                    seq=r.seq,
+                    started_at=r.started_at,
+                    checkpoint_at=r.checkpoint_at,
+                )
+                for r in self._live()
+            ]
+            teams = {c.job_id: c.team for c in current}
+            self._victims = self.preemption.index(current, teams, self.now)
+            for k, nodes in hold.items():
+                if k not in self.gone:
+                    held[self.running[k].team] += len(nodes)
+        victims_index = self._victims
+        tiers: tuple[list[str], list[str], list[str]] = ([], [], [])
+        for team, gpus in held.items():
+            if gpus > self.ent.get(team, 0):
+                tiers[0].append(team)
+            elif gpus > self.guarantee.get(team, 0):
+                tiers[1].append(team)
+            else:
+                tiers[2].append(team)
+        victims: list[RunningJob] = []
+        need = short
+        for tier in tiers:
+            chosen = victims_index.choose(tier, need)
+            if chosen is not None:
+                victims += chosen
+                break
+            victims += victims_index.members(tier)
+            need -= victims_index.total(tier)
+        for v in victims:
+            if short <= 0:
+                break
+            self.preempted.append(v.job_id)
+            self.gone.add(v.job_id)
+            self.touched.discard(v.job_id)
+            victims_index.remove(v.job_id)
+            nodes = hold.pop(v.job_id)
+            held[v.team] -= len(nodes)
+            for n in nodes:
+                self.free[n] += 1
+            short -= len(nodes)
+        # preempted jobs keep no GPUs; re-add an empty list so later lookups are uniform
+        for v in victims:
+            hold.setdefault(v.job_id, [])
+        return short
