@@ -60,6 +60,7 @@ def harness_config(spec: JobSpec) -> dict[str, Any]:
         "precision": run.precision,
         "activation_checkpointing": run.activation_checkpointing,
         "compile": run.compile,
+        "sharding": run.sharding,
         "steps": run.steps,
         "duration_s": run.duration_s,
         "warmup_steps": run.warmup_steps,

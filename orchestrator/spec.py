@@ -143,7 +143,13 @@ class Resources(_Model):
 
 
 class RunSettings(_Model):
-    """How the harness runs the workload (the tuner may later choose these)."""
+    """How the harness runs the workload (the tuner may later choose these).
+
+    ``sharding`` says how more than one GPU share the model: ``ddp`` replicates it and
+    all-reduces gradients, ``fsdp`` shards parameters, gradients and optimizer state (FSDP2).
+    With one GPU it is accepted and the model runs unsharded. Checkpoints hold the full state
+    either way, so a job resumes with either sharding on any GPU count.
+    """
 
     micro_batch: int = Field(default=32, ge=1, le=65536)
     grad_accum: int = Field(default=1, ge=1, le=4096)
@@ -151,6 +157,7 @@ class RunSettings(_Model):
     activation_checkpointing: bool = False
     compile: bool = False
     data_parallel: int | None = Field(default=None, ge=1, le=1024)
+    sharding: Sharding = "ddp"
     steps: int | None = Field(default=None, ge=1)
     duration_s: float | None = Field(default=None, gt=0)
     warmup_steps: int = Field(default=3, ge=0)

@@ -13,10 +13,11 @@ from typing import Any
 
 from workers.errors import HarnessConfigError
 
-__all__ = ["OPTIMIZERS", "PRECISIONS", "HarnessConfig"]
+__all__ = ["OPTIMIZERS", "PRECISIONS", "SHARDINGS", "HarnessConfig"]
 
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
+SHARDINGS: tuple[str, ...] = ("ddp", "fsdp")
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,10 @@ class HarnessConfig:
         precision: ``fp32``, ``bf16`` or ``fp16`` (autocast; fp16 uses a GradScaler on CUDA).
         activation_checkpointing: recompute the workload's ``blocks`` in backward.
         compile: run the model through ``torch.compile``.
+        sharding: how more than one rank train, ``ddp`` (replicated model, all-reduced
+            gradients) or ``fsdp`` (parameters, gradients and optimizer state sharded over the
+            ranks); one rank, or an inference workload, runs unsharded either way. Checkpoints
+            are the same for both.
         steps: optimizer steps in total, counting those done before a resume.
         duration_s: wall-clock seconds for this run, set-up (compile) included.
         work_tokens: tokens to train on in total; the harness turns it into steps from the
@@ -51,6 +56,7 @@ class HarnessConfig:
     precision: str = "fp32"
     activation_checkpointing: bool = False
     compile: bool = False
+    sharding: str = "ddp"
     steps: int | None = None
     duration_s: float | None = None
     work_tokens: int | None = None
@@ -79,6 +85,8 @@ class HarnessConfig:
                 p.append(f"{name} must be an integer >= 0, got {value!r}")
         if self.precision not in PRECISIONS:
             p.append(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.sharding not in SHARDINGS:
+            p.append(f"sharding must be one of {', '.join(SHARDINGS)}, got {self.sharding!r}")
         if self.optimizer not in OPTIMIZERS:
             p.append(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         lengths = (self.steps, self.duration_s, self.work_tokens)

@@ -3,7 +3,8 @@
 The harness owns the loop; a workload owns only the model (rule 3). For an optimizer step the
 harness draws ``grad_accum`` micro-batches of ``micro_batch`` samples on each of ``world_size``
 ranks, runs them under the configured precision, with activation checkpointing and
-torch.compile when asked, synchronises gradients across ranks (DDP) and times the step.
+torch.compile when asked, synchronises gradients across ranks (DDP, or FSDP when
+``sharding`` is ``fsdp``: see :mod:`workers.sharding`) and times the step.
 
 Sample indices: the step that starts at global sample ``s`` gives rank ``r``'s micro-batch
 ``k`` the samples ``s + (r * grad_accum + k) * micro_batch`` onwards. Every step reads the next
@@ -13,7 +14,6 @@ accumulation, data parallelism and resumption all see exactly the data one large
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import math
@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
-from workers import distributed
+from workers import distributed, sharding
 from workers.checkpoint import (
     CHECKPOINT_FILE,
     Checkpoint,
@@ -36,6 +35,7 @@ from workers.checkpoint import (
     save_checkpoint,
 )
 from workers.config import HarnessConfig
+from workers.devices import device_uuid, resolve_device, to_device
 from workers.errors import HarnessConfigError
 from workers.optimizations import apply_activation_checkpointing, autocast_context, make_grad_scaler
 from workers.result import RunResult
@@ -57,7 +57,8 @@ class Harness:
         config: what to run and how.
         rank: this process's data-parallel rank.
         world_size: number of ranks; above 1 the harness joins a process group at
-            ``init_method`` and wraps the model in DistributedDataParallel.
+            ``init_method`` and, for training, wraps the model in DistributedDataParallel or
+            shards it with FSDP (``config.sharding``).
         init_method: ``tcp://host:port`` of rank 0 (required when ``world_size > 1``).
         device: ``cpu``, ``cuda`` or ``cuda:N``; by default ``cuda:rank % n_gpus`` when CUDA is
             present, else ``cpu``.
@@ -102,12 +103,13 @@ class Harness:
         self._should_stop = should_stop or (lambda: False)
         if num_threads is not None:
             torch.set_num_threads(num_threads)
-        self.device = _resolve_device(device, rank)
+        self.device = resolve_device(device, rank)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self._autocast = autocast_context(config.precision, self.device)
 
-        # Same seed on every rank: identical initial weights (DDP also broadcasts rank 0's).
+        # Same seed on every rank: identical initial weights (DDP also broadcasts rank 0's;
+        # FSDP shards each rank's own copy, so this is what keeps the shards consistent).
         random.seed(config.seed)
         torch.manual_seed(config.seed)
         self.workload = build_workload(config.workload, config.workload_args, config.seed)
@@ -120,7 +122,6 @@ class Harness:
             config = self.config = self._steps_for_tokens(config, world_size)
         self._model = self.workload.model.to(self.device)
         self._model.train(self.workload.train)
-        self._optimizer = _make_optimizer(config, self._model) if self.workload.train else None
         self._scaler = make_grad_scaler(config.precision, self.device)
         if config.activation_checkpointing and self.workload.train:
             apply_activation_checkpointing(self.workload.blocks)
@@ -140,7 +141,11 @@ class Harness:
 
     @property
     def model(self) -> torch.nn.Module:
-        """The workload's model, unwrapped (no DDP, no compile)."""
+        """The workload's model, unwrapped (no DDP, no compile).
+
+        Under FSDP it is sharded in place once :meth:`run` starts: its parameters are then
+        DTensors holding this rank's shard (:func:`workers.sharding.full_parameters` gathers them).
+        """
         return self._model
 
     @property
@@ -186,9 +191,10 @@ class _Run:
         self.last_saved_step: int | None = None
         self.checkpoint_write_s: float | None = None
         self.tokens_per_sample = h.workload.tokens_per_sample
-        self.ddp: DistributedDataParallel | None = None
+        self.parallel: torch.nn.Module | None = None  # DDP wrapper or FSDP-sharded model
+        self.optimizer: torch.optim.Optimizer | None = None
         self.forward_module: torch.nn.Module = h.model
-        self.nvml = NvmlSampler(_device_uuid(h.device))
+        self.nvml = NvmlSampler(device_uuid(h.device))
         self.deadline = self.started + cfg.duration_s if cfg.duration_s is not None else None
 
     def execute(self) -> RunResult:
@@ -196,14 +202,16 @@ class _Run:
         if h.world_size > 1:
             assert h.init_method is not None  # checked in Harness.__init__
             distributed.init_group(h.device, h.init_method, h.rank, h.world_size)
-        self._resume()
         if h.world_size > 1 and h.workload.train:
-            device_ids = [h.device.index] if h.device.type == "cuda" else None
-            self.ddp = DistributedDataParallel(h.model, device_ids=device_ids)
-            self.forward_module = self.ddp
+            # Before the optimizer: FSDP replaces the parameters the optimizer must hold.
+            self.parallel = sharding.parallelize(h.model, h.workload.blocks, h.device, cfg.sharding)
+            self.forward_module = self.parallel
+        if h.workload.train:
+            self.optimizer = _make_optimizer(cfg, h.model)
+        self._resume()  # every rank loads the same full state (and shards it under FSDP)
         if cfg.compile:
             # Compile the DDP wrapper, not the inner model, so DDP's bucketing stays visible
-            # to the compiler (the order PyTorch documents).
+            # to the compiler (the order PyTorch documents); FSDP shards the model in place.
             self.forward_module = torch.compile(self.forward_module)  # type: ignore[assignment]
         self.nvml.start()
 
@@ -237,7 +245,7 @@ class _Run:
         self.nvml.stop()
         # DDP holds the process group: drop it first, so the group is torn down once, here,
         # and not later by a garbage-collected DDP after the peers are gone (which can hang).
-        self.ddp = None
+        self.parallel = None
         self.forward_module = self.h.model
         distributed.shutdown_group()
 
@@ -267,29 +275,26 @@ class _Run:
 
     def _train_step(self) -> float:
         h, cfg = self.h, self.h.config
-        assert h._optimizer is not None  # built for every training workload
-        h._optimizer.zero_grad(set_to_none=True)
+        optimizer = self.optimizer
+        assert optimizer is not None  # built for every training workload
+        optimizer.zero_grad(set_to_none=True)
+        synced = self.parallel if self.parallel is not None else h.model
         total = torch.zeros((), device=h.device)
         for k in range(cfg.grad_accum):
             batch = self._batch(k)
-            # Gradients are all-reduced only on the last micro-batch; earlier ones accumulate
-            # locally, which is what makes accumulation cheaper than a bigger all-reduce count.
-            last = k == cfg.grad_accum - 1
-            sync = (
-                self.ddp.no_sync()
-                if self.ddp is not None and not last
-                else contextlib.nullcontext()
-            )
-            with sync:
+            # Gradients are synced (all-reduced, or reduce-scattered under FSDP) only on the
+            # last micro-batch; earlier ones accumulate locally, which is what makes
+            # accumulation cheaper than a bigger sync count.
+            with sharding.grad_sync(synced, enabled=k == cfg.grad_accum - 1):
                 with h._autocast():
                     loss = h.workload.loss(self.forward_module, batch) / cfg.grad_accum
                 (h._scaler.scale(loss) if h._scaler is not None else loss).backward()
             total += loss.detach().float()
         if h._scaler is not None:
-            h._scaler.step(h._optimizer)
+            h._scaler.step(optimizer)
             h._scaler.update()
         else:
-            h._optimizer.step()
+            optimizer.step()
         return float(total.item())
 
     def _infer_step(self) -> None:
@@ -300,7 +305,7 @@ class _Run:
     def _batch(self, k: int) -> Batch:
         h, cfg = self.h, self.h.config
         first = self.samples_seen + (h.rank * cfg.grad_accum + k) * cfg.micro_batch
-        return _to_device(h.workload.make_batch(first, cfg.micro_batch), h.device)
+        return to_device(h.workload.make_batch(first, cfg.micro_batch), h.device)
 
     def _sync(self) -> None:
         if self.h.device.type == "cuda":
@@ -315,9 +320,7 @@ class _Run:
         ckpt = load_checkpoint(h.checkpoint_dir, h.config.workload, h.config.workload_args)
         if ckpt is None:
             return
-        h.model.load_state_dict(ckpt.model)
-        if h._optimizer is not None and ckpt.optimizer:
-            h._optimizer.load_state_dict(ckpt.optimizer)
+        sharding.load_full_state(h.model, self.optimizer, ckpt.model, ckpt.optimizer)
         if h._scaler is not None and ckpt.scaler:
             h._scaler.load_state_dict(ckpt.scaler)
         restore_rng(ckpt.rng)
@@ -334,16 +337,18 @@ class _Run:
         if h.checkpoint_dir is None:
             return
         self.last_saved_step = self.step
+        t0 = time.perf_counter()
+        # On every rank: gathering a sharded model is a collective. Rank 0 alone gets the state.
+        model_sd, optimizer_sd = sharding.full_state(h.model, self.optimizer)
         if h.rank != 0:
             return
-        t0 = time.perf_counter()
         ckpt = Checkpoint(
             step=self.step,
             samples_seen=self.samples_seen,
             workload=h.config.workload,
             workload_args=dict(h.config.workload_args),
-            model=h.model.state_dict(),
-            optimizer=h._optimizer.state_dict() if h._optimizer is not None else {},
+            model=model_sd,
+            optimizer=optimizer_sd,
             scaler=h._scaler.state_dict() if h._scaler is not None else {},
             rng=rng_state(),
             latencies_ms=list(self.latencies_ms),
@@ -403,8 +408,7 @@ class _Run:
 
     def _result(self, status: str) -> RunResult:
         h = self.h
-        with torch.no_grad():
-            fingerprint = sum(float(p.double().abs().sum()) for p in h.model.parameters())
+        fingerprint = sharding.param_fingerprint(h.model)  # full parameters, also under FSDP
         m = self._metrics()
         return RunResult(
             status=status,
@@ -431,36 +435,7 @@ class _Run:
         )
 
 
-def _resolve_device(device: str | None, rank: int) -> torch.device:
-    if device is not None:
-        return torch.device(device)
-    if torch.cuda.is_available():
-        # Under Ray each actor sees only its own GPU (CUDA_VISIBLE_DEVICES), so this is cuda:0.
-        return torch.device("cuda", rank % torch.cuda.device_count())
-    return torch.device("cpu")
-
-
-def _device_uuid(device: torch.device) -> str | None:
-    if device.type != "cuda":
-        return None
-    try:
-        uuid = str(torch.cuda.get_device_properties(device).uuid)
-    except Exception:  # older drivers/builds without the field: NVML stays unavailable
-        return None
-    return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
-
-
 def _make_optimizer(config: HarnessConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
     if config.optimizer == "sgd":
         return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=0.9)
     return torch.optim.AdamW(model.parameters(), lr=config.lr)
-
-
-def _to_device(batch: Batch, device: torch.device) -> Batch:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, tuple | list):
-        return type(batch)(_to_device(b, device) for b in batch)
-    if isinstance(batch, dict):
-        return {k: _to_device(v, device) for k, v in batch.items()}
-    return batch

@@ -2,8 +2,8 @@
 
 The scheduler places a tuning run like any job (the policy orders it, so interactive jobs
 still go first) on a one-GPU gang, and this function runs there: every trial profiles the real
-workload on that GPU through the worker harness. The GPU count is the job's own, not tuned
-here (trials run on one device); the per-GPU settings are.
+workload on that GPU through the worker harness. The GPU count and the sharding are the job's
+own, not tuned here (trials run on one device); the per-GPU settings are.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def tune_job(
 
     Returns:
         ``{"run": bool, "config": dict | None, "reason": str, "cache": str, "trials": int}``;
-        ``config`` is the chosen per-GPU config at the job's own GPU count, ready for
+        ``config`` is the chosen per-GPU config at the job's own GPU count and sharding, ready for
         :func:`orchestrator.tuner.service.tuned_spec`.
     """
     from orchestrator.store import open_url
@@ -44,7 +44,9 @@ def tune_job(
     chosen = result.chosen  # the best; for a best-effort job, else the closest to feasible
     config = None
     if chosen is not None:
-        config = dataclasses.replace(chosen.config, gpus=spec.gpus).to_dict()
+        config = dataclasses.replace(
+            chosen.config, gpus=spec.gpus, sharding=spec.run.sharding
+        ).to_dict()
     near = result.closest
     closest = near.config.describe() if near is not None else "none could run"
     return {

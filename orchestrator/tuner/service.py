@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 import redis
 
-from orchestrator.errors import TuneError
 from orchestrator.spec import JobSpec
 from orchestrator.store.keys import Keys
 from orchestrator.tuner.cache import TuneCache, describe, fingerprint
@@ -176,14 +175,11 @@ def tune_spec(
 def tuned_spec(spec: JobSpec, config: Config) -> JobSpec:
     """``spec`` with its run settings replaced by a tuned config (what the scheduler runs).
 
-    The data-parallel degree becomes ``config.gpus``; sharding is not a run setting yet (the
-    harness runs DDP), so an FSDP config is refused.
-
-    Raises:
-        TuneError: the config needs something the harness cannot run.
+    The data-parallel degree becomes ``config.gpus`` and ``run.sharding`` becomes
+    ``config.sharding`` (DDP or FSDP). A one-GPU config says nothing about sharding (it is always
+    ``ddp`` there), so the spec's own ``run.sharding`` stays: it applies if the job is resized.
     """
-    if config.gpus > 1 and config.sharding != "ddp":
-        raise TuneError(f"the harness runs DDP only; cannot run {config.describe()}")
+    sharding = config.sharding if config.gpus > 1 else spec.run.sharding
     run = spec.run.model_copy(
         update={
             "micro_batch": config.micro_batch,
@@ -192,6 +188,7 @@ def tuned_spec(spec: JobSpec, config: Config) -> JobSpec:
             "activation_checkpointing": config.activation_checkpointing,
             "compile": config.compile,
             "data_parallel": config.gpus,
+            "sharding": sharding,
         }
     )
     return JobSpec.model_validate({**spec.model_dump(by_alias=True), "run": run.model_dump()})

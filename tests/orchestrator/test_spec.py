@@ -19,6 +19,7 @@ EXPECTED = {
     "unknown-workload.yaml": "workload.name: unknown built-in workload 'resnet9'; built-ins: mlp",
     "typo-field.yaml": "run.micro_bach: unknown field; allowed: micro_batch, grad_accum",
     "bad-precision.yaml": "run.precision must be one of 'fp32', 'bf16' or 'fp16', got 'fp8'",
+    "bad-sharding.yaml": "run.sharding must be one of 'ddp' or 'fsdp', got 'bogus'",
     "gpus-reversed.yaml": "resources.gpus: max (2) must be >= min (4)",
     "dp-out-of-range.yaml": "run.data_parallel must be within resources.gpus [1, 2], got 4",
     "work-without-deadline.yaml": "sla.throughput: deadline_s is required with work_samples",
@@ -94,6 +95,7 @@ def test_shorthands_and_defaults() -> None:
     assert spec.workload.entry == "pkg.mod:build" and spec.workload.ref == "pkg.mod:build"
     assert (spec.resources.gpus.min, spec.resources.gpus.upper, spec.gpus) == (2, 2, 2)
     assert spec.sla.latency is None and spec.run.precision == "fp32"
+    assert spec.run.sharding == "ddp"
     # 1000 samples at 10 x 5 x 2 = 100 per step.
     assert spec.steps_for() == 10
 
@@ -110,3 +112,21 @@ def test_bounds_that_would_only_fail_after_placement_are_caught_at_submit() -> N
         parse_spec({**base, "run": {"steps": 5, "seed": 2**70}})
     with pytest.raises(SpecError, match=r"warmup_steps \(5\) must be < run.steps \(5\)"):
         parse_spec({**base, "run": {"steps": 5, "warmup_steps": 5}})
+
+
+def test_run_sharding_reaches_the_harness_config() -> None:
+    from orchestrator.launcher import harness_config
+    from workers.config import HarnessConfig
+
+    base = {
+        "name": "a",
+        "team": "t",
+        "class": "bulk",
+        "workload": "mlp",
+        "sla": {"throughput": {"min_samples_per_s": 10}},
+        "resources": {"gpus": 2},
+    }
+    fsdp = parse_spec({**base, "run": {"steps": 5, "sharding": "fsdp"}})
+    assert HarnessConfig.from_dict(harness_config(fsdp)).sharding == "fsdp"
+    default = parse_spec({**base, "run": {"steps": 5}})
+    assert HarnessConfig.from_dict(harness_config(default)).sharding == "ddp"

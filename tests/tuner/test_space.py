@@ -102,5 +102,14 @@ def test_tuned_spec_runs_the_chosen_config() -> None:
         True,
         2,
     )
-    with pytest.raises(TuneError, match="DDP only"):
-        tuned_spec(spec, Config(8, gpus=2, sharding="fsdp"))
+    assert r.sharding == "ddp"
+    fsdp = tuned_spec(spec, Config(8, gpus=2, sharding="fsdp"))
+    assert (fsdp.run.sharding, fsdp.gpus) == ("fsdp", 2)
+
+
+def test_tuned_spec_keeps_the_jobs_sharding_for_a_one_gpu_config() -> None:
+    from orchestrator.tuner.service import tuned_spec
+
+    spec = _spec(resources={"gpus": {"min": 1, "max": 4}}, run={"steps": 5, "sharding": "fsdp"})
+    out = tuned_spec(spec, Config(8, gpus=1))
+    assert (out.run.sharding, out.gpus) == ("fsdp", 1)

@@ -260,6 +260,7 @@ class TestConfigValidation:
             ({"grad_accum": 0}, "grad_accum must be an integer >= 1"),
             ({"precision": "fp8"}, "precision must be one of fp32, bf16, fp16"),
             ({"optimizer": "lamb"}, "optimizer must be one of adamw, sgd"),
+            ({"sharding": "bogus"}, "sharding must be one of ddp, fsdp, got 'bogus'"),
             ({"lr": -1.0}, "lr must be a finite number > 0"),
         ],
     )

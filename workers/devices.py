@@ -1,0 +1,41 @@
+"""Where a rank runs: its torch device, that device's NVML UUID, and moving batches there."""
+
+from __future__ import annotations
+
+import torch
+
+from workers.workloads.base import Batch
+
+__all__ = ["device_uuid", "resolve_device", "to_device"]
+
+
+def resolve_device(device: str | None, rank: int) -> torch.device:
+    """``device`` if given, else ``cuda:rank % n_gpus`` when CUDA is present, else ``cpu``."""
+    if device is not None:
+        return torch.device(device)
+    if torch.cuda.is_available():
+        # Under Ray each actor sees only its own GPU (CUDA_VISIBLE_DEVICES), so this is cuda:0.
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def device_uuid(device: torch.device) -> str | None:
+    """The ``GPU-...`` UUID NVML knows a CUDA device by (``None`` for the CPU or if unknown)."""
+    if device.type != "cuda":
+        return None
+    try:
+        uuid = str(torch.cuda.get_device_properties(device).uuid)
+    except Exception:  # older drivers/builds without the field: NVML stays unavailable
+        return None
+    return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    """``batch`` with the tensors found in its tuples, lists and dicts moved to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, tuple | list):
+        return type(batch)(to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch
