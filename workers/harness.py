@@ -279,22 +279,27 @@ class _Run:
         assert optimizer is not None  # built for every training workload
         optimizer.zero_grad(set_to_none=True)
         synced = self.parallel if self.parallel is not None else h.model
-        total = torch.zeros((), device=h.device)
-        for k in range(cfg.grad_accum):
+        accum = cfg.grad_accum
+        total: torch.Tensor | None = None
+        for k in range(accum):
             batch = self._batch(k)
             # Gradients are synced (all-reduced, or reduce-scattered under FSDP) only on the
             # last micro-batch; earlier ones accumulate locally, which is what makes
             # accumulation cheaper than a bigger sync count.
-            with sharding.grad_sync(synced, enabled=k == cfg.grad_accum - 1):
+            with sharding.grad_sync(synced, enabled=k == accum - 1):
                 with h._autocast():
-                    loss = h.workload.loss(self.forward_module, batch) / cfg.grad_accum
+                    loss = h.workload.loss(self.forward_module, batch)
+                    if accum > 1:  # no extra tensor op per step without accumulation
+                        loss = loss / accum
                 (h._scaler.scale(loss) if h._scaler is not None else loss).backward()
-            total += loss.detach().float()
+            part = loss.detach().float()
+            total = part if total is None else total + part
         if h._scaler is not None:
             h._scaler.step(optimizer)
             h._scaler.update()
         else:
             optimizer.step()
+        assert total is not None  # grad_accum >= 1
         return float(total.item())
 
     def _infer_step(self) -> None:
