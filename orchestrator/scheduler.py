@@ -563,7 +563,9 @@ class Scheduler:
                 return
             if rec.state not in ACTIVE:
                 return
-            losses = int(rec.fields.get("losses", 0)) + (outcome.kind is OutcomeKind.LOST)
+            # A run lost before it ran (Ray could not place the gang) is no loss of work.
+            lost = outcome.kind is OutcomeKind.LOST and rec.state is not JobState.PLACED
+            losses = int(rec.fields.get("losses", 0)) + lost
             target, msg = next_state(rec.state, outcome, losses, requeue_stopped=requeue_stopped)
             if target is JobState.FINISHED:
                 msg = self._sla_message(rec) + self._prediction_error(rec, outcome.result)

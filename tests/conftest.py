@@ -8,6 +8,15 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (seeded from each test), so CI's verdict
+# does not depend on luck: a counterexample found once is found every time, and is kept as a
+# regression test (see tests/policies/test_shared_regressions.py). HYPOTHESIS_PROFILE=explore
+# draws fresh random examples, to look for new ones.
+settings.register_profile("ci", derandomize=True, database=None)
+settings.register_profile("explore", max_examples=500)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 if TYPE_CHECKING:
     import redis

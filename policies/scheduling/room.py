@@ -15,7 +15,8 @@ class Room:
     """Frees GPUs for interactive jobs from bulk jobs, over one round.
 
     :meth:`make` shrinks elastic jobs towards their minimum (most to spare first, then
-    submission order), then preempts whole bulk jobs: borrowed capacity (teams above their
+    submission order), never taking a team below its guarantee that way, then preempts whole
+    bulk jobs: borrowed capacity (teams above their
     entitlement) first, then capacity above a team's guarantee, then the rest; within a tier,
     victims are chosen by the ``preemption`` policy. Bulk jobs only lose GPUs during a round,
     so the shrink order and the victims' index are built once, when first needed, and
@@ -56,6 +57,7 @@ class Room:
         self._spare: list[tuple[int, int, str]] | None = None  # heap: (-spare, seq, job id)
         self._victims: VictimIndex | None = None
         self._held: Counter[str] = Counter()  # GPUs per team, once victims are chosen
+        self._above: Counter[str] | None = None  # GPUs per team above its guarantee, to shrink
 
     def make(self, short: int) -> int:
         """Free ``short`` GPUs (fewer if bulk jobs hold fewer); return the GPUs freed."""
@@ -84,18 +86,32 @@ class Room:
                 if len(hold[r.job_id]) > r.lo
             ]
             heapq.heapify(self._spare)
+            # A shrink must not take a team below its guarantee (that is for preemption to
+            # decide, borrowed capacity first); teams only lose GPUs during a round.
+            self._above = Counter()
+            for k, nodes in hold.items():
+                if k not in self.gone:
+                    self._above[self.running[k].team] += len(nodes)
+            for team in self._above:
+                self._above[team] -= self.guarantee.get(team, 0)
+        above = self._above
+        assert above is not None
         while short > 0 and self._spare:
             neg_spare, seq, job_id = heapq.heappop(self._spare)
             spare = len(hold[job_id]) - self.running[job_id].lo
             if job_id in self.gone or spare != -neg_spare:
                 continue  # stale: only the shrinks below change a job's spare GPUs
-            take = min(spare, short)
+            team = self.running[job_id].team
+            take = min(spare, short, above[team])
+            if take <= 0:
+                continue  # its team is at its guarantee: it stays as it is this round
             nodes = hold[job_id] = list(hold[job_id])
             for n in drop_gpus(nodes, take):
                 self.free[n] += 1
             short -= take
+            above[team] -= take
             self.touched.add(job_id)
-            if spare > take:
+            if spare > take and above[team] > 0:
                 heapq.heappush(self._spare, (take - spare, seq, job_id))
         return short
 

@@ -114,3 +114,12 @@ def orch(ray_cluster: Any, redis_url: str, namespace: str, tmp_path: Path) -> It
     yield o
     o.running.shutdown()
     o.store.delete_namespace()
+
+
+@pytest.fixture
+def shared(ray_cluster: Any, redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Orch]:
+    """Like :func:`orch`, with the default ``shared`` policy (preemption, teams, elastic)."""
+    o = start_orch(ray_cluster.address, redis_url, namespace, tmp_path, policy="shared")
+    yield o
+    o.running.shutdown()
+    o.store.delete_namespace()

@@ -5,28 +5,18 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from orchestrator.launcher import harness_config
 from orchestrator.store.states import JobState
-from tests.e2e.conftest import Orch, start_orch
+from tests.e2e.conftest import Orch
 from tests.e2e.jobs import mlp_job
 from workers.config import HarnessConfig
 from workers.harness import Harness
 
 STEPS = 6000
-
-
-@pytest.fixture
-def shared(ray_cluster: Any, redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Orch]:
-    o = start_orch(ray_cluster.address, redis_url, namespace, tmp_path, policy="shared")
-    yield o
-    o.running.shutdown()
-    o.store.delete_namespace()
 
 
 def _gpus_now(o: Orch, job_id: str) -> int:

@@ -5,26 +5,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from orchestrator.store.states import JobState
 from orchestrator.teams import parse_teams
-from tests.e2e.conftest import Orch, start_orch
+from tests.e2e.conftest import Orch
 from tests.e2e.jobs import mlp_job
 
 LONG = 200_000  # steps: runs until the test is done with it
-
-
-@pytest.fixture
-def shared(ray_cluster: Any, redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Orch]:
-    o = start_orch(ray_cluster.address, redis_url, namespace, tmp_path, policy="shared")
-    yield o
-    o.running.shutdown()
-    o.store.delete_namespace()
 
 
 def _pool_teams(o: Orch) -> dict[str, dict[str, Any]]:

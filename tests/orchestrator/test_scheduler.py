@@ -104,3 +104,40 @@ def test_a_lease_not_renewed_for_its_ttl_counts_as_lost(redis_url: str, store: J
         time.sleep(0.05)
     assert not lease.held
     lease.release()
+
+
+def test_only_runs_lost_after_starting_count_towards_giving_up(
+    store: JobStore, redis_url: str
+) -> None:
+    from orchestrator.config import Settings
+    from orchestrator.scheduler import Scheduler
+    from orchestrator.services import make_policy
+    from orchestrator.spec import parse_spec
+
+    spec = parse_spec(
+        {
+            "name": "lossy",
+            "team": "t",
+            "class": "bulk",
+            "workload": "mlp",
+            "sla": {"throughput": {"min_samples_per_s": 1}},
+            "run": {"steps": 5},
+        }
+    )
+    settings = Settings(redis_url=redis_url, namespace=store.namespace)
+    sched = Scheduler(settings, store, None, make_policy("gang"), redis_url)  # type: ignore[arg-type]
+    job = store.submit(spec).id
+    lost = Outcome(OutcomeKind.LOST, "worker lost")
+    store.transition(job, PLACED)  # Ray could not place it: not a lost run
+    sched._record(job, lost, requeue_stopped=False)
+    rec = store.get(job)
+    assert rec.state is JobState.QUEUED and "losses" not in rec.fields
+    for n in range(1, MAX_ATTEMPTS + 1):
+        store.transition(job, PLACED)
+        store.transition(job, RUNNING)
+        sched._record(job, lost, requeue_stopped=False)
+        rec = store.get(job)
+        if n < MAX_ATTEMPTS:
+            assert (rec.state, rec.fields["losses"]) == (JobState.QUEUED, str(n))
+    assert rec.state is JobState.FAILED
+    assert rec.message == f"gave up after {MAX_ATTEMPTS} attempts: worker lost"
