@@ -11,6 +11,7 @@ is rigid (``min_gpus == max_gpus == gpus``), scales linearly, has no deadline an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 INTERACTIVE = "interactive"
 BULK = "bulk"
@@ -60,8 +61,41 @@ def _speedup_at(speedup: tuple[float, ...], gpus: int) -> float:
     return speedup[-1]
 
 
+class _JobSizes:
+    """What queued and running jobs derive alike from their GPU fields (see :class:`QueuedJob`)."""
+
+    job_class: str
+    min_gpus: int
+    max_gpus: int
+    speedup: tuple[float, ...]
+
+    if TYPE_CHECKING:  # a field of QueuedJob, a property of RunningJob
+
+        @property
+        def gpus(self) -> int: ...
+
+    @property
+    def lo(self) -> int:
+        """Fewest GPUs the job can run on."""
+        return self.min_gpus or self.gpus
+
+    @property
+    def hi(self) -> int:
+        """Most GPUs the job can use."""
+        return max(self.max_gpus or self.gpus, self.lo)
+
+    @property
+    def interactive(self) -> bool:
+        """Whether the job is interactive (starts at once, never preempted)."""
+        return self.job_class == INTERACTIVE
+
+    def rate(self, gpus: int) -> float:
+        """Relative goodput on ``gpus`` GPUs (from ``speedup``; linear when unknown)."""
+        return _speedup_at(self.speedup, gpus)
+
+
 @dataclass(frozen=True)
-class QueuedJob:
+class QueuedJob(_JobSizes):
     """A job waiting for GPUs.
 
     Attributes:
@@ -95,28 +129,9 @@ class QueuedJob:
     remaining_work: float | None = None
     speedup: tuple[float, ...] = ()
 
-    @property
-    def lo(self) -> int:
-        """Fewest GPUs the job can run on."""
-        return self.min_gpus or self.gpus
-
-    @property
-    def hi(self) -> int:
-        """Most GPUs the job can use."""
-        return max(self.max_gpus or self.gpus, self.lo)
-
-    @property
-    def interactive(self) -> bool:
-        """Whether the job is interactive (starts at once, never preempted)."""
-        return self.job_class == INTERACTIVE
-
-    def rate(self, gpus: int) -> float:
-        """Relative goodput on ``gpus`` GPUs (from ``speedup``; linear when unknown)."""
-        return _speedup_at(self.speedup, gpus)
-
 
 @dataclass(frozen=True)
-class RunningJob:
+class RunningJob(_JobSizes):
     """A job holding GPUs (placed or running).
 
     Attributes:
@@ -151,25 +166,6 @@ class RunningJob:
     def gpus(self) -> int:
         """GPUs the job holds."""
         return len(self.nodes)
-
-    @property
-    def lo(self) -> int:
-        """Fewest GPUs the job can run on."""
-        return self.min_gpus or self.gpus
-
-    @property
-    def hi(self) -> int:
-        """Most GPUs the job can use."""
-        return max(self.max_gpus or self.gpus, self.lo)
-
-    @property
-    def interactive(self) -> bool:
-        """Whether the job is interactive."""
-        return self.job_class == INTERACTIVE
-
-    def rate(self, gpus: int) -> float:
-        """Relative goodput on ``gpus`` GPUs (from ``speedup``; linear when unknown)."""
-        return _speedup_at(self.speedup, gpus)
 
 
 @dataclass(frozen=True)
