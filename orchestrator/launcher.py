@@ -281,16 +281,24 @@ class JobRun(threading.Thread):
 
 
 class TuneRun(JobRun):
-    """Tuning a job on one GPU slot of the pool (see ``orchestrator.tuner.remote``).
+    """Tuning a job on a gang of pool GPUs (see ``orchestrator.tuner.remote``).
 
-    Placed and cleaned up like a job run (a one-bundle placement group on the policy's first
-    node); its outcome's ``result`` is the tuner's answer.
+    Placed and cleaned up like a job run (a placement group on the policy's nodes); the tuner
+    runs in a Ray task beside it and profiles trials on worker actors in its bundles. The
+    outcome's ``result`` is the tuner's answer.
     """
 
     def __init__(
-        self, job_id: str, spec: JobSpec, node: str, redis_url: str, namespace: str, **kwargs: Any
+        self,
+        job_id: str,
+        spec: JobSpec,
+        nodes: tuple[str, ...],
+        strategy: str,
+        redis_url: str,
+        namespace: str,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(job_id, spec, (node,), "PACK", Path("."), None, lambda: True, **kwargs)
+        super().__init__(job_id, spec, nodes, strategy, Path("."), None, lambda: True, **kwargs)
         self.redis_url = redis_url
         self.namespace = namespace
 
@@ -301,22 +309,28 @@ class TuneRun(JobRun):
 
         from orchestrator.tuner.remote import tune_job
 
+        # The driver needs no GPU of its own: the trials run in the gang's actors. It sits in
+        # bundle 0 so it lives (and dies) with the gang.
         task = ray.remote(tune_job).options(
             num_cpus=0,
-            num_gpus=1,
+            num_gpus=0,
             max_retries=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 pg, placement_group_bundle_index=0
             ),
         )
         spec_data = self.spec.model_dump(mode="json", by_alias=True)
-        ref = task.remote(spec_data, self.redis_url, self.namespace, self.job_id)
+        ref = task.remote(
+            spec_data, self.redis_url, self.namespace, self.job_id, pg, self.nodes, self.num_threads
+        )
         while True:
             done, _ = ray.wait([ref], timeout=0.25)
             if done:
                 break
             if self._stop_requested.is_set():
-                ray.cancel(ref, force=True)  # the study is in Redis: tuning resumes from it
+                # The study is in Redis: tuning resumes from it. The gang's actors belong to the
+                # task and die with it (and with the placement group, removed in run()).
+                ray.cancel(ref, force=True)
                 return Outcome(OutcomeKind.STOPPED, "tuning stopped")
         try:
             answer: dict[str, Any] = ray.get(ref)

@@ -426,15 +426,20 @@ class Scheduler:
                 run: JobRun = TuneRun(
                     job_id,
                     spec,
-                    nodes[0],
+                    nodes,
+                    strategy,
                     self.redis_url,
                     self.settings.namespace,
+                    num_threads=1 if self._virtual(nodes) else None,
                     placement_timeout_s=self.placement_timeout_s,
                     stop_grace_s=self.stop_grace_s,
                 )
                 run.start()
                 self.runs[job_id] = run
-                self.store.annotate(job_id, "tuning: profiling configs on 1 GPU")
+                gpus = len(nodes)
+                self.store.annotate(
+                    job_id, f"tuning: profiling configs on up to {gpus} GPU{'s' * (gpus > 1)}"
+                )
                 log.info("%s: tuning on %s", job_id, _where(run.nodes))
                 return True
             spec = self._run_spec(rec)
@@ -626,10 +631,13 @@ class Scheduler:
         log.info("%s: %s%s", job_id, target.value, f" ({message})" if message else "")
 
     def _prediction_error(self, rec: JobRecord, result: dict[str, Any]) -> str:
-        """For a tuned one-GPU job: how far the tuner's prediction was from what the run
-        measured (kept in its profile). Tuning trials run on one GPU, so a multi-GPU job's
-        prediction is not comparable and none is recorded."""
-        if "tuned" not in rec.fields or rec.gpus != 1 or not result:
+        """For a tuned job that ran as tuned: how far the tuner's prediction was from what the
+        run measured (kept in its profile). A run resized to another GPU count ran another
+        config (its micro-batch was re-derived), so its figures are not compared."""
+        if "tuned" not in rec.fields or not result:
+            return ""
+        tuned = json.loads(rec.fields["tuned"])
+        if int(tuned.get("gpus", 1)) != int(result.get("world_size", 1)):
             return ""
         from orchestrator.tuner.profile import record_outcome
 

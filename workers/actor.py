@@ -61,10 +61,26 @@ class WorkerActor:
 
         return ray.util.get_node_ip_address(), find_free_port()
 
+    def device_facts(self) -> dict[str, object]:
+        """This rank's device (``workers.devices.device_facts``): the tuner shapes its search
+        space by it, since the control plane may see no GPU."""
+        from workers.devices import device_facts
+
+        return device_facts()
+
     def run(
-        self, config_dict: dict[str, Any], init_method: str | None, checkpoint_dir: str | None
+        self,
+        config_dict: dict[str, Any],
+        init_method: str | None,
+        checkpoint_dir: str | None,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
     ) -> dict[str, Any]:
         """Run the harness for ``config_dict`` (see ``HarnessConfig.from_dict``).
+
+        ``rank`` and ``world_size`` override the actor's own for this run: a tuning gang runs
+        trials on a prefix of its actors (a 2-GPU trial on ranks 0 and 1 of a 4-GPU gang).
 
         Returns:
             ``RunResult.to_dict()``.
@@ -78,8 +94,8 @@ class WorkerActor:
         report = self._make_report()
         harness = Harness(
             HarnessConfig.from_dict(config_dict),
-            rank=self.rank,
-            world_size=self.world_size,
+            rank=self.rank if rank is None else rank,
+            world_size=self.world_size if world_size is None else world_size,
             init_method=init_method,
             checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
             report=report,
@@ -87,7 +103,10 @@ class WorkerActor:
             should_stop=self._stop.is_set,
             num_threads=self._num_threads,
         )
-        return harness.run().to_dict()
+        try:
+            return harness.run().to_dict()
+        finally:
+            _release_memory()
 
     def request_stop(self) -> None:
         """Ask the running harness to checkpoint and return at the next step (idempotent;
@@ -104,3 +123,15 @@ class WorkerActor:
             sink({"job_id": job_id, **data})
 
         return report
+
+
+def _release_memory() -> None:
+    """Free what a run left behind (an OOM leaves tensors referenced from its traceback), so
+    the next run in this actor (a tuning gang runs one trial after another) starts clean."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -6,7 +6,22 @@ import torch
 
 from workers.workloads.base import Batch
 
-__all__ = ["device_uuid", "resolve_device", "to_device"]
+__all__ = ["device_facts", "device_uuid", "resolve_device", "to_device"]
+
+
+def device_facts() -> dict[str, object]:
+    """What this process can run on, as plain data the control plane can read without torch:
+    ``kind`` (``cpu`` or ``cuda``), ``name`` (the GPU model or ``cpu``), ``major`` (CUDA compute
+    capability, 0 on a CPU) and ``count`` (visible CUDA devices)."""
+    if not torch.cuda.is_available():
+        return {"kind": "cpu", "name": "cpu", "major": 0, "count": 0}
+    major, _ = torch.cuda.get_device_capability(0)
+    return {
+        "kind": "cuda",
+        "name": torch.cuda.get_device_name(0),
+        "major": int(major),
+        "count": torch.cuda.device_count(),
+    }
 
 
 def resolve_device(device: str | None, rank: int) -> torch.device:

@@ -9,6 +9,7 @@ was predicted and keeps the error.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -16,7 +17,7 @@ import redis
 
 from orchestrator.store.keys import Keys
 from orchestrator.tuner.history import History
-from orchestrator.tuner.perfmodel import Sample, fit_step_model
+from orchestrator.tuner.perfmodel import Sample, StepModel, fit_step_model
 from orchestrator.tuner.space import Config
 
 __all__ = ["build_profile", "load_profile", "profile_key", "record_outcome", "save_profile"]
@@ -57,6 +58,7 @@ def build_profile(history: History, chosen: Config | None) -> dict[str, Any]:
         and r.measurement.samples_per_s
         and (r.config.precision, r.config.activation_checkpointing, r.config.compile)
         == (chosen.precision, chosen.activation_checkpointing, chosen.compile)
+        and (r.config.gpus == 1 or r.config.sharding == chosen.sharding)
     ]
     samples = [
         Sample(
@@ -86,14 +88,7 @@ def build_profile(history: History, chosen: Config | None) -> dict[str, Any]:
             latency_ms=model.latency_ms(chosen.gpus, chosen.micro_batch, chosen.grad_accum),
             percentile=goal.percentile,
             fit_error=model.error,
-            by_gpus=[
-                {
-                    "gpus": g,
-                    "samples_per_s": model.samples_per_s(g, chosen.micro_batch, chosen.grad_accum),
-                    "latency_ms": model.latency_ms(g, chosen.micro_batch, chosen.grad_accum),
-                }
-                for g in history.space.gpus
-            ],
+            by_gpus=[_at_gpus(history, chosen, g, model) for g in history.space.gpus],
         )
     rec = history.measured(chosen)
     if rec is not None and rec.measurement.ok:
@@ -101,6 +96,26 @@ def build_profile(history: History, chosen: Config | None) -> dict[str, Any]:
         predicted["measured_latency_ms"] = goal.latency(rec.measurement)
     profile["chosen"] = predicted
     return profile
+
+
+def _at_gpus(history: History, chosen: Config, gpus: int, model: StepModel) -> dict[str, Any]:
+    """The chosen settings on ``gpus`` GPUs: measured when a trial ran exactly that, else the
+    model's prediction (``measured`` says which)."""
+    at = dataclasses.replace(chosen, gpus=gpus)
+    rec = history.measured(at)
+    if rec is not None and rec.measurement.ok and rec.measurement.samples_per_s:
+        return {
+            "gpus": gpus,
+            "samples_per_s": rec.measurement.samples_per_s,
+            "latency_ms": history.goal.latency(rec.measurement),
+            "measured": True,
+        }
+    return {
+        "gpus": gpus,
+        "samples_per_s": model.samples_per_s(gpus, chosen.micro_batch, chosen.grad_accum),
+        "latency_ms": model.latency_ms(gpus, chosen.micro_batch, chosen.grad_accum),
+        "measured": False,
+    }
 
 
 def save_profile(client: redis.Redis, namespace: str, job: str, profile: dict[str, Any]) -> None:

@@ -1,59 +1,70 @@
-"""Tuning as work on the pool: the tuner runs inside a Ray worker that holds one GPU slot.
+"""Tuning as work on the pool: the tuner drives a gang of worker actors on pool GPUs.
 
-The scheduler places a tuning run like any job (the policy orders it, so interactive jobs
-still go first) on a one-GPU gang, and this function runs there: every trial profiles the real
-workload on that GPU through the worker harness. The GPU count and the sharding are the job's
-own, not tuned here (trials run on one device); the per-GPU settings are.
+The scheduler places a tuning run like any job (the policy orders it, so interactive jobs still
+go first) on as many GPUs as the policy gives the job, and :func:`tune_job` runs there in a Ray
+task. Every trial is a real profiling run of the workload through the worker harness on the
+first ``g`` GPUs of that gang (``evaluators.gang``), so the GPU count (within the job's range
+and the gang) and DDP against FSDP are tuned along with the per-GPU settings.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from collections import Counter
 from typing import Any
 
 from orchestrator.spec import JobSpec
 
 
-def one_gpu(spec: JobSpec) -> JobSpec:
-    """The spec tuned on one GPU slot: its per-GPU settings are searched there."""
-    data = spec.model_dump(mode="json", by_alias=True)
-    data["resources"]["gpus"] = {"min": 1, "max": 1}
-    data["run"]["data_parallel"] = None
-    bounds = data["tuning"]["bounds"]
-    bounds["gpus"] = None
-    bounds["sharding"] = None
-    return JobSpec.model_validate(data)
-
-
 def tune_job(
-    spec_data: dict[str, Any], redis_url: str, namespace: str, job_id: str
+    spec_data: dict[str, Any],
+    redis_url: str,
+    namespace: str,
+    job_id: str,
+    placement_group: Any,
+    nodes: tuple[str, ...],
+    num_threads: int | None = None,
 ) -> dict[str, Any]:
-    """Tune a job (in a Ray worker); returns what the scheduler needs.
+    """Tune a job on the GPUs of ``placement_group`` (in a Ray task); returns what the
+    scheduler needs.
+
+    Args:
+        nodes: the node of each bundle (the policy's placement), which tells the performance
+            model how many of the gang's GPUs share a node.
 
     Returns:
-        ``{"run": bool, "config": dict | None, "reason": str, "cache": str, "trials": int}``;
-        ``config`` is the chosen per-GPU config at the job's own GPU count and sharding, ready for
-        :func:`orchestrator.tuner.service.tuned_spec`.
+        ``{"run": bool, "config": dict | None, "reason": str, "closest": str, "cache": str,
+        "trials": int, "gpus": int}``; ``config`` is the chosen config (its GPU count and
+        sharding included), ready for :func:`orchestrator.tuner.service.tuned_spec`.
     """
     from orchestrator.store import open_url
+    from orchestrator.tuner.evaluators.gang import GangEvaluator
     from orchestrator.tuner.service import tune_spec
 
     spec = JobSpec.model_validate(spec_data)
-    report = tune_spec(one_gpu(spec), open_url(redis_url), redis_url, namespace, job=job_id)
+    evaluator = GangEvaluator(
+        placement_group,
+        spec.workload.ref,
+        dict(spec.workload.args),
+        job_id=job_id,
+        num_threads=num_threads,
+        seed=spec.run.seed,
+        gpus_per_node=max(Counter(nodes).values()),
+    )
+    try:
+        report = tune_spec(
+            spec, open_url(redis_url), redis_url, namespace, job=job_id, evaluator=evaluator
+        )
+    finally:
+        evaluator.close()
     result = report.result
     chosen = result.chosen  # the best; for a best-effort job, else the closest to feasible
-    config = None
-    if chosen is not None:
-        config = dataclasses.replace(
-            chosen.config, gpus=spec.gpus, sharding=spec.run.sharding
-        ).to_dict()
     near = result.closest
-    closest = near.config.describe() if near is not None else "none could run"
     return {
-        "run": report.run and config is not None,
-        "config": config,
+        "run": report.run and chosen is not None,
+        "config": chosen.config.to_dict() if chosen is not None else None,
         "reason": result.reason or "",
-        "closest": closest,
+        "closest": near.config.describe() if near is not None else "none could run",
         "cache": report.cache,
         "trials": result.trials,
+        "gpus": evaluator.size,
     }

@@ -105,20 +105,45 @@ class DeviceCaps:
     @classmethod
     def detect(cls, *, max_gpus: int | None = None) -> DeviceCaps:
         """The capabilities of this machine's first CUDA device, or of its CPU (imports torch)."""
-        import torch
+        from workers.devices import device_facts
 
-        if not torch.cuda.is_available():
-            return cls(max_gpus=max_gpus or 1)
-        major, _ = torch.cuda.get_device_capability(0)
+        return cls.from_facts(device_facts(), max_gpus=max_gpus)
+
+    @classmethod
+    def from_facts(
+        cls,
+        facts: dict[str, Any],
+        *,
+        max_gpus: int | None = None,
+        shardings: tuple[str, ...] = ("ddp",),
+        gpus_per_node: int | None = None,
+    ) -> DeviceCaps:
+        """Capabilities from ``workers.devices.device_facts()`` as reported by a worker (so the
+        control plane, which may see no GPU itself, shapes the space for the worker's device).
+
+        Args:
+            max_gpus: the most GPUs a trial may use (default: the devices the worker sees).
+            shardings: what the evaluator can run on more than one GPU.
+            gpus_per_node: where gradient sync starts crossing nodes.
+        """
+        count = int(facts.get("count", 0))
+        if facts.get("kind") != "cuda":
+            return cls(
+                max_gpus=max_gpus or 1,
+                shardings=shardings,
+                gpus_per_node=gpus_per_node or cls.gpus_per_node,
+            )
+        major = int(facts.get("major", 0))
         precisions = ("fp32", "bf16", "fp16") if major >= 8 else ("fp32", "fp16")
         return cls(
-            name=torch.cuda.get_device_name(0),
+            name=str(facts.get("name", "cuda")),
             kind="cuda",
             precisions=precisions,
-            max_gpus=max_gpus or torch.cuda.device_count(),
+            shardings=shardings,
+            max_gpus=max_gpus or max(1, count),
             compile=True,
             max_micro_batch=1024,
-            gpus_per_node=max(1, torch.cuda.device_count()),
+            gpus_per_node=gpus_per_node or max(1, count),
         )
 
 

@@ -1,13 +1,21 @@
-"""Tuning as part of a job's life: tuned on a pool GPU slot, then run with the tuned settings,
-or stopped as SLA-infeasible with the closest config and why (real Ray, Redis, torch, Optuna)."""
+"""Tuning as part of a job's life: tuned on a gang of pool GPU slots, then run with the tuned
+settings, or stopped as SLA-infeasible with the closest config and why (real Ray, Redis, torch,
+Optuna)."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store.states import JobState
+from orchestrator.tuner.evaluators.gang import GangEvaluator
+from orchestrator.tuner.objective import Goal
 from orchestrator.tuner.profile import load_profile
+from orchestrator.tuner.service import load_report
+from orchestrator.tuner.space import SearchSpace
+from orchestrator.tuner.strategies import STRATEGIES
+from orchestrator.tuner.tuner import Tuner
 from tests.e2e.conftest import Orch
 
 
@@ -56,3 +64,77 @@ def test_an_infeasible_sla_is_reported_with_the_closest_config_and_not_run(orch:
     assert rec.message.startswith("sla-infeasible: p95 "), rec.message
     assert "closest: micro-batch" in rec.message and "best_effort" in rec.message
     assert "running" not in [e["event"] for e in orch.store.events(job_id)]
+
+
+def test_a_multi_gpu_job_is_tuned_on_a_gang_over_gpu_count_and_sharding(shared: Orch) -> None:
+    """A 1-2 GPU job is tuned on a 2-GPU gang: trials run as real 2-rank DDP and FSDP runs, and
+    the job then runs with what the tuner chose (its GPU count included)."""
+    spec = parse_spec(
+        {
+            "name": "gang-tuned",
+            "team": "e2e",
+            "class": "bulk",
+            "workload": "mlp",
+            "resources": {"gpus": {"min": 1, "max": 2}},
+            "sla": {"throughput": {"min_samples_per_s": 1}},
+            "run": {"micro_batch": 8, "steps": 40, "warmup_steps": 1},
+            "tuning": {
+                "enabled": True,
+                "budget": {"trials": 12},
+                "bounds": {
+                    "micro_batch": {"min": 8, "max": 32},
+                    "grad_accum": {"min": 1, "max": 1},
+                    "precision": ["fp32"],
+                    "activation_checkpointing": [False],
+                },
+            },
+        }
+    )
+    job_id = shared.store.submit(spec).id
+    rec = shared.wait(job_id, {JobState.FINISHED, JobState.FAILED}, timeout_s=300)
+    assert rec.state is JobState.FINISHED, rec.message
+    report = load_report(shared.store.client, shared.store.namespace, job_id)
+    assert report is not None
+    ran = {
+        (t["config"]["gpus"], t["config"]["sharding"])
+        for t in report["trials_table"]
+        if t["source"] == "measured" and t["measurement"]["status"] == "ok"
+    }
+    assert {(1, "ddp"), (2, "ddp"), (2, "fsdp")} <= ran, ran
+    # It ran with the tuned global batch (on as many GPUs as the elastic policy gave it).
+    tuned = json.loads(rec.fields["tuned"])
+    assert rec.result is not None
+    assert rec.result["global_batch"] == tuned["gpus"] * tuned["micro_batch"]
+    # Its profile prices each GPU count for the policy, from the 2-GPU trials, not a guess.
+    profile = load_profile(shared.store.client, shared.store.namespace, job_id)
+    assert profile is not None
+    assert [p["gpus"] for p in profile["chosen"]["by_gpus"]] == [1, 2]
+
+
+def test_a_trial_that_runs_out_of_memory_on_one_rank_stops_the_gang_and_tuning_goes_on(
+    ray_cluster: Any,
+) -> None:
+    """The OOM workload on a 2-GPU gang: micro-batches above 8 fail on every rank; each failure
+    kills the gang, the trial is infeasible, and the next trial runs on a fresh one."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    pg = placement_group([{"GPU": 1}, {"GPU": 1}], strategy="PACK")
+    ray.get(pg.ready(), timeout=60)
+    ev = GangEvaluator(
+        pg, "tests.tuner.oom_workload:build", {"cap": 8}, warmup_steps=1, measured_steps=2
+    )
+    try:
+        space = SearchSpace(micro_batches=(2, 4, 8, 16, 32), gpus=(1, 2), shardings=("ddp", "fsdp"))
+        result = Tuner(
+            space, Goal("latency", ceiling_ms=10_000.0), ev, STRATEGIES.create("sla"), patience=None
+        ).run()
+    finally:
+        ev.close()
+        remove_placement_group(pg)
+    ooms = [r for r in result.history.records if r.measurement.status == "oom"]
+    assert ooms and all(r.config.micro_batch > 8 for r in ooms)
+    assert ev.gangs_started >= 2  # a failed trial's gang was replaced
+    ran = {(r.config.gpus, r.config.sharding) for r in result.history.points() if r.measurement.ok}
+    assert {(1, "ddp"), (2, "ddp"), (2, "fsdp")} <= ran, ran
+    assert result.best is not None and result.best.config.micro_batch == 8

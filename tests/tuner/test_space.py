@@ -113,3 +113,22 @@ def test_tuned_spec_keeps_the_jobs_sharding_for_a_one_gpu_config() -> None:
     spec = _spec(resources={"gpus": {"min": 1, "max": 4}}, run={"steps": 5, "sharding": "fsdp"})
     out = tuned_spec(spec, Config(8, gpus=1))
     assert (out.run.sharding, out.gpus) == ("fsdp", 1)
+
+
+@pytest.mark.parametrize(
+    ("facts", "precisions", "compile_"),
+    [
+        ({"kind": "cpu", "name": "cpu", "major": 0, "count": 0}, ("fp32", "bf16"), False),
+        ({"kind": "cuda", "name": "Tesla V100", "major": 7, "count": 8}, ("fp32", "fp16"), True),
+        ({"kind": "cuda", "name": "H100", "major": 9, "count": 1}, ("fp32", "bf16", "fp16"), True),
+    ],
+)
+def test_caps_from_a_workers_device_facts(
+    facts: dict[str, object], precisions: tuple[str, ...], compile_: bool
+) -> None:
+    """A tuning gang's space follows the device its workers report (bf16 on a CPU and on
+    Ampere or newer, fp16 on CUDA only), with the gang's size as the GPU limit."""
+    caps = DeviceCaps.from_facts(facts, max_gpus=4, shardings=("ddp", "fsdp"))
+    assert caps.precisions == precisions and caps.compile is compile_
+    assert caps.max_gpus == 4 and caps.shardings == ("ddp", "fsdp")
+    assert caps.name == facts["name"]

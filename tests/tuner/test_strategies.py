@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.tuner.objective import Goal
+from orchestrator.tuner.evaluators import TableEvaluator
+from orchestrator.tuner.objective import Goal, Measurement
+from orchestrator.tuner.space import SearchSpace
 from orchestrator.tuner.strategies import STRATEGIES, SearchStrategy
 from orchestrator.tuner.tuner import Tuner
 from policies.registry import UnknownPolicyError
-from tests.tuner.conftest import optimum, synthetic_space, synthetic_table
+from tests.tuner.conftest import CAPS, optimum, step_s, synthetic_space, synthetic_table
 
 GOALS = [
     Goal("throughput", floor=3000.0),
@@ -112,3 +114,50 @@ def test_unknown_strategy_lists_the_valid_names() -> None:
 
 def test_registry_holds_search_strategies() -> None:
     assert all(isinstance(STRATEGIES.create(n), SearchStrategy) for n in STRATEGIES.names())
+
+
+def _sharded_table() -> tuple[SearchSpace, TableEvaluator]:
+    """1-4 GPUs, DDP or FSDP: FSDP syncs slower (2 ms more per GPU) but shards the model, so it
+    fits 16 samples per GPU per GPU (DDP fits 16 on any count)."""
+    space = SearchSpace(
+        micro_batches=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+        gpus=(1, 2, 3, 4),
+        shardings=("ddp", "fsdp"),
+        gpus_per_node=4,
+    )
+    rows = {}
+    for c in space.configs():
+        fsdp = c.sharding == "fsdp"
+        if c.micro_batch > 16 * (c.gpus if fsdp else 1):
+            continue
+        t = step_s(c.gpus, c.micro_batch) + (0.002 * c.gpus if fsdp else 0.0)
+        rows[c] = Measurement(
+            "ok",
+            p50_ms=t * 1e3,
+            p95_ms=t * 1.1e3,
+            p99_ms=t * 1.2e3,
+            samples_per_s=c.gpus * c.micro_batch / t,
+            cost_s=10 + 20 * t,
+        )
+    return space, TableEvaluator(rows, CAPS, oom_cost_s=10)
+
+
+@pytest.mark.parametrize(
+    "goal",
+    [
+        Goal("throughput", floor=2000.0),
+        Goal("throughput", floor=3000.0),
+        Goal("latency", ceiling_ms=60),
+    ],
+    ids=["floor", "tight-floor", "ceiling"],
+)
+def test_ours_tunes_the_sharding_where_fsdp_fits_larger_micro_batches(goal: Goal) -> None:
+    """The optimum needs FSDP on 4 GPUs (a micro-batch DDP cannot fit): the search walks the FSDP
+    family from 2 GPUs and carries its memory limits upwards in GPUs, not downwards as DDP's."""
+    space, table = _sharded_table()
+    result = Tuner(space, goal, table, STRATEGIES.create("sla")).run()
+    opt = optimum(table, goal)
+    assert opt is not None and opt[1].sharding == "fsdp" and opt[1].micro_batch > 16
+    assert result.best is not None, result.reason
+    assert goal.gap(result.best.verdict.value, opt[0]) <= 0.03
+    assert result.trials <= space.size // 3  # of 63 configs

@@ -15,6 +15,9 @@ them):
   bisection between the largest fit and the smallest OOM; nothing at or above a known OOM is
   tried. With DDP memory does not depend on the GPU count, but a fit is only *certain* at fewer
   GPUs than where it was seen, and an OOM at more (the Pollux tables cap the global batch).
+  FSDP shards the model, so its memory per GPU falls as GPUs are added: there a fit is
+  certain at more GPUs and an OOM at fewer. A sharded family's walk starts on two GPUs (on one
+  GPU every sharding is the same run).
 - Latency: step time does not fall when the micro-batch or the accumulation grows, so a
   ceiling missed at micro-batch ``b`` is missed at ``2b`` with the same other settings.
 - Activation checkpointing only adds work: it is tried only at micro-batches that do not fit
@@ -45,6 +48,17 @@ Family = tuple[str, str, bool, bool]
 
 def _family(c: Config) -> Family:
     return (c.sharding, c.precision, c.activation_checkpointing, c.compile)
+
+
+def _with_single_gpu(fam: Family, by_family: dict[Family, list[Sample]]) -> list[Sample]:
+    """The samples a family's model is fitted on. A sharded family (FSDP) also takes the
+    one-GPU runs of its settings, which are recorded under DDP (on one GPU they are the same
+    run) and pin its per-sample compute; its own multi-GPU runs fit its sync cost."""
+    own = by_family.get(fam, [])
+    if fam[0] == "ddp" or not own:
+        return own
+    single = [s for s in by_family.get(("ddp", *fam[1:]), []) if s.gpus == 1]
+    return own + single
 
 
 class SLASearchStrategy(SearchStrategy):
@@ -89,16 +103,24 @@ class SLASearchStrategy(SearchStrategy):
             if goal.ceiling_ms is not None and lat is not None and lat > goal.ceiling_ms:
                 misses.append(c)
         unit = sorted(work_unit)[len(work_unit) // 2] if work_unit else 1.0
-        models = {f: fit_step_model(s, space.gpus_per_node) for f, s in by_family.items()}
+        models = {
+            f: fit_step_model(_with_single_gpu(f, by_family), space.gpus_per_node)
+            for f in list(by_family)
+        }
 
         def bracket(c: Config) -> tuple[int, int, int, int]:
             """For the memory settings of ``c``: the largest index sure to fit, the largest
             seen to fit, the smallest sure OOM, the smallest seen OOM (a fit is certain at
-            fewer GPUs than where it was seen, an OOM at more)."""
+            fewer GPUs than where it was seen, an OOM at more; under FSDP, whose shards shrink
+            as GPUs are added, the other way round)."""
             f = _family(c)
-            sure = max((i for g, i in fits[f] if g >= c.gpus), default=-1)
+            if c.sharding == "ddp":
+                sure = max((i for g, i in fits[f] if g >= c.gpus), default=-1)
+                oom = min((i for g, i in ooms[f] if g <= c.gpus), default=len(ladder))
+            else:
+                sure = max((i for g, i in fits[f] if g <= c.gpus), default=-1)
+                oom = min((i for g, i in ooms[f] if g >= c.gpus), default=len(ladder))
             seen = max((i for _, i in fits[f]), default=-1)
-            oom = min((i for g, i in ooms[f] if g <= c.gpus), default=len(ladder))
             oom_seen = min((i for _, i in ooms[f]), default=len(ladder))
             return sure, seen, oom, oom_seen
 
@@ -143,7 +165,12 @@ class SLASearchStrategy(SearchStrategy):
             {_family(c) for c in space.configs()},
             key=lambda f: (f[2], f[3], space.precisions.index(f[1]), f[0]),
         ):
-            first = Config(ladder[0], min(space.grad_accums), min(space.gpus), *fam)
+            # A sharded family shows only on more than one GPU (one GPU is the same run under
+            # any sharding), so its line starts at the fewest GPUs above one.
+            g0 = min((g for g in space.gpus if g > 1 or fam[0] == "ddp"), default=0)
+            if g0 == 0:
+                continue
+            first = Config(ladder[0], min(space.grad_accums), g0, *fam)
             if not space.contains(first) or (fam[2] and not needs_ckpt(first)):
                 continue
             top = cap(first)

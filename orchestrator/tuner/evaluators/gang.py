@@ -1,0 +1,193 @@
+"""Trials on the pool: a tuning gang of worker actors, one per GPU of a placement group.
+
+The scheduler places a tuning run like a job, on as many GPUs as the job may use. This
+evaluator starts one :class:`workers.actor.WorkerActor` per bundle of that placement group, the
+same actor that runs jobs, and profiles a ``g``-GPU config on the first ``g`` of them: a real
+``g``-rank run of the worker harness (DDP or FSDP, NCCL on CUDA and Gloo on CPU), warm-up steps
+excluded, then measured steps. So the GPU count and the sharding are tuned on the hardware the
+job will run on, not extrapolated from one GPU.
+
+The actors are kept from one trial to the next (a fresh process imports torch and builds the
+model, seconds per trial). A trial that fails on any rank (out of memory, a crash, a hang past
+``trial_timeout_s``) kills the whole gang: the other ranks would wait in a collective that never
+completes. The next trial starts a fresh one, and the error goes back to the tuner, which makes
+the trial infeasible and carries on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from orchestrator.tuner.evaluators.base import Evaluator
+from orchestrator.tuner.objective import Measurement
+from orchestrator.tuner.space import Config, DeviceCaps
+
+__all__ = ["GangEvaluator", "TrialTimeout"]
+
+
+class TrialTimeout(RuntimeError):
+    """A trial did not finish within the evaluator's ``trial_timeout_s``."""
+
+
+class GangEvaluator(Evaluator):
+    """Profiles configs on the GPUs of a placement group (see module doc).
+
+    Args:
+        placement_group: a Ray placement group of ``{"GPU": 1}`` bundles, already placed.
+        workload: built-in name or ``module:function`` entry point.
+        workload_args: its arguments.
+        job_id: the job being tuned (names the actors in Ray's dashboard).
+        warmup_steps: steps excluded from the figures.
+        measured_steps: steps measured.
+        num_threads: torch CPU threads per rank (1 on virtual GPU slots; ``None`` = default).
+        seed: the job's seed.
+        trial_timeout_s: a trial still running after this long is killed and counted as failed.
+        gpus_per_node: GPUs of one pool node (where gradient sync starts crossing nodes).
+    """
+
+    def __init__(
+        self,
+        placement_group: Any,
+        workload: str,
+        workload_args: dict[str, Any] | None = None,
+        *,
+        job_id: str = "tune",
+        warmup_steps: int = 3,
+        measured_steps: int = 10,
+        num_threads: int | None = None,
+        seed: int = 0,
+        trial_timeout_s: float = 600.0,
+        gpus_per_node: int | None = None,
+    ) -> None:
+        self.placement_group = placement_group
+        self.size = len(placement_group.bundle_specs)
+        self.workload = workload
+        self.workload_args = dict(workload_args or {})
+        self.job_id = job_id
+        self.warmup_steps = warmup_steps
+        self.measured_steps = measured_steps
+        self.num_threads = num_threads
+        self.seed = seed
+        self.trial_timeout_s = trial_timeout_s
+        self.gangs_started = 0  # how many times the actors were (re)started: one unless trials fail
+        self._actors: list[Any] = []
+        import ray
+
+        facts = ray.get(self._gang()[0].device_facts.remote(), timeout=trial_timeout_s)
+        self.caps = DeviceCaps.from_facts(
+            facts,
+            max_gpus=self.size,
+            shardings=("ddp", "fsdp"),
+            gpus_per_node=gpus_per_node,
+        )
+
+    def evaluate(self, config: Config) -> Measurement:
+        """Run ``warmup_steps + measured_steps`` optimizer steps on ``config.gpus`` ranks.
+
+        Raises:
+            the workload's own error when a rank fails (so the tuner sees an OOM as one),
+            TrialTimeout when the trial hangs, ValueError for more GPUs than the gang holds.
+        """
+        import ray
+
+        if not 1 <= config.gpus <= self.size:
+            raise ValueError(f"{config.gpus} GPUs asked, the tuning gang holds {self.size}")
+        t0 = time.perf_counter()
+        actors = self._gang()[: config.gpus]
+        init_method = None
+        if config.gpus > 1:
+            host, port = ray.get(actors[0].node_address.remote(), timeout=60)
+            init_method = f"tcp://{host}:{port}"
+        run = {
+            "workload": self.workload,
+            "workload_args": self.workload_args,
+            "micro_batch": config.micro_batch,
+            "grad_accum": config.grad_accum,
+            "precision": config.precision,
+            "activation_checkpointing": config.activation_checkpointing,
+            "compile": config.compile,
+            "sharding": config.sharding,
+            "steps": self.warmup_steps + self.measured_steps,
+            "warmup_steps": self.warmup_steps,
+            "checkpoint_every": 0,
+            "seed": self.seed,
+        }
+        refs = [
+            a.run.remote(run, init_method, None, rank=r, world_size=config.gpus)
+            for r, a in enumerate(actors)
+        ]
+        m = self._collect(refs)
+        return Measurement(
+            "ok",
+            p50_ms=m.get("p50_ms"),
+            p95_ms=m.get("p95_ms"),
+            p99_ms=m.get("p99_ms"),
+            samples_per_s=m.get("samples_per_s"),
+            tokens_per_s=m.get("tokens_per_s"),
+            peak_mem_mb=m.get("peak_mem_mb"),
+            cost_s=time.perf_counter() - t0,
+        )
+
+    def close(self) -> None:
+        """Stop the actors (the placement group stays: its owner removes it)."""
+        import ray
+
+        for actor in self._actors:
+            with contextlib.suppress(Exception):  # already dead
+                ray.kill(actor)
+        self._actors = []
+
+    def _collect(self, refs: list[Any]) -> dict[str, Any]:
+        """Rank 0's result once every rank is done; on the first failure, kill the gang and
+        raise the workload's own exception (unwrapped from Ray's)."""
+        import ray
+        from ray.exceptions import RayTaskError
+
+        deadline = time.monotonic() + self.trial_timeout_s
+        pending = list(refs)
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.close()
+                raise TrialTimeout(f"the trial ran past {self.trial_timeout_s:g} s")
+            done, pending = ray.wait(pending, num_returns=1, timeout=min(left, 5.0))
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except RayTaskError as err:
+                    self.close()
+                    cause = getattr(err, "cause", None)
+                    raise (cause if isinstance(cause, BaseException) else err) from None
+                except Exception:  # the actor or its node died
+                    self.close()
+                    raise
+        return dict(ray.get(refs[0]))
+
+    def _gang(self) -> list[Any]:
+        """The actors, started on first use and after a failed trial."""
+        if self._actors:
+            return self._actors
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from workers.actor import WorkerActor
+
+        remote_cls = ray.remote(WorkerActor)
+        self._actors = [
+            remote_cls.options(
+                num_cpus=0,
+                num_gpus=1,
+                max_concurrency=2,
+                max_restarts=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self.placement_group, placement_group_bundle_index=rank
+                ),
+            ).remote(
+                job_id=self.job_id, rank=rank, world_size=self.size, num_threads=self.num_threads
+            )
+            for rank in range(self.size)
+        ]
+        self.gangs_started += 1
+        return self._actors
