@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from orchestrator.tuner.evaluators import TableEvaluator
@@ -161,3 +163,32 @@ def test_ours_tunes_the_sharding_where_fsdp_fits_larger_micro_batches(goal: Goal
     assert result.best is not None, result.reason
     assert goal.gap(result.best.verdict.value, opt[0]) <= 0.03
     assert result.trials <= space.size // 3  # of 63 configs
+
+
+def test_ours_does_not_walk_a_family_its_model_finds_slower_everywhere() -> None:
+    """bf16 at half fp32's speed at every micro-batch (as on many CPUs): after two bf16 points
+    the model sees nothing to gain there, so bf16 is not walked up to its memory limit."""
+    space = SearchSpace(micro_batches=(1, 2, 4, 8, 16, 32, 64, 128), precisions=("fp32", "bf16"))
+    rows = {}
+    for c in space.configs():
+        t = step_s(1, c.micro_batch) * (2.0 if c.precision == "bf16" else 1.0)
+        rows[c] = Measurement("ok", p95_ms=t * 1e3, samples_per_s=c.micro_batch / t, cost_s=t)
+    table = TableEvaluator(rows, CAPS)
+    goal = Goal("throughput", floor=100.0)
+    result = Tuner(space, goal, table, STRATEGIES.create("sla")).run()
+    opt = optimum(table, goal)
+    assert opt is not None and result.best is not None and result.best.config == opt[1]
+    bf16 = [r.config.micro_batch for r in result.history.records if r.config.precision == "bf16"]
+    assert len(bf16) == 2, bf16
+
+
+def test_ours_tries_the_fewest_gpus_predicted_to_meet_a_floor_first() -> None:
+    """One GPU measured, its sync cost unknown: every GPU count meeting the floor is predicted
+    equally cheap, and the first multi-GPU trial is the fewest GPUs predicted to meet it."""
+    table = synthetic_table(mem_cap=64)
+    goal = Goal("throughput", floor=3000.0)
+    result = Tuner(synthetic_space(), goal, table, STRATEGIES.create("sla")).run()
+    single = [r for r in result.history.records if r.config.gpus == 1 and r.measurement.ok]
+    top_rate = max(float(r.measurement.samples_per_s or 0) for r in single)
+    first_multi = next(r.config for r in result.history.records if r.config.gpus > 1)
+    assert first_multi.gpus == math.ceil(goal.floor / top_rate)  # type: ignore[operator]

@@ -158,9 +158,28 @@ class SLASearchStrategy(SearchStrategy):
             idx = space.index(c.micro_batch)
             return any(g <= c.gpus and i <= idx for g, i in ooms[base])
 
+        best = history.best
+
+        def promising(fam: Family) -> bool:
+            """Whether the family's model, fitted on its first points, predicts any of its
+            configs below a known OOM to beat the best by more than ``min_gain`` (no model, or
+            nothing feasible yet: yes)."""
+            model = models.get(fam)
+            if model is None or best is None or len(by_family[fam]) < 2:
+                return True
+            for c in space.configs():
+                if _family(c) != fam or missed(c) or space.index(c.micro_batch) >= bracket(c)[2]:
+                    continue
+                ok, value, _ = self._predict(model, c, unit, history)
+                if ok and goal.better(value, best.verdict.value, self.min_gain):
+                    return True
+            return False
+
         # First, per family, the walk up the smallest line (fewest GPUs, least accumulation):
         # galloping then bisection to the largest micro-batch that fits (or to the first
-        # latency miss), which also spreads the samples the model is fitted on.
+        # latency miss), which also spreads the samples the model is fitted on. Once a family
+        # has two points, its walk goes on only while its model sees something to gain there:
+        # a family slower everywhere (bf16 on a CPU) is not walked to its memory limit.
         for fam in sorted(
             {_family(c) for c in space.configs()},
             key=lambda f: (f[2], f[3], space.precisions.index(f[1]), f[0]),
@@ -177,10 +196,9 @@ class SLASearchStrategy(SearchStrategy):
             if top < 0:
                 continue  # the smallest micro-batch does not fit: nothing of this family runs
             walk = memory_step(dataclasses.replace(first, micro_batch=ladder[top]))
-            if history.measured(walk) is None and not missed(walk):
+            if history.measured(walk) is None and not missed(walk) and promising(fam):
                 return walk
 
-        best = history.best
         scored: list[tuple[bool, float, float, Config]] = []
         for c in space.configs():
             if history.measured(c) is not None or space.index(c.micro_batch) > cap(c):
@@ -195,10 +213,17 @@ class SLASearchStrategy(SearchStrategy):
 
         feasible = [s for s in scored if s[0]]
         if feasible:
-            pick = feasible[0]
+            top_value = feasible[0][1]
             for s in feasible[1:]:
-                if goal.better(s[1], pick[1]):
-                    pick = s
+                if goal.better(s[1], top_value):
+                    top_value = s[1]
+            # Among configs predicted as good as the top (within a tenth of min_gain: an
+            # unmeasured sync cost reads as zero, so every GPU count ties), the fewest GPUs and
+            # the least accumulation: the cheaper trial, and sync only adds cost.
+            pick = min(
+                (s for s in feasible if not goal.better(top_value, s[1], self.min_gain / 10)),
+                key=lambda s: (s[3].gpus, s[3].grad_accum),
+            )
             if best is None or goal.better(pick[1], best.verdict.value, self.min_gain):
                 return memory_step(pick[3])
         if best is not None:
@@ -219,12 +244,18 @@ class SLASearchStrategy(SearchStrategy):
         pick = min(scored, key=lambda s: s[2])
         closest = history.closest
         if closest is not None and pick[2] >= closest.verdict.violation - self.min_gain:
-            return None
+            # The model sees nothing closer. Before the verdict, the closest config's untried
+            # neighbours (as for the best above): no infeasibility on the model's word alone.
+            return self._neighbour(closest.config, scored, history, by_violation=True)
         return memory_step(pick[3])
 
     @staticmethod
     def _neighbour(
-        c: Config, scored: list[tuple[bool, float, float, Config]], history: History
+        c: Config,
+        scored: list[tuple[bool, float, float, Config]],
+        history: History,
+        *,
+        by_violation: bool = False,
     ) -> Config | None:
         space, goal = history.space, history.goal
         idx = space.index(c.micro_batch)
@@ -236,9 +267,18 @@ class SLASearchStrategy(SearchStrategy):
             near.add(dataclasses.replace(c, micro_batch=space.micro_batches[idx - 1]))
         if idx + 1 < len(space.micro_batches):
             near.add(dataclasses.replace(c, micro_batch=space.micro_batches[idx + 1]))
+        # The same samples per step split another way (micro-batch 64 x 2 for 128 x 1): the
+        # model says accumulation only adds overhead, but a smaller micro-batch can run faster
+        # per sample when it fits in a cache.
+        work = c.micro_batch * c.grad_accum
+        for a in space.grad_accums:
+            if a != c.grad_accum and work % a == 0 and work // a in space.micro_batches:
+                near.add(dataclasses.replace(c, micro_batch=work // a, grad_accum=a))
         allowed = [s for s in scored if s[3] in near]
         if not allowed:
             return None
+        if by_violation:
+            return min(allowed, key=lambda s: s[2])[3]
         pick = allowed[0]
         for s in allowed[1:]:
             if (s[0], 0.0) > (pick[0], 0.0) or (s[0] == pick[0] and goal.better(s[1], pick[1])):
