@@ -6,13 +6,21 @@ tuner's presentation lives with the tuner. Heavy imports (torch, Optuna) happen 
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console, Group
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from orchestrator.config import Settings
+    from orchestrator.spec import JobSpec
+    from orchestrator.tuner.service import TuneReport
 
 __all__ = ["show_tuning", "trials_table", "tune_command"]
 
@@ -32,6 +40,15 @@ def tune_command(
     ] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="Start the study over.")] = False,
     cache: Annotated[bool, typer.Option(help="Use the tuning cache.")] = True,
+    gpus: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Tune on this many GPU slots of the pool (Ray at RAY_ADDRESS, else a local "
+            "instance), searching the GPU count and DDP/FSDP too. Default: in-process on one "
+            "device, or the job's GPU count when it needs more than one.",
+        ),
+    ] = None,
 ) -> None:
     """Tune a job against its SLA without running it: profile configs, print the trials and
     the chosen config (stored for `orch show`)."""
@@ -70,17 +87,20 @@ def tune_command(
             text = f"best: {best.config.describe()}" if best else "no feasible config yet"
             progress.update(task, advance=1, best=text)
 
+        tune = functools.partial(
+            tune_spec,
+            spec,
+            store.client,
+            url,
+            settings.namespace,
+            strategy=strategy,
+            use_cache=cache,
+            fresh=fresh,
+            on_trial=on_trial,
+        )
+        n = gpus or (spec.resources.gpus.upper if spec.resources.gpus.min > 1 else 1)
         try:
-            report = tune_spec(
-                spec,
-                store.client,
-                url,
-                settings.namespace,
-                strategy=strategy,
-                use_cache=cache,
-                fresh=fresh,
-                on_trial=on_trial,
-            )
+            report = tune() if n == 1 else _tune_on_pool(tune, spec, settings, n)
         except UnknownPolicyError as err:
             raise ConfigError(str(err)) from None
     from orchestrator.tuner.profile import load_profile
@@ -90,6 +110,29 @@ def tune_command(
     console.print(f"[dim]study {report.study}: {dashboard_command(url, settings.namespace)}[/]")
     if not report.run:
         raise typer.Exit(3)
+
+
+def _tune_on_pool(
+    tune: Callable[..., TuneReport], spec: JobSpec, settings: Settings, gpus: int
+) -> TuneReport:
+    """Run ``tune`` with trials on a gang of ``gpus`` pool slots (``evaluators.gang``)."""
+    from orchestrator.tuner.evaluators.gang import GangEvaluator
+    from orchestrator.tuner.remote import pool_gang
+
+    with pool_gang(settings, gpus) as (pg, nodes, virtual):
+        evaluator = GangEvaluator(
+            pg,
+            spec.workload.ref,
+            dict(spec.workload.args),
+            job_id=spec.name,
+            num_threads=1 if virtual else None,
+            seed=spec.run.seed,
+            gpus_per_node=max(Counter(nodes).values()),
+        )
+        try:
+            return tune(evaluator=evaluator)
+        finally:
+            evaluator.close()
 
 
 def trials_table(report: dict[str, Any], limit: int = 50) -> Table:

@@ -9,10 +9,16 @@ and the gang) and DDP against FSDP are tuned along with the per-GPU settings.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
+from orchestrator.errors import PoolError, TuneError
 from orchestrator.spec import JobSpec
+
+if TYPE_CHECKING:
+    from orchestrator.config import Settings
 
 
 def tune_job(
@@ -68,3 +74,49 @@ def tune_job(
         "trials": result.trials,
         "gpus": evaluator.size,
     }
+
+
+@contextlib.contextmanager
+def pool_gang(
+    settings: Settings, gpus: int, *, timeout_s: float = 60.0
+) -> Iterator[tuple[Any, tuple[str, ...], bool]]:
+    """``gpus`` GPU slots of the pool for ``orch tune --gpus``: a placement group on Ray at
+    ``RAY_ADDRESS``, or on a local instance (with virtual slots when there is no GPU).
+
+    Yields:
+        ``(placement_group, node of each bundle, whether the slots are virtual)``.
+
+    Raises:
+        TuneError: the pool has fewer than ``gpus`` slots.
+        PoolError: Ray cannot be reached, or the slots are not free within ``timeout_s``.
+    """
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from orchestrator.pool import GPUPool
+
+    pool = GPUPool(settings)
+    pool.start()
+    pg = None
+    try:
+        nodes = pool.nodes()
+        total = sum(n.gpus for n in nodes)
+        if gpus > total:
+            raise TuneError(f"--gpus {gpus}: the pool has {total} GPU slot(s)")
+        pg = placement_group([{"GPU": 1}] * gpus, strategy="PACK")
+        ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
+        if not ready:
+            raise PoolError(
+                f"{gpus} GPU slot(s) did not come free on the pool within {timeout_s:g} s "
+                "(see `orch pool`)"
+            )
+        table = ray.util.placement_group_table(pg)
+        where = table["bundles_to_node_id"]
+        bundle_nodes = tuple(str(where[i]) for i in range(gpus))
+        virtual = {n.node_id for n in nodes if n.virtual}
+        yield pg, bundle_nodes, all(n in virtual for n in bundle_nodes)
+    finally:
+        if pg is not None:
+            with contextlib.suppress(Exception):  # Ray already shut down
+                remove_placement_group(pg)
+        pool.stop()

@@ -4,7 +4,12 @@ Optuna)."""
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from orchestrator.spec import JobSpec, parse_spec
@@ -16,7 +21,7 @@ from orchestrator.tuner.service import load_report
 from orchestrator.tuner.space import SearchSpace
 from orchestrator.tuner.strategies import STRATEGIES
 from orchestrator.tuner.tuner import Tuner
-from tests.e2e.conftest import Orch
+from tests.e2e.conftest import ROOT, Orch
 
 
 def tuned_job(name: str, max_ms: float) -> JobSpec:
@@ -138,3 +143,56 @@ def test_a_trial_that_runs_out_of_memory_on_one_rank_stops_the_gang_and_tuning_g
     ran = {(r.config.gpus, r.config.sharding) for r in result.history.points() if r.measurement.ok}
     assert {(1, "ddp"), (2, "ddp"), (2, "fsdp")} <= ran, ran
     assert result.best is not None and result.best.config.micro_batch == 8
+
+
+GANG_JOB = """\
+name: gang-cli
+team: e2e
+class: bulk
+workload: mlp
+resources: {gpus: {min: 1, max: 2}}
+sla: {throughput: {min_samples_per_s: 100}}
+run: {micro_batch: 8, steps: 20}
+tuning:
+  enabled: true
+  budget: {trials: 10}
+  bounds:
+    micro_batch: {min: 8, max: 32}
+    grad_accum: {min: 1, max: 1}
+    precision: [fp32]
+    activation_checkpointing: [false]
+"""
+
+
+def test_orch_tune_with_gpus_tunes_on_a_gang_of_the_pool(
+    ray_cluster: Any, redis_url: str, redis_client: Any, namespace: str, tmp_path: Path
+) -> None:
+    """`orch tune FILE --gpus 2` (the real command, joined to the test cluster) profiles 1- and
+    2-GPU configs under DDP and FSDP; asking for more slots than the pool has exits 2."""
+    job = tmp_path / "job.yaml"
+    job.write_text(GANG_JOB)
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "ORCH_NAMESPACE": namespace,
+        "ORCH_DATA_DIR": str(tmp_path / "data"),
+        "RAY_ADDRESS": ray_cluster.address,
+        "COLUMNS": "200",
+    }
+    orch = str(Path(sys.executable).parent / "orch")
+    run = functools.partial(
+        subprocess.run, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240
+    )
+    try:
+        out = run([orch, "tune", str(job), "--gpus", "2"])
+        bad = run([orch, "tune", str(job), "--gpus", "64"])
+    finally:
+        for key in redis_client.scan_iter(f"{namespace}:*"):
+            redis_client.delete(key)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for trial in ("1 GPU, fp32", "2 GPU ddp, fp32", "2 GPU fsdp, fp32"):
+        assert trial in out.stdout, out.stdout
+    assert "chosen config: micro-batch" in out.stdout
+    assert bad.returncode == 2
+    assert "--gpus 64: the pool has 6 GPU slot(s)" in bad.stdout + bad.stderr
+    assert "Traceback" not in bad.stdout + bad.stderr
