@@ -336,6 +336,8 @@ class TuneRun(JobRun):
             answer: dict[str, Any] = ray.get(ref)
             return Outcome(OutcomeKind.FINISHED, "tuned", answer)
         except RayTaskError as err:
+            if type(getattr(err, "cause", None)).__name__ == "EvaluatorLost":
+                return Outcome(OutcomeKind.LOST, f"tuning gang lost: {_failure_message(err)}")
             return Outcome(OutcomeKind.FAILED, f"tuning failed: {_failure_message(err)}")
         except RayError as err:  # the worker or its node died
             return Outcome(OutcomeKind.LOST, f"tuning worker lost: {_failure_message(err)}")

@@ -313,7 +313,8 @@ class Scheduler:
         for point in chosen.get("by_gpus", []):
             measured.setdefault(int(point["gpus"]), float(point["samples_per_s"]))
         if chosen.get("measured_samples_per_s"):
-            measured.setdefault(1, float(chosen["measured_samples_per_s"]))
+            gpus = int((chosen.get("config") or {}).get("gpus", 1))
+            measured.setdefault(gpus, float(chosen["measured_samples_per_s"]))
         return measured
 
     @staticmethod

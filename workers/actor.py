@@ -91,6 +91,7 @@ class WorkerActor:
         from workers.config import HarnessConfig
         from workers.harness import Harness
 
+        _release_memory()  # what the last run's traceback held is unreferenced by now
         report = self._make_report()
         harness = Harness(
             HarnessConfig.from_dict(config_dict),

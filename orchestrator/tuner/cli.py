@@ -100,7 +100,8 @@ def tune_command(
         )
         n = gpus or (spec.resources.gpus.upper if spec.resources.gpus.min > 1 else 1)
         try:
-            report = tune() if n == 1 else _tune_on_pool(tune, spec, settings, n)
+            asked = f"--gpus {n}" if gpus else f"the job needs {n} GPUs (resources.gpus)"
+            report = tune() if n == 1 else _tune_on_pool(tune, spec, settings, n, asked)
         except UnknownPolicyError as err:
             raise ConfigError(str(err)) from None
     from orchestrator.tuner.profile import load_profile
@@ -113,13 +114,13 @@ def tune_command(
 
 
 def _tune_on_pool(
-    tune: Callable[..., TuneReport], spec: JobSpec, settings: Settings, gpus: int
+    tune: Callable[..., TuneReport], spec: JobSpec, settings: Settings, gpus: int, asked: str
 ) -> TuneReport:
     """Run ``tune`` with trials on a gang of ``gpus`` pool slots (``evaluators.gang``)."""
     from orchestrator.tuner.evaluators.gang import GangEvaluator
     from orchestrator.tuner.remote import pool_gang
 
-    with pool_gang(settings, gpus) as (pg, nodes, virtual):
+    with pool_gang(settings, gpus, asked=asked) as (pg, nodes, virtual):
         evaluator = GangEvaluator(
             pg,
             spec.workload.ref,

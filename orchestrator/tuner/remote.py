@@ -78,10 +78,13 @@ def tune_job(
 
 @contextlib.contextmanager
 def pool_gang(
-    settings: Settings, gpus: int, *, timeout_s: float = 60.0
+    settings: Settings, gpus: int, *, timeout_s: float = 60.0, asked: str = ""
 ) -> Iterator[tuple[Any, tuple[str, ...], bool]]:
     """``gpus`` GPU slots of the pool for ``orch tune --gpus``: a placement group on Ray at
     ``RAY_ADDRESS``, or on a local instance (with virtual slots when there is no GPU).
+
+    Args:
+        asked: what asked for the slots, for the error when the pool is too small.
 
     Yields:
         ``(placement_group, node of each bundle, whether the slots are virtual)``.
@@ -102,7 +105,7 @@ def pool_gang(
         nodes = pool.nodes()
         total = sum(n.gpus for n in nodes)
         if gpus > total:
-            raise TuneError(f"--gpus {gpus}: the pool has {total} GPU slot(s)")
+            raise TuneError(f"{asked or f'--gpus {gpus}'}: the pool has {total} GPU slot(s)")
         pg = placement_group([{"GPU": 1}] * gpus, strategy="PACK")
         ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
         if not ready:

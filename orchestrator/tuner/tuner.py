@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from orchestrator.tuner.evaluators.base import Evaluator
+from orchestrator.tuner.evaluators.base import Evaluator, EvaluatorLost
 from orchestrator.tuner.history import History, Source, TrialRecord
 from orchestrator.tuner.objective import Goal, Measurement
 from orchestrator.tuner.space import Config, SearchSpace
@@ -198,6 +198,8 @@ class Tuner:
         t0 = time.perf_counter()
         try:
             m = self.evaluator.evaluate(config)
+        except EvaluatorLost:
+            raise  # not the config's fault: nothing to record about it
         except Exception as err:  # a trial must never take the tuner down
             from orchestrator.tuner.oom import is_oom
 

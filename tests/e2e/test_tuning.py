@@ -110,13 +110,23 @@ def test_a_multi_gpu_job_is_tuned_on_a_gang_over_gpu_count_and_sharding(shared: 
     tuned = json.loads(rec.fields["tuned"])
     assert rec.result is not None
     assert rec.result["global_batch"] == tuned["gpus"] * tuned["micro_batch"]
-    # Its profile prices each GPU count for the policy, from the 2-GPU trials, not a guess.
+    # Its profile prices each GPU count for the policy: measured where a trial ran exactly the
+    # chosen settings on that count, else the model fitted on the 1- and 2-GPU trials.
     profile = load_profile(shared.store.client, shared.store.namespace, job_id)
     assert profile is not None
-    assert [p["gpus"] for p in profile["chosen"]["by_gpus"]] == [1, 2]
+    by_gpus = profile["chosen"]["by_gpus"]
+    assert [p["gpus"] for p in by_gpus] == [1, 2]
+    measured = {
+        json.dumps(t["config"], sort_keys=True)
+        for t in report["trials_table"]
+        if t["measurement"]["status"] == "ok"
+    }
+    for p in by_gpus:
+        at = {**tuned, "gpus": p["gpus"], "sharding": tuned["sharding"] if p["gpus"] > 1 else "ddp"}
+        assert p["measured"] is (json.dumps(at, sort_keys=True) in measured), (p, at)
 
 
-def test_a_trial_that_runs_out_of_memory_on_one_rank_stops_the_gang_and_tuning_goes_on(
+def test_a_trial_that_runs_out_of_memory_stops_the_gang_and_tuning_goes_on(
     ray_cluster: Any,
 ) -> None:
     """The OOM workload on a 2-GPU gang: micro-batches above 8 fail on every rank; each failure

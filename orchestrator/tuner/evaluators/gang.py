@@ -20,11 +20,16 @@ import contextlib
 import time
 from typing import Any
 
-from orchestrator.tuner.evaluators.base import Evaluator
+from orchestrator.tuner.evaluators.base import Evaluator, EvaluatorLost
 from orchestrator.tuner.objective import Measurement
 from orchestrator.tuner.space import Config, DeviceCaps
 
-__all__ = ["GangEvaluator", "TrialTimeout"]
+__all__ = ["GangEvaluator", "TrialTimeout", "telling_error"]
+
+# torch.distributed's own error types: a collective failed because a peer went away.
+_DISTRIBUTED_ERRORS = frozenset(
+    {"DistError", "DistBackendError", "DistNetworkError", "DistStoreError"}
+)
 
 
 class TrialTimeout(RuntimeError):
@@ -71,11 +76,16 @@ class GangEvaluator(Evaluator):
         self.num_threads = num_threads
         self.seed = seed
         self.trial_timeout_s = trial_timeout_s
+        self.grace_s = 5.0  # after one rank fails, how long the others get to report theirs
         self.gangs_started = 0  # how many times the actors were (re)started: one unless trials fail
         self._actors: list[Any] = []
         import ray
 
-        facts = ray.get(self._gang()[0].device_facts.remote(), timeout=trial_timeout_s)
+        try:
+            facts = ray.get(self._gang()[0].device_facts.remote(), timeout=trial_timeout_s)
+        except Exception as err:
+            self.close()
+            raise EvaluatorLost(f"the tuning gang could not start: {err}") from err
         self.caps = DeviceCaps.from_facts(
             facts,
             max_gpus=self.size,
@@ -97,8 +107,14 @@ class GangEvaluator(Evaluator):
         t0 = time.perf_counter()
         actors = self._gang()[: config.gpus]
         init_method = None
+        try:
+            # Also the check that a fresh gang started: if its actors cannot even answer, the
+            # pool (a node) is gone and the trial would say nothing about the config.
+            host, port = ray.get(actors[0].node_address.remote(), timeout=120)
+        except Exception as err:
+            self.close()
+            raise EvaluatorLost(f"the tuning gang does not answer: {err}") from err
         if config.gpus > 1:
-            host, port = ray.get(actors[0].node_address.remote(), timeout=60)
             init_method = f"tcp://{host}:{port}"
         run = {
             "workload": self.workload,
@@ -140,10 +156,10 @@ class GangEvaluator(Evaluator):
         self._actors = []
 
     def _collect(self, refs: list[Any]) -> dict[str, Any]:
-        """Rank 0's result once every rank is done; on the first failure, kill the gang and
-        raise the workload's own exception (unwrapped from Ray's)."""
+        """Rank 0's result once every rank is done. On the first failure, wait briefly for the
+        other ranks' errors, kill the gang, and raise the most telling one (unwrapped from
+        Ray's): see :func:`telling_error`."""
         import ray
-        from ray.exceptions import RayTaskError
 
         deadline = time.monotonic() + self.trial_timeout_s
         pending = list(refs)
@@ -153,16 +169,15 @@ class GangEvaluator(Evaluator):
                 self.close()
                 raise TrialTimeout(f"the trial ran past {self.trial_timeout_s:g} s")
             done, pending = ray.wait(pending, num_returns=1, timeout=min(left, 5.0))
-            for ref in done:
-                try:
-                    ray.get(ref)
-                except RayTaskError as err:
-                    self.close()
-                    cause = getattr(err, "cause", None)
-                    raise (cause if isinstance(cause, BaseException) else err) from None
-                except Exception:  # the actor or its node died
-                    self.close()
-                    raise
+            failed = [e for e in (_error_of(r) for r in done) if e is not None]
+            if failed:
+                # The rank that ran out of memory tears its process group down, so a peer can
+                # fail first with "connection closed": give the others a moment to report.
+                if pending:
+                    rest, _ = ray.wait(pending, num_returns=len(pending), timeout=self.grace_s)
+                    failed += [e for e in (_error_of(r) for r in rest) if e is not None]
+                self.close()
+                raise telling_error(failed) from None
         return dict(ray.get(refs[0]))
 
     def _gang(self) -> list[Any]:
@@ -191,3 +206,33 @@ class GangEvaluator(Evaluator):
         ]
         self.gangs_started += 1
         return self._actors
+
+
+def _error_of(ref: Any) -> BaseException | None:
+    """The exception a finished rank raised (the workload's own, unwrapped), or ``None``."""
+    import ray
+    from ray.exceptions import RayTaskError
+
+    try:
+        ray.get(ref)
+    except RayTaskError as err:
+        cause = getattr(err, "cause", None)
+        return cause if isinstance(cause, BaseException) else err
+    except Exception as err:  # the actor or its node died
+        return err
+    return None
+
+
+def telling_error(errors: list[BaseException]) -> BaseException:
+    """Of the errors the ranks of one trial raised, the one that says why it failed: an
+    out-of-memory error if any rank had one (it rules out larger micro-batches), else one that
+    is not a peer's collective failing, else the first."""
+    from orchestrator.tuner.oom import is_oom
+
+    for e in errors:
+        if is_oom(e):
+            return e
+    for e in errors:
+        if type(e).__name__ not in _DISTRIBUTED_ERRORS and "connection closed" not in str(e):
+            return e
+    return errors[0]

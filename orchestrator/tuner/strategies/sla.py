@@ -156,7 +156,9 @@ class SLASearchStrategy(SearchStrategy):
             """Checkpointing only where the same settings without it ran out of memory."""
             base = (c.sharding, c.precision, False, c.compile)
             idx = space.index(c.micro_batch)
-            return any(g <= c.gpus and i <= idx for g, i in ooms[base])
+            if c.sharding == "ddp":
+                return any(g <= c.gpus and i <= idx for g, i in ooms[base])
+            return any(g >= c.gpus and i <= idx for g, i in ooms[base])  # FSDP: see bracket
 
         best = history.best
 
@@ -224,7 +226,7 @@ class SLASearchStrategy(SearchStrategy):
                 (s for s in feasible if not goal.better(top_value, s[1], self.min_gain / 10)),
                 key=lambda s: (s[3].gpus, s[3].grad_accum),
             )
-            if best is None or goal.better(pick[1], best.verdict.value, self.min_gain):
+            if best is None or goal.better(top_value, best.verdict.value, self.min_gain):
                 return memory_step(pick[3])
         if best is not None:
             # The model sees nothing better: check the best config's untried neighbours (one
