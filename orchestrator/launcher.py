@@ -25,9 +25,45 @@ log = logging.getLogger(__name__)
 
 
 # torch.distributed's own error types: a collective failed because of a peer or the network.
-_DISTRIBUTED_ERRORS = frozenset(
+DISTRIBUTED_ERRORS = frozenset(
     {"DistError", "DistBackendError", "DistNetworkError", "DistStoreError"}
 )
+
+
+def start_workers(
+    pg: Any,
+    job_id: str,
+    *,
+    num_threads: int | None,
+    reporter_factory: Callable[[], Callable[[dict[str, Any]], None]] | None = None,
+) -> list[Any]:
+    """One :class:`workers.actor.WorkerActor` per bundle of ``pg``, rank ``i`` in bundle ``i``
+    (a job's gang, or a tuning gang); only rank 0 gets the report sink."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from workers.actor import WorkerActor
+
+    world = len(pg.bundle_specs)
+    remote_cls = ray.remote(WorkerActor)
+    return [
+        remote_cls.options(
+            num_cpus=0,
+            num_gpus=1,
+            max_concurrency=2,  # request_stop runs while run is busy
+            max_restarts=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=rank
+            ),
+        ).remote(
+            job_id=job_id,
+            rank=rank,
+            world_size=world,
+            reporter_factory=reporter_factory if rank == 0 else None,
+            num_threads=num_threads,
+        )
+        for rank in range(world)
+    ]
 
 
 class OutcomeKind(enum.Enum):
@@ -210,7 +246,7 @@ class JobRun(threading.Thread):
         import ray
 
         cause = getattr(failed, "cause", None)
-        if type(cause).__name__ in _DISTRIBUTED_ERRORS:
+        if type(cause).__name__ in DISTRIBUTED_ERRORS:
             return True
         pings = [a.__ray_ready__.remote() for a in self._actors]
         try:
@@ -222,30 +258,11 @@ class JobRun(threading.Thread):
     def _run_gang(self, pg: Any) -> Outcome:
         import ray
         from ray.exceptions import RayActorError, RayTaskError
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        from workers.actor import WorkerActor
 
         world = len(self.nodes)
-        remote_cls = ray.remote(WorkerActor)
-        self._actors = [
-            remote_cls.options(
-                num_cpus=0,
-                num_gpus=1,
-                max_concurrency=2,
-                max_restarts=0,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    pg, placement_group_bundle_index=rank
-                ),
-            ).remote(
-                job_id=self.job_id,
-                rank=rank,
-                world_size=world,
-                reporter_factory=self.reporter_factory if rank == 0 else None,
-                num_threads=self.num_threads,
-            )
-            for rank in range(world)
-        ]
+        self._actors = start_workers(
+            pg, self.job_id, num_threads=self.num_threads, reporter_factory=self.reporter_factory
+        )
         init_method = None
         if world > 1:
             host, port = ray.get(self._actors[0].node_address.remote(), timeout=120)

@@ -26,11 +26,6 @@ from orchestrator.tuner.space import Config, DeviceCaps
 
 __all__ = ["GangEvaluator", "TrialTimeout", "telling_error"]
 
-# torch.distributed's own error types: a collective failed because a peer went away.
-_DISTRIBUTED_ERRORS = frozenset(
-    {"DistError", "DistBackendError", "DistNetworkError", "DistStoreError"}
-)
-
 
 class TrialTimeout(RuntimeError):
     """A trial did not finish within the evaluator's ``trial_timeout_s``."""
@@ -184,26 +179,11 @@ class GangEvaluator(Evaluator):
         """The actors, started on first use and after a failed trial."""
         if self._actors:
             return self._actors
-        import ray
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        from orchestrator.launcher import start_workers
 
-        from workers.actor import WorkerActor
-
-        remote_cls = ray.remote(WorkerActor)
-        self._actors = [
-            remote_cls.options(
-                num_cpus=0,
-                num_gpus=1,
-                max_concurrency=2,
-                max_restarts=0,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    self.placement_group, placement_group_bundle_index=rank
-                ),
-            ).remote(
-                job_id=self.job_id, rank=rank, world_size=self.size, num_threads=self.num_threads
-            )
-            for rank in range(self.size)
-        ]
+        self._actors = start_workers(
+            self.placement_group, self.job_id, num_threads=self.num_threads
+        )
         self.gangs_started += 1
         return self._actors
 
@@ -227,12 +207,13 @@ def telling_error(errors: list[BaseException]) -> BaseException:
     """Of the errors the ranks of one trial raised, the one that says why it failed: an
     out-of-memory error if any rank had one (it rules out larger micro-batches), else one that
     is not a peer's collective failing, else the first."""
+    from orchestrator.launcher import DISTRIBUTED_ERRORS
     from orchestrator.tuner.oom import is_oom
 
     for e in errors:
         if is_oom(e):
             return e
     for e in errors:
-        if type(e).__name__ not in _DISTRIBUTED_ERRORS and "connection closed" not in str(e):
+        if type(e).__name__ not in DISTRIBUTED_ERRORS and "connection closed" not in str(e):
             return e
     return errors[0]
