@@ -3,16 +3,32 @@
 Step time of ``g`` GPUs at micro-batch ``m`` with ``a`` accumulated micro-batches, after
 Pollux (Qiao et al., OSDI 2021, sec. 4.1) with its overlap exponent fixed at 1:
 
-    t(g, m, a) = a * (c0 + c1 * m) + sync(g)
+    t(g, m, a) = c_step + a * (c0 + c1 * m + c2 * m**2) + sync(g)
     sync(1) = 0;  sync(g) = s[N] + k * (g - 2)  with N = ceil(g / gpus_per_node) nodes
 
-Pollux has one constant for one node and one for several; here each node count has its own,
-because measured clusters are not that regular (in the Pollux tables themselves, 2-node
+Two terms beyond Pollux's: ``c_step``, paid once per optimizer step (the optimizer itself), is
+what gradient accumulation amortises; ``c2`` lets the time per sample grow with the
+micro-batch (a CPU falling out of cache, attention growing with the batch of tokens), where
+a linear model would always send the search to the largest micro-batch. ``c2`` is fitted
+only once three micro-batches have been measured (two points do not show a curve).
+
+Pollux has one sync constant for one node and one for several; here each node count has its
+own, because measured clusters are not that regular (in the Pollux tables themselves, 2-node
 placements sync slower than 3-node ones). Linear in the coefficients, so it is fitted by
-non-negative least squares on relative error (``scipy.optimize.nnls``): a coefficient with no
-data yet stays 0, which makes an unmeasured regime (first multi-node run) look as fast as it
-could be -- optimism that sends the search to measure it. Per-GPU throughput and latency of
-every config follow from ``t``; the profile uses the same model to price extra GPUs.
+non-negative least squares on relative error (``scipy.optimize.nnls``). What the data cannot
+tell apart is settled on the optimistic side, so that the search measures it rather than
+rule it out:
+
+- until a run with accumulation is measured, ``c_step`` and ``c0`` cannot be told apart;
+  the whole constant is put in ``c_step`` (accumulation at its most useful);
+- a node count not measured yet syncs as slowly as the slowest count measured below it
+  (zero if none), or as fast as the fastest measured above it if that is faster: a first
+  multi-GPU or multi-node run looks as fast as it could be, a count between two measured
+  ones as fast as either, but a node count beyond all measured is not assumed to sync
+  faster than fewer nodes did.
+
+Per-GPU throughput and latency of every config follow from ``t``; the profile uses the same
+model to price extra GPUs.
 """
 
 from __future__ import annotations
@@ -38,13 +54,18 @@ class Sample:
 
 
 MAX_NODES = 64
+_STEP, _MICRO, _SAMPLE, _SQUARE, _PER_GPU, _NODES = range(6)  # feature columns
+
+
+def _nodes(g: int, per_node: int) -> int:
+    return min(math.ceil(g / per_node), MAX_NODES)
 
 
 def _features(g: int, m: int, a: int, per_node: int) -> list[float]:
     nodes = [0.0] * MAX_NODES
     if g > 1:
-        nodes[min(math.ceil(g / per_node), MAX_NODES) - 1] = 1.0
-    return [a, a * m, (g - 2.0) if g > 1 else 0.0, *nodes]
+        nodes[_nodes(g, per_node) - 1] = 1.0
+    return [1.0, a, a * m, a * m * m, (g - 2.0) if g > 1 else 0.0, *nodes]
 
 
 @dataclass(frozen=True)
@@ -65,6 +86,16 @@ class StepModel:
         x = _features(gpus, micro_batch, grad_accum, self.gpus_per_node)
         return sum(c * f for c, f in zip(self.coef, x, strict=True))
 
+    def scaled_to(self, sample: Sample) -> StepModel:
+        """This model's shape scaled to pass through one measured ``sample`` of another
+        family of settings (a prior for a family with a single point: one point cannot fit
+        a curve, but a precision or compile change mostly scales the step time)."""
+        pred = self.step_s(sample.gpus, sample.micro_batch, sample.grad_accum)
+        k = sample.step_s / pred if pred > 0 else 1.0
+        return StepModel(
+            tuple(c * k for c in self.coef), self.gpus_per_node, sample.pct_ratio, self.error
+        )
+
     def samples_per_s(self, gpus: int, micro_batch: int, grad_accum: int = 1) -> float:
         """Predicted throughput over all GPUs (``inf`` if the model predicts no time)."""
         t = self.step_s(gpus, micro_batch, grad_accum)
@@ -84,9 +115,21 @@ def fit_step_model(samples: Sequence[Sample], gpus_per_node: int) -> StepModel |
 
     rows = [_features(s.gpus, s.micro_batch, s.grad_accum, gpus_per_node) for s in samples]
     a = np.array(rows, dtype=float)
+    if len({s.micro_batch for s in samples}) < 3:
+        a[:, _SQUARE] = 0.0  # no curve from two points: c2 stays 0
     b = np.array([s.step_s for s in samples], dtype=float)
     w = 1.0 / np.maximum(b, 1e-12)  # relative error: fast and slow configs count alike
     coef, _ = nnls(a * w[:, None], b * w)
+    if all(s.grad_accum == 1 for s in samples):
+        coef[_STEP] += coef[_MICRO]  # indistinguishable so far: see the module doc
+        coef[_MICRO] = 0.0
+    seen = {_nodes(s.gpus, gpus_per_node) for s in samples if s.gpus > 1}
+    sync = {n: float(coef[_NODES + n - 1]) for n in seen}
+    for n in range(1, MAX_NODES + 1):
+        if n not in seen:
+            below = max((v for k, v in sync.items() if k < n), default=0.0)
+            above = min((v for k, v in sync.items() if k > n), default=below)
+            coef[_NODES + n - 1] = min(below, above)
     ratio = statistics.median(s.pct_ratio for s in samples)
     error = float(np.max(np.abs(a @ coef - b) * w))
     return StepModel(tuple(float(c) for c in coef), gpus_per_node, ratio, error)

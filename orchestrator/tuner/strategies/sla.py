@@ -103,10 +103,13 @@ class SLASearchStrategy(SearchStrategy):
             if goal.ceiling_ms is not None and lat is not None and lat > goal.ceiling_ms:
                 misses.append(c)
         unit = sorted(work_unit)[len(work_unit) // 2] if work_unit else 1.0
+        largest_fit = max((i for f in fits for _, i in fits[f]), default=-1)
         models = {
             f: fit_step_model(_with_single_gpu(f, by_family), space.gpus_per_node)
             for f in list(by_family)
         }
+        priors = self._scaled_priors(models, by_family, history)
+        models.update(priors)
 
         def bracket(c: Config) -> tuple[int, int, int, int]:
             """For the memory settings of ``c``: the largest index sure to fit, the largest
@@ -126,9 +129,13 @@ class SLASearchStrategy(SearchStrategy):
 
         def cap(c: Config) -> int:
             """The largest ladder index the memory rules allow: below a known OOM, and no
-            more than a gallop (index 2i + 2) above the largest known fit."""
+            more than a gallop (index 2i + 2) above the largest known fit. A family with no
+            fit yet starts at the largest micro-batch any other family fitted (its first run
+            is compared with theirs where it matters; an OOM there is cheap and bisected)."""
             sure, seen, oom, _ = bracket(c)
-            return min(oom - 1, 2 * max(sure, seen) + 2, len(ladder) - 1)
+            known = max(sure, seen)
+            reach = 2 * known + 2 if known >= 0 else max(largest_fit, 0)
+            return min(oom - 1, reach, len(ladder) - 1)
 
         def memory_step(c: Config) -> Config:
             """Bisection: a config above the largest sure fit, at or above an OOM seen (at
@@ -165,9 +172,10 @@ class SLASearchStrategy(SearchStrategy):
         def promising(fam: Family) -> bool:
             """Whether the family's model, fitted on its first points, predicts any of its
             configs below a known OOM to beat the best by more than ``min_gain`` (no model, or
-            nothing feasible yet: yes)."""
+            nothing feasible yet: yes). A family with one point is judged by another family's
+            model scaled to that point."""
             model = models.get(fam)
-            if model is None or best is None or len(by_family[fam]) < 2:
+            if model is None or best is None or (len(by_family[fam]) < 2 and fam not in priors):
                 return True
             for c in space.configs():
                 if _family(c) != fam or missed(c) or space.index(c.micro_batch) >= bracket(c)[2]:
@@ -250,6 +258,38 @@ class SLASearchStrategy(SearchStrategy):
             # neighbours (as for the best above): no infeasibility on the model's word alone.
             return self._neighbour(closest.config, scored, history, by_violation=True)
         return memory_step(pick[3])
+
+    @staticmethod
+    def _scaled_priors(
+        models: dict[Family, StepModel | None],
+        by_family: dict[Family, list[Sample]],
+        history: History,
+    ) -> dict[Family, StepModel]:
+        """For each family measured at a single config: the reference family's model
+        (the best config's, else the most measured) scaled through that point. A least-squares
+        fit to one point is arbitrary; this prior says "same shape, this much faster or
+        slower", so one run of bf16 at the micro-batch that matters is enough to drop it."""
+
+        def points(f: Family) -> int:
+            return len(
+                {(x.gpus, x.micro_batch, x.grad_accum) for x in _with_single_gpu(f, by_family)}
+            )
+
+        best = history.best
+        ref: Family | None = None
+        if best is not None and points(_family(best.config)) >= 2:
+            ref = _family(best.config)
+        else:
+            shaped = [f for f in by_family if points(f) >= 2]
+            ref = max(shaped, key=lambda f: (len(by_family[f]), f), default=None)
+        model = models.get(ref) if ref is not None else None
+        if model is None:
+            return {}
+        return {
+            f: model.scaled_to(_with_single_gpu(f, by_family)[0])
+            for f in by_family
+            if f != ref and points(f) == 1
+        }
 
     @staticmethod
     def _neighbour(
