@@ -147,12 +147,20 @@ def test_a_trial_that_runs_out_of_memory_stops_the_gang_and_tuning_goes_on(
     finally:
         ev.close()
         remove_placement_group(pg)
+    trials = [
+        (r.config.gpus, r.config.sharding, r.config.micro_batch, r.measurement.status)
+        for r in result.history.records
+    ]
     ooms = [r for r in result.history.records if r.measurement.status == "oom"]
-    assert ooms and all(r.config.micro_batch > 8 for r in ooms)
-    assert ev.gangs_started >= 2  # a failed trial's gang was replaced
+    assert ooms and all(r.config.micro_batch > 8 for r in ooms), trials
+    assert ev.gangs_started >= 2, trials  # a failed trial's gang was replaced
     ran = {(r.config.gpus, r.config.sharding) for r in result.history.points() if r.measurement.ok}
-    assert {(1, "ddp"), (2, "ddp"), (2, "fsdp")} <= ran, ran
-    assert result.best is not None and result.best.config.micro_batch == 8
+    assert {(1, "ddp"), (2, "ddp"), (2, "fsdp")} <= ran, trials
+    # The memory search found the boundary: 8 fits, 16 does not. (Which config is fastest is
+    # left to timing: 2 measured steps on a shared CPU.)
+    fit = {r.config.micro_batch for r in result.history.points() if r.measurement.ok}
+    assert max(fit) == 8 and 16 in {r.config.micro_batch for r in ooms}, trials
+    assert result.best is not None and result.best.config.micro_batch <= 8, trials
 
 
 GANG_JOB = """\
