@@ -19,13 +19,13 @@ non-negative least squares on relative error (``scipy.optimize.nnls``). What the
 tell apart is settled on the optimistic side, so that the search measures it rather than
 rule it out:
 
-- until a run with accumulation is measured, ``c_step`` and ``c0`` cannot be told apart;
-  the whole constant is put in ``c_step`` (accumulation at its most useful);
+- until runs with two accumulations are measured, ``c_step`` and ``c0`` cannot be told
+  apart; the whole constant is put in ``c_step`` (accumulation at its most useful);
 - a node count not measured yet syncs as slowly as the slowest count measured below it
-  (zero if none), or as fast as the fastest measured above it if that is faster: a first
-  multi-GPU or multi-node run looks as fast as it could be, a count between two measured
-  ones as fast as either, but a node count beyond all measured is not assumed to sync
-  faster than fewer nodes did.
+  (zero if none), or as fast as the fastest measured above it if that is faster: before any
+  multi-GPU run, sync looks free; a count between two measured ones syncs as fast as the
+  faster; a count beyond all measured ones is not assumed to sync faster than fewer nodes
+  did.
 
 Per-GPU throughput and latency of every config follow from ``t``; the profile uses the same
 model to price extra GPUs.
@@ -89,7 +89,9 @@ class StepModel:
     def scaled_to(self, sample: Sample) -> StepModel:
         """This model's shape scaled to pass through one measured ``sample`` of another
         family of settings (a prior for a family with a single point: one point cannot fit
-        a curve, but a precision or compile change mostly scales the step time)."""
+        a curve, but a precision or compile change mostly scales the step time). Every
+        coefficient is scaled, sync included; ``error`` stays this model's (the prior's own
+        error is unknown)."""
         pred = self.step_s(sample.gpus, sample.micro_batch, sample.grad_accum)
         k = sample.step_s / pred if pred > 0 else 1.0
         return StepModel(
@@ -115,13 +117,21 @@ def fit_step_model(samples: Sequence[Sample], gpus_per_node: int) -> StepModel |
 
     rows = [_features(s.gpus, s.micro_batch, s.grad_accum, gpus_per_node) for s in samples]
     a = np.array(rows, dtype=float)
-    if len({s.micro_batch for s in samples}) < 3:
-        a[:, _SQUARE] = 0.0  # no curve from two points: c2 stays 0
+    lines: dict[tuple[int, int], set[int]] = {}
+    for s in samples:
+        lines.setdefault((s.gpus, s.grad_accum), set()).add(s.micro_batch)
+    if max(len(mbs) for mbs in lines.values()) < 3:
+        # No curve from two points on a line (micro-batches spread over GPU counts would let
+        # the curve soak up the sync cost): c2 stays 0.
+        a[:, _SQUARE] = 0.0
     b = np.array([s.step_s for s in samples], dtype=float)
     w = 1.0 / np.maximum(b, 1e-12)  # relative error: fast and slow configs count alike
     coef, _ = nnls(a * w[:, None], b * w)
-    if all(s.grad_accum == 1 for s in samples):
-        coef[_STEP] += coef[_MICRO]  # indistinguishable so far: see the module doc
+    accums = {s.grad_accum for s in samples}
+    if len(accums) == 1:
+        # One accumulation measured: per step and per micro-batch constants are
+        # indistinguishable (see the module doc).
+        coef[_STEP] += accums.pop() * coef[_MICRO]
         coef[_MICRO] = 0.0
     seen = {_nodes(s.gpus, gpus_per_node) for s in samples if s.gpus > 1}
     sync = {n: float(coef[_NODES + n - 1]) for n in seen}

@@ -53,6 +53,20 @@ def test_time_per_sample_growing_with_the_micro_batch_needs_three_points() -> No
     assert three.step_s(1, 64) == pytest.approx(t(64), rel=1e-6)
 
 
+def test_micro_batches_spread_over_gpu_counts_do_not_make_a_curve() -> None:
+    """Linear data with a sync cost, three micro-batches but on two lines (1 and 2 GPUs): the
+    curve term stays off, so it cannot soak up the sync cost and price large micro-batches
+    on 2 GPUs far too slow."""
+
+    def t(g: int, m: int) -> float:
+        return 0.004 + 0.001 * m + (0.01 if g > 1 else 0.0)
+
+    samples = [Sample(1, 1, 1, t(1, 1)), Sample(1, 4, 1, t(1, 4)), Sample(2, 16, 1, t(2, 16))]
+    model = fit_step_model(samples, gpus_per_node=4)
+    assert model is not None
+    assert model.step_s(2, 128) == pytest.approx(t(2, 128), rel=1e-3)
+
+
 def test_unmeasured_node_counts_take_the_nearest_measured_sync() -> None:
     """4 GPUs a node. 1 node (2-4 GPUs) and 3 nodes measured, 3 nodes faster than 1: 2 nodes
     (between them) is as fast as the faster, 4 nodes (beyond them) as slow as the slowest

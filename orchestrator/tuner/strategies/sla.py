@@ -4,9 +4,11 @@ Each step fits a performance model (``perfmodel``: Pollux's step-time model, lin
 coefficients) to the trials of each family of settings (precision, checkpointing, compile,
 sharding; gradient accumulation and GPU count are inside the model), predicts every config not
 measured yet, and profiles the one predicted best under the SLA. It stops when no config is
-predicted to beat the best measured one by more than ``min_gain``. Unmeasured regimes get zero
-coefficients, i.e. the fastest they could be, so the search measures them before ruling them
-out (optimism in the face of uncertainty).
+predicted to beat the best measured one by more than ``min_gain``. What the data cannot tell
+apart is settled on the fast side (sync before any multi-GPU run, accumulation before one is
+measured; see ``perfmodel``), so the search measures such regimes before ruling them out
+(optimism in the face of uncertainty). A family measured at one config borrows the best
+family's model, scaled through that point.
 
 Hard rules, which no prediction overrides (hand-written: Optuna's samplers know nothing of
 them):
@@ -103,7 +105,6 @@ class SLASearchStrategy(SearchStrategy):
             if goal.ceiling_ms is not None and lat is not None and lat > goal.ceiling_ms:
                 misses.append(c)
         unit = sorted(work_unit)[len(work_unit) // 2] if work_unit else 1.0
-        largest_fit = max((i for f in fits for _, i in fits[f]), default=-1)
         models = {
             f: fit_step_model(_with_single_gpu(f, by_family), space.gpus_per_node)
             for f in list(by_family)
@@ -130,11 +131,26 @@ class SLASearchStrategy(SearchStrategy):
         def cap(c: Config) -> int:
             """The largest ladder index the memory rules allow: below a known OOM, and no
             more than a gallop (index 2i + 2) above the largest known fit. A family with no
-            fit yet starts at the largest micro-batch any other family fitted (its first run
-            is compared with theirs where it matters; an OOM there is cheap and bisected)."""
+            fit yet starts at the largest micro-batch a family with its memory settings fitted
+            (its first run is compared with theirs where it matters; an OOM there is
+            bisected)."""
             sure, seen, oom, _ = bracket(c)
             known = max(sure, seen)
-            reach = 2 * known + 2 if known >= 0 else max(largest_fit, 0)
+            if known >= 0:
+                reach = 2 * known + 2
+            else:
+                # Same sharding and checkpointing (memory differs across them); under FSDP
+                # only fits at as many GPUs or fewer (its shards shrink with more GPUs).
+                reach = max(
+                    (
+                        i
+                        for f, seen_fits in fits.items()
+                        if f[0] == c.sharding and f[2] == c.activation_checkpointing
+                        for g, i in seen_fits
+                        if c.sharding == "ddp" or g <= c.gpus
+                    ),
+                    default=0,
+                )
             return min(oom - 1, reach, len(ladder) - 1)
 
         def memory_step(c: Config) -> Config:
@@ -227,8 +243,9 @@ class SLASearchStrategy(SearchStrategy):
             for s in feasible[1:]:
                 if goal.better(s[1], top_value):
                     top_value = s[1]
-            # Among configs predicted as good as the top (within a tenth of min_gain: an
-            # unmeasured sync cost reads as zero, so every GPU count ties), the fewest GPUs and
+            # Among configs predicted as good as the top (within a tenth of min_gain: before
+            # the first multi-GPU run sync reads as zero, so every GPU count ties), the fewest
+            # GPUs and
             # the least accumulation: the cheaper trial, and sync only adds cost.
             pick = min(
                 (s for s in feasible if not goal.better(top_value, s[1], self.min_gain / 10)),
@@ -271,9 +288,8 @@ class SLASearchStrategy(SearchStrategy):
         slower", so one run of bf16 at the micro-batch that matters is enough to drop it."""
 
         def points(f: Family) -> int:
-            return len(
-                {(x.gpus, x.micro_batch, x.grad_accum) for x in _with_single_gpu(f, by_family)}
-            )
+            # Its own configs: a sharded family's borrowed one-GPU runs do not shape it.
+            return len({(x.gpus, x.micro_batch, x.grad_accum) for x in by_family[f]})
 
         best = history.best
         ref: Family | None = None
@@ -286,9 +302,7 @@ class SLASearchStrategy(SearchStrategy):
         if model is None:
             return {}
         return {
-            f: model.scaled_to(_with_single_gpu(f, by_family)[0])
-            for f in by_family
-            if f != ref and points(f) == 1
+            f: model.scaled_to(by_family[f][0]) for f in by_family if f != ref and points(f) == 1
         }
 
     @staticmethod
