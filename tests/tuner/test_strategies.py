@@ -7,9 +7,12 @@ import math
 import pytest
 
 from orchestrator.tuner.evaluators import TableEvaluator
+from orchestrator.tuner.history import History
 from orchestrator.tuner.objective import Goal, Measurement
-from orchestrator.tuner.space import SearchSpace
+from orchestrator.tuner.perfmodel import Sample, fit_step_model
+from orchestrator.tuner.space import DeviceCaps, SearchSpace
 from orchestrator.tuner.strategies import STRATEGIES, SearchStrategy
+from orchestrator.tuner.strategies.sla import Family, SLASearchStrategy, _with_single_gpu
 from orchestrator.tuner.tuner import Tuner
 from policies.registry import UnknownPolicyError
 from tests.tuner.conftest import CAPS, optimum, step_s, synthetic_space, synthetic_table
@@ -193,3 +196,92 @@ def test_ours_tries_the_fewest_gpus_predicted_to_meet_a_floor_first() -> None:
     top_rate = max(float(r.measurement.samples_per_s or 0) for r in single)
     first_multi = next(r.config for r in result.history.records if r.config.gpus > 1)
     assert first_multi.gpus == math.ceil(goal.floor / top_rate)  # type: ignore[operator]
+
+
+def _two_precision_sharded_table() -> tuple[SearchSpace, TableEvaluator]:
+    """:func:`_sharded_table` with bf16 too: bf16 runs at 0.7x fp32's step time and needs the
+    same memory (DDP fits 16 per GPU on any count, FSDP 16 per GPU per GPU)."""
+    space = SearchSpace(
+        micro_batches=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+        gpus=(1, 2, 3, 4),
+        shardings=("ddp", "fsdp"),
+        precisions=("fp32", "bf16"),
+        gpus_per_node=4,
+    )
+    rows = {}
+    for c in space.configs():
+        fsdp = c.sharding == "fsdp"
+        if c.micro_batch > 16 * (c.gpus if fsdp else 1):
+            continue
+        t = step_s(c.gpus, c.micro_batch) + (0.002 * c.gpus if fsdp else 0.0)
+        t *= 0.7 if c.precision == "bf16" else 1.0
+        rows[c] = Measurement(
+            "ok", p95_ms=t * 1e3, samples_per_s=c.gpus * c.micro_batch / t, cost_s=10 + 20 * t
+        )
+    caps = DeviceCaps(
+        name="synthetic", kind="cuda", precisions=("fp32", "bf16"), max_gpus=4, gpus_per_node=4
+    )
+    return space, TableEvaluator(rows, caps, oom_cost_s=10)
+
+
+def test_a_new_family_starts_at_a_micro_batch_its_memory_settings_fitted() -> None:
+    """A family's first run is at the largest micro-batch a family with the same sharding and
+    checkpointing fitted: bf16 DDP starts at fp32 DDP's 16, not at the 32 or 64 FSDP fitted by
+    sharding the model; bf16 FSDP on 2 GPUs starts at no more than FSDP fitted on 2 GPUs or
+    fewer, not at 4 GPUs' 64."""
+    space, table = _two_precision_sharded_table()
+    goal = Goal("throughput", floor=2000.0)
+    result = Tuner(space, goal, table, STRATEGIES.create("sla")).run()
+    trials = [(r.config, r.measurement.status) for r in result.history.records]
+    fp32_ddp_fits = [
+        c.micro_batch
+        for c, s in trials
+        if (c.sharding, c.precision) == ("ddp", "fp32") and s == "ok"
+    ]
+    first_bf16_ddp = next(c for c, _ in trials if (c.sharding, c.precision) == ("ddp", "bf16"))
+    assert first_bf16_ddp.micro_batch == max(fp32_ddp_fits) == 16, trials
+    first_bf16_fsdp = next(c for c, _ in trials if (c.sharding, c.precision) == ("fsdp", "bf16"))
+    fsdp_fits_at_or_below = [
+        c.micro_batch
+        for c, s in trials[: trials.index((first_bf16_fsdp, "ok"))]
+        if c.sharding == "fsdp" and s == "ok" and c.gpus <= first_bf16_fsdp.gpus
+    ]
+    assert first_bf16_fsdp.micro_batch == max(fsdp_fits_at_or_below), trials
+
+
+def test_half_precision_is_not_tried_at_twice_an_fp32_out_of_memory() -> None:
+    """Autocast keeps weights and optimizer state in fp32 and at best halves the activations:
+    bf16 DDP is not tried at twice fp32 DDP's OOM (64 after fp32 ran out at 32), so its walk
+    above its first fit costs one OOM trial (32), not a gallop to 256 and back."""
+    space, table = _two_precision_sharded_table()
+    result = Tuner(space, Goal("throughput", floor=2000.0), table, STRATEGIES.create("sla")).run()
+    trials = [(r.config, r.measurement.status) for r in result.history.records]
+    fp32_oom = min(c.micro_batch for c, s in trials if c.precision == "fp32" and s == "oom")
+    bf16_ddp = [
+        (c.micro_batch, s) for c, s in trials if (c.sharding, c.precision) == ("ddp", "bf16")
+    ]
+    assert fp32_oom == 32 and bf16_ddp == [(16, "ok"), (32, "oom")], trials
+
+
+def test_a_sharded_family_with_one_run_gets_the_best_familys_model_scaled_through_it() -> None:
+    """The one-point prior counts a family's own runs: FSDP's model is fitted with DDP's one-GPU
+    runs too (the same run on one GPU), but one FSDP run of its own still makes it a one-point
+    family, judged by the reference family's shape scaled through that run."""
+    ddp: Family = ("ddp", "fp32", False, False)
+    fsdp: Family = ("fsdp", "fp32", False, False)
+    by_family = {
+        ddp: [Sample(1, m, 1, step_s(1, m)) for m in (1, 4, 16)] + [Sample(2, 16, 1, 0.03)],
+        fsdp: [Sample(2, 16, 1, 0.04)],
+    }
+    models = {f: fit_step_model(_with_single_gpu(f, by_family), 4) for f in by_family}
+    space = SearchSpace(micro_batches=(1, 4, 16), shardings=("ddp", "fsdp"), gpus=(1, 2))
+    history = History(space, Goal("throughput"))
+    priors = SLASearchStrategy._scaled_priors(models, by_family, history)
+    assert set(priors) == {fsdp}
+    ref = models[ddp]
+    assert ref is not None
+    assert priors[fsdp].step_s(2, 16) == pytest.approx(0.04)
+    # Same shape: every prediction is DDP's times the one ratio the FSDP run showed.
+    ratio = 0.04 / ref.step_s(2, 16)
+    for g, m in [(1, 1), (2, 4), (2, 64)]:
+        assert priors[fsdp].step_s(g, m) == pytest.approx(ratio * ref.step_s(g, m))

@@ -13,10 +13,12 @@ family's model, scaled through that point.
 Hard rules, which no prediction overrides (hand-written: Optuna's samplers know nothing of
 them):
 
-- Memory: micro-batches grow by doubling from the largest known fit, and after an OOM by
+- Memory: micro-batches grow by galloping from the largest known fit, and after an OOM by
   bisection between the largest fit and the smallest OOM; nothing at or above a known OOM is
-  tried. With DDP memory does not depend on the GPU count, but a fit is only *certain* at fewer
-  GPUs than where it was seen, and an OOM at more (the Pollux tables cap the global batch).
+  tried, and under bf16 or fp16 nothing at twice fp32's OOM (autocast at best halves the
+  activations; weights and optimizer state stay fp32). With DDP memory does not depend on
+  the GPU count, but a fit is only *certain* at fewer GPUs than where it was seen, and an
+  OOM at more (the Pollux tables cap the global batch).
   FSDP shards the model, so its memory per GPU falls as GPUs are added: there a fit is
   certain at more GPUs and an OOM at fewer. A sharded family's walk starts on two GPUs (on one
   GPU every sharding is the same run).
@@ -151,7 +153,23 @@ class SLASearchStrategy(SearchStrategy):
                     ),
                     default=0,
                 )
-            return min(oom - 1, reach, len(ladder) - 1)
+            return min(oom - 1, reach, half_precision_cap(c), len(ladder) - 1)
+
+        def half_precision_cap(c: Config) -> int:
+            """Under autocast to bf16 or fp16 the weights, gradients and optimizer state stay
+            fp32 and at best the activations halve, so a micro-batch twice fp32's certain OOM
+            (same other settings) runs out of memory too: the largest index below it."""
+            if c.precision == "fp32":
+                return len(ladder) - 1
+            f32 = (c.sharding, "fp32", c.activation_checkpointing, c.compile)
+            if c.sharding == "ddp":
+                oom = min((i for g, i in ooms[f32] if g <= c.gpus), default=len(ladder))
+            else:
+                oom = min((i for g, i in ooms[f32] if g >= c.gpus), default=len(ladder))
+            if oom == len(ladder):
+                return oom - 1
+            limit = 2 * ladder[oom]
+            return max(i for i, m in enumerate(ladder) if m < limit) if ladder[0] < limit else -1
 
         def memory_step(c: Config) -> Config:
             """Bisection: a config above the largest sure fit, at or above an OOM seen (at
