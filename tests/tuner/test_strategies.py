@@ -285,3 +285,29 @@ def test_a_sharded_family_with_one_run_gets_the_best_familys_model_scaled_throug
     ratio = 0.04 / ref.step_s(2, 16)
     for g, m in [(1, 1), (2, 4), (2, 64)]:
         assert priors[fsdp].step_s(g, m) == pytest.approx(ratio * ref.step_s(g, m))
+
+
+def test_a_new_family_starts_at_the_leading_micro_batch_not_past_the_throughput_peak() -> None:
+    """Time per sample grows past micro-batch 32 (a CPU falling out of cache), so fp32's
+    largest fit (128) is slower than its 64. bf16's first run is at the leading config's
+    micro-batch, where the comparison matters, not at 128, the costlier trial past the peak."""
+    space = SearchSpace(micro_batches=(1, 2, 4, 8, 16, 32, 64, 128), precisions=("fp32", "bf16"))
+
+    def t_of(m: int, precision: str) -> float:
+        t = 0.005 + 0.001 * m + (0.00005 * (m - 32) ** 2 if m > 32 else 0.0)
+        return t * (0.6 if precision == "bf16" else 1.0)
+
+    rows = {}
+    for c in space.configs():
+        t = t_of(c.micro_batch, c.precision)
+        rows[c] = Measurement("ok", p95_ms=t * 1e3, samples_per_s=c.micro_batch / t, cost_s=t)
+    goal = Goal("throughput", floor=100.0)
+    result = Tuner(space, goal, TableEvaluator(rows, CAPS), STRATEGIES.create("sla")).run()
+    trials = [(r.config.precision, r.config.micro_batch) for r in result.history.records]
+    first_bf16 = next(i for i, (p, _) in enumerate(trials) if p == "bf16")
+    fp32_before = result.history.records[:first_bf16]
+    fastest = max(fp32_before, key=lambda r: r.measurement.samples_per_s or 0.0)
+    assert max(m for p, m in trials[:first_bf16]) == 128, trials  # fp32 fitted 128
+    assert trials[first_bf16] == ("bf16", fastest.config.micro_batch) != ("bf16", 128), trials
+    opt = optimum(TableEvaluator(rows, CAPS), goal)
+    assert opt is not None and result.best is not None and result.best.config == opt[1], trials

@@ -107,6 +107,12 @@ class SLASearchStrategy(SearchStrategy):
             if goal.ceiling_ms is not None and lat is not None and lat > goal.ceiling_ms:
                 misses.append(c)
         unit = sorted(work_unit)[len(work_unit) // 2] if work_unit else 1.0
+        # The best config so far, else (nothing feasible yet) the fastest measured.
+        lead = history.best.config if history.best is not None else None
+        if lead is None:
+            ran = [r for r in history.points() if r.measurement.ok and r.measurement.samples_per_s]
+            if ran:
+                lead = max(ran, key=lambda r: r.measurement.samples_per_s or 0.0).config
         models = {
             f: fit_step_model(_with_single_gpu(f, by_family), space.gpus_per_node)
             for f in list(by_family)
@@ -153,6 +159,14 @@ class SLASearchStrategy(SearchStrategy):
                     ),
                     default=0,
                 )
+                # No higher than the leading config's micro-batch when it has the same memory
+                # settings: the comparison that matters is there, and a larger micro-batch
+                # past the throughput peak is the costlier trial.
+                if lead is not None and (lead.sharding, lead.activation_checkpointing) == (
+                    c.sharding,
+                    c.activation_checkpointing,
+                ):
+                    reach = min(reach, space.index(lead.micro_batch))
             return min(oom - 1, reach, half_precision_cap(c), len(ladder) - 1)
 
         def half_precision_cap(c: Config) -> int:
@@ -205,17 +219,24 @@ class SLASearchStrategy(SearchStrategy):
 
         def promising(fam: Family) -> bool:
             """Whether the family's model, fitted on its first points, predicts any of its
-            configs below a known OOM to beat the best by more than ``min_gain`` (no model, or
-            nothing feasible yet: yes). A family with one point is judged by another family's
-            model scaled to that point."""
+            configs below a known OOM to beat the best by more than ``min_gain``, or, with
+            nothing feasible yet, to come closer to the SLA than the closest measured (no
+            model, or nothing measured: yes). A family with one point is judged by another
+            family's model scaled to that point."""
             model = models.get(fam)
-            if model is None or best is None or (len(by_family[fam]) < 2 and fam not in priors):
+            closest = history.closest
+            if model is None or (len(by_family[fam]) < 2 and fam not in priors):
+                return True
+            if best is None and closest is None:
                 return True
             for c in space.configs():
                 if _family(c) != fam or missed(c) or space.index(c.micro_batch) >= bracket(c)[2]:
                     continue
-                ok, value, _ = self._predict(model, c, unit, history)
-                if ok and goal.better(value, best.verdict.value, self.min_gain):
+                ok, value, violation = self._predict(model, c, unit, history)
+                if best is not None:
+                    if ok and goal.better(value, best.verdict.value, self.min_gain):
+                        return True
+                elif closest is not None and violation < closest.verdict.violation - self.min_gain:
                     return True
             return False
 
@@ -278,21 +299,21 @@ class SLASearchStrategy(SearchStrategy):
             return self._neighbour(best.config, scored, history)
         if not scored:
             return None
-        # Nothing predicted feasible. Before the verdict, measure the extreme config of each
-        # family for the missed constraint (most GPUs at the largest micro-batch that may fit
-        # for a floor, the smallest micro-batch on the fewest GPUs for a ceiling): a model
-        # fitted on a few points must not be what declares an SLA infeasible.
+        # Nothing predicted feasible: measure the config predicted closest to the SLA while
+        # it is predicted closer than the closest measured. Then, before the verdict, the
+        # extreme config of each family for the missed constraint (most GPUs at the largest
+        # micro-batch that may fit for a floor, the smallest micro-batch on the fewest GPUs
+        # for a ceiling), and the closest config's untried neighbours (as for the best
+        # above): a model fitted on a few points must not be what declares an SLA infeasible.
+        pick = min(scored, key=lambda s: s[2])
+        closest = history.closest
+        if closest is None or pick[2] < closest.verdict.violation - self.min_gain:
+            return memory_step(pick[3])
         for fam in models:
             probe = self._extreme(fam, history, cap)
             if probe is not None and history.measured(probe) is None and not missed(probe):
                 return memory_step(probe)
-        pick = min(scored, key=lambda s: s[2])
-        closest = history.closest
-        if closest is not None and pick[2] >= closest.verdict.violation - self.min_gain:
-            # The model sees nothing closer. Before the verdict, the closest config's untried
-            # neighbours (as for the best above): no infeasibility on the model's word alone.
-            return self._neighbour(closest.config, scored, history, by_violation=True)
-        return memory_step(pick[3])
+        return self._neighbour(closest.config, scored, history, by_violation=True)
 
     @staticmethod
     def _scaled_priors(
