@@ -15,7 +15,7 @@ them):
 
 - Memory: micro-batches grow by galloping from the largest known fit, and after an OOM by
   bisection between the largest fit and the smallest OOM; nothing at or above a known OOM is
-  tried, and under bf16 or fp16 nothing at twice fp32's OOM (autocast at best halves the
+  tried, and under bf16 or fp16 nothing at or above twice fp32's OOM (autocast at best halves the
   activations; weights and optimizer state stay fp32). With DDP memory does not depend on
   the GPU count, but a fit is only *certain* at fewer GPUs than where it was seen, and an
   OOM at more (the Pollux tables cap the global batch).
@@ -27,8 +27,10 @@ them):
 - Activation checkpointing only adds work: it is tried only at micro-batches that do not fit
   without it.
 
-Verdict: an SLA is reported infeasible only after the config predicted closest to it has been
-measured and missed (so one bad prediction cannot hide a feasible config next to it).
+Verdict: an SLA is reported infeasible only after each family's extreme config for the missed
+constraint, each family's own predicted closest (while predicted closer than its closest
+measured) and the closest config's untried neighbours have been measured and missed, so one
+bad prediction cannot hide a feasible config next to it.
 """
 
 from __future__ import annotations
@@ -108,11 +110,10 @@ class SLASearchStrategy(SearchStrategy):
                 misses.append(c)
         unit = sorted(work_unit)[len(work_unit) // 2] if work_unit else 1.0
         # The best config so far, else (nothing feasible yet) the fastest measured.
+        ran = [r for r in history.points() if r.measurement.ok and r.measurement.samples_per_s]
         lead = history.best.config if history.best is not None else None
-        if lead is None:
-            ran = [r for r in history.points() if r.measurement.ok and r.measurement.samples_per_s]
-            if ran:
-                lead = max(ran, key=lambda r: r.measurement.samples_per_s or 0.0).config
+        if lead is None and ran:
+            lead = max(ran, key=lambda r: r.measurement.samples_per_s or 0.0).config
         models = {
             f: fit_step_model(_with_single_gpu(f, by_family), space.gpus_per_node)
             for f in list(by_family)
@@ -138,9 +139,10 @@ class SLASearchStrategy(SearchStrategy):
 
         def cap(c: Config) -> int:
             """The largest ladder index the memory rules allow: below a known OOM, and no
-            more than a gallop (index 2i + 2) above the largest known fit. A family with no
-            fit yet starts at the largest micro-batch a family with its memory settings fitted
-            (its first run is compared with theirs where it matters; an OOM there is
+            more than a gallop (index 2i + 2) above the largest known fit; under bf16/fp16
+            below twice fp32's OOM. A family with no fit yet starts at the largest micro-batch
+            a family with its memory settings fitted, or at the leading config's if that is
+            smaller (its first run is compared with theirs where it matters; an OOM there is
             bisected)."""
             sure, seen, oom, _ = bracket(c)
             known = max(sure, seen)
@@ -183,7 +185,7 @@ class SLASearchStrategy(SearchStrategy):
             if oom == len(ladder):
                 return oom - 1
             limit = 2 * ladder[oom]
-            return max(i for i, m in enumerate(ladder) if m < limit) if ladder[0] < limit else -1
+            return max(i for i, m in enumerate(ladder) if m < limit)  # ladder[0] <= ladder[oom]
 
         def memory_step(c: Config) -> Config:
             """Bisection: a config above the largest sure fit, at or above an OOM seen (at
@@ -236,7 +238,9 @@ class SLASearchStrategy(SearchStrategy):
                 if best is not None:
                     if ok and goal.better(value, best.verdict.value, self.min_gain):
                         return True
-                elif closest is not None and violation < closest.verdict.violation - self.min_gain:
+                elif ok or (
+                    closest is not None and violation < closest.verdict.violation - self.min_gain
+                ):
                     return True
             return False
 
@@ -300,11 +304,14 @@ class SLASearchStrategy(SearchStrategy):
         if not scored:
             return None
         # Nothing predicted feasible: measure the config predicted closest to the SLA while
-        # it is predicted closer than the closest measured. Then, before the verdict, the
+        # it is predicted closer than the closest measured. Then, before the verdict: the
         # extreme config of each family for the missed constraint (most GPUs at the largest
         # micro-batch that may fit for a floor, the smallest micro-batch on the fewest GPUs
-        # for a ceiling), and the closest config's untried neighbours (as for the best
-        # above): a model fitted on a few points must not be what declares an SLA infeasible.
+        # for a ceiling); each family's own predicted closest while it is predicted closer
+        # than that family's closest measured (one family's model misjudged, say bf16 fitted
+        # on a run past its throughput peak, must not hide a config the others cannot
+        # reach); and the closest config's untried neighbours (as for the best above). A
+        # model fitted on a few points must not be what declares an SLA infeasible.
         pick = min(scored, key=lambda s: s[2])
         closest = history.closest
         if closest is None or pick[2] < closest.verdict.violation - self.min_gain:
@@ -313,6 +320,13 @@ class SLASearchStrategy(SearchStrategy):
             probe = self._extreme(fam, history, cap)
             if probe is not None and history.measured(probe) is None and not missed(probe):
                 return memory_step(probe)
+        for fam in models:
+            own = [s for s in scored if _family(s[3]) == fam]
+            measured = [r.verdict.violation for r in ran if _family(r.config) == fam]
+            if own and measured:
+                near = min(own, key=lambda s: s[2])
+                if near[2] < min(measured) - self.min_gain:
+                    return memory_step(near[3])
         return self._neighbour(closest.config, scored, history, by_violation=True)
 
     @staticmethod
