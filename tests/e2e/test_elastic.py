@@ -32,6 +32,9 @@ def _until(cond: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
+# Two 6,000-step runs (the resized job and the in-process reference): 110-160 s on an idle
+# 2-core machine, over the suite's 300 s limit when the machine is shared.
+@pytest.mark.timeout(600)
 def test_bulk_job_grows_then_shrinks_and_trains_on(shared: Orch) -> None:
     o = shared
     # 6 GPUs: a rigid 4-GPU job and an elastic one (1-4 GPUs, global batch 16 = 8 x 2 GPUs).

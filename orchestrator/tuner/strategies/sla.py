@@ -28,9 +28,8 @@ them):
   without it.
 
 Verdict: an SLA is reported infeasible only after each family's extreme config for the missed
-constraint, each family's own predicted closest (while predicted closer than its closest
-measured) and the closest config's untried neighbours have been measured and missed, so one
-bad prediction cannot hide a feasible config next to it.
+constraint and the closest config's untried neighbours have been measured and missed, so one
+bad prediction cannot hide a feasible config next to the closest.
 """
 
 from __future__ import annotations
@@ -307,11 +306,8 @@ class SLASearchStrategy(SearchStrategy):
         # it is predicted closer than the closest measured. Then, before the verdict: the
         # extreme config of each family for the missed constraint (most GPUs at the largest
         # micro-batch that may fit for a floor, the smallest micro-batch on the fewest GPUs
-        # for a ceiling); each family's own predicted closest while it is predicted closer
-        # than that family's closest measured (one family's model misjudged, say bf16 fitted
-        # on a run past its throughput peak, must not hide a config the others cannot
-        # reach); and the closest config's untried neighbours (as for the best above). A
-        # model fitted on a few points must not be what declares an SLA infeasible.
+        # for a ceiling), and the closest config's untried neighbours (as for the best
+        # above): a model fitted on a few points must not be what declares an SLA infeasible.
         pick = min(scored, key=lambda s: s[2])
         closest = history.closest
         if closest is None or pick[2] < closest.verdict.violation - self.min_gain:
@@ -320,13 +316,6 @@ class SLASearchStrategy(SearchStrategy):
             probe = self._extreme(fam, history, cap)
             if probe is not None and history.measured(probe) is None and not missed(probe):
                 return memory_step(probe)
-        for fam in models:
-            own = [s for s in scored if _family(s[3]) == fam]
-            measured = [r.verdict.violation for r in ran if _family(r.config) == fam]
-            if own and measured:
-                near = min(own, key=lambda s: s[2])
-                if near[2] < min(measured) - self.min_gain:
-                    return memory_step(near[3])
         return self._neighbour(closest.config, scored, history, by_violation=True)
 
     @staticmethod
