@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -10,7 +11,7 @@ from orchestrator.tuner.evaluators import TableEvaluator
 from orchestrator.tuner.history import History
 from orchestrator.tuner.objective import Goal, Measurement
 from orchestrator.tuner.perfmodel import Sample, fit_step_model
-from orchestrator.tuner.space import DeviceCaps, SearchSpace
+from orchestrator.tuner.space import SearchSpace
 from orchestrator.tuner.strategies import STRATEGIES, SearchStrategy
 from orchestrator.tuner.strategies.sla import Family, SLASearchStrategy, _with_single_gpu
 from orchestrator.tuner.tuner import Tuner
@@ -121,13 +122,15 @@ def test_registry_holds_search_strategies() -> None:
     assert all(isinstance(STRATEGIES.create(n), SearchStrategy) for n in STRATEGIES.names())
 
 
-def _sharded_table() -> tuple[SearchSpace, TableEvaluator]:
+def _sharded_table(precisions: tuple[str, ...] = ("fp32",)) -> tuple[SearchSpace, TableEvaluator]:
     """1-4 GPUs, DDP or FSDP: FSDP syncs slower (2 ms more per GPU) but shards the model, so it
-    fits 16 samples per GPU per GPU (DDP fits 16 on any count)."""
+    fits 16 samples per GPU per GPU (DDP fits 16 on any count). bf16, if asked for, runs at
+    0.7x fp32's step time and needs the same memory."""
     space = SearchSpace(
         micro_batches=(1, 2, 4, 8, 16, 32, 64, 128, 256),
         gpus=(1, 2, 3, 4),
         shardings=("ddp", "fsdp"),
+        precisions=precisions,
         gpus_per_node=4,
     )
     rows = {}
@@ -136,6 +139,7 @@ def _sharded_table() -> tuple[SearchSpace, TableEvaluator]:
         if c.micro_batch > 16 * (c.gpus if fsdp else 1):
             continue
         t = step_s(c.gpus, c.micro_batch) + (0.002 * c.gpus if fsdp else 0.0)
+        t *= 0.7 if c.precision == "bf16" else 1.0
         rows[c] = Measurement(
             "ok",
             p50_ms=t * 1e3,
@@ -144,7 +148,8 @@ def _sharded_table() -> tuple[SearchSpace, TableEvaluator]:
             samples_per_s=c.gpus * c.micro_batch / t,
             cost_s=10 + 20 * t,
         )
-    return space, TableEvaluator(rows, CAPS, oom_cost_s=10)
+    caps = dataclasses.replace(CAPS, precisions=precisions)
+    return space, TableEvaluator(rows, caps, oom_cost_s=10)
 
 
 @pytest.mark.parametrize(
@@ -198,38 +203,12 @@ def test_ours_tries_the_fewest_gpus_predicted_to_meet_a_floor_first() -> None:
     assert first_multi.gpus == math.ceil(goal.floor / top_rate)  # type: ignore[operator]
 
 
-def _two_precision_sharded_table() -> tuple[SearchSpace, TableEvaluator]:
-    """:func:`_sharded_table` with bf16 too: bf16 runs at 0.7x fp32's step time and needs the
-    same memory (DDP fits 16 per GPU on any count, FSDP 16 per GPU per GPU)."""
-    space = SearchSpace(
-        micro_batches=(1, 2, 4, 8, 16, 32, 64, 128, 256),
-        gpus=(1, 2, 3, 4),
-        shardings=("ddp", "fsdp"),
-        precisions=("fp32", "bf16"),
-        gpus_per_node=4,
-    )
-    rows = {}
-    for c in space.configs():
-        fsdp = c.sharding == "fsdp"
-        if c.micro_batch > 16 * (c.gpus if fsdp else 1):
-            continue
-        t = step_s(c.gpus, c.micro_batch) + (0.002 * c.gpus if fsdp else 0.0)
-        t *= 0.7 if c.precision == "bf16" else 1.0
-        rows[c] = Measurement(
-            "ok", p95_ms=t * 1e3, samples_per_s=c.gpus * c.micro_batch / t, cost_s=10 + 20 * t
-        )
-    caps = DeviceCaps(
-        name="synthetic", kind="cuda", precisions=("fp32", "bf16"), max_gpus=4, gpus_per_node=4
-    )
-    return space, TableEvaluator(rows, caps, oom_cost_s=10)
-
-
 def test_a_new_family_starts_at_a_micro_batch_its_memory_settings_fitted() -> None:
     """A family's first run is at the largest micro-batch a family with the same sharding and
     checkpointing fitted: bf16 DDP starts at fp32 DDP's 16, not at the 32 or 64 FSDP fitted by
     sharding the model; bf16 FSDP starts at the largest micro-batch FSDP fitted on as many GPUs
     or fewer (FSDP's fits at more GPUs do not carry down)."""
-    space, table = _two_precision_sharded_table()
+    space, table = _sharded_table(("fp32", "bf16"))
     goal = Goal("throughput", floor=2000.0)
     result = Tuner(space, goal, table, STRATEGIES.create("sla")).run()
     trials = [(r.config, r.measurement.status) for r in result.history.records]
@@ -253,7 +232,7 @@ def test_half_precision_is_not_tried_at_twice_an_fp32_out_of_memory() -> None:
     """Autocast keeps weights and optimizer state in fp32 and at best halves the activations:
     bf16 DDP is not tried at twice fp32 DDP's OOM (64 after fp32 ran out at 32), so its walk
     above its first fit costs one OOM trial (32), not a gallop to 256 and back."""
-    space, table = _two_precision_sharded_table()
+    space, table = _sharded_table(("fp32", "bf16"))
     result = Tuner(space, Goal("throughput", floor=2000.0), table, STRATEGIES.create("sla")).run()
     trials = [(r.config, r.measurement.status) for r in result.history.records]
     fp32_oom = min(c.micro_batch for c, s in trials if c.precision == "fp32" and s == "oom")

@@ -120,18 +120,26 @@ class SLASearchStrategy(SearchStrategy):
         priors = self._scaled_priors(models, by_family, history)
         models.update(priors)
 
+        def sure_oom(f: Family, c: Config) -> int:
+            """The smallest ladder index of family ``f`` certain to run out of memory at
+            ``c``'s GPU count: an OOM seen at fewer GPUs under DDP (memory does not fall with
+            more), at more GPUs under FSDP (its shards shrink as GPUs are added)."""
+            return min(
+                (i for g, i in ooms[f] if (g <= c.gpus if c.sharding == "ddp" else g >= c.gpus)),
+                default=len(ladder),
+            )
+
         def bracket(c: Config) -> tuple[int, int, int, int]:
             """For the memory settings of ``c``: the largest index sure to fit, the largest
             seen to fit, the smallest sure OOM, the smallest seen OOM (a fit is certain at
             fewer GPUs than where it was seen, an OOM at more; under FSDP, whose shards shrink
             as GPUs are added, the other way round)."""
             f = _family(c)
-            if c.sharding == "ddp":
-                sure = max((i for g, i in fits[f] if g >= c.gpus), default=-1)
-                oom = min((i for g, i in ooms[f] if g <= c.gpus), default=len(ladder))
-            else:
-                sure = max((i for g, i in fits[f] if g <= c.gpus), default=-1)
-                oom = min((i for g, i in ooms[f] if g >= c.gpus), default=len(ladder))
+            sure = max(
+                (i for g, i in fits[f] if (g >= c.gpus if c.sharding == "ddp" else g <= c.gpus)),
+                default=-1,
+            )
+            oom = sure_oom(f, c)
             seen = max((i for _, i in fits[f]), default=-1)
             oom_seen = min((i for _, i in ooms[f]), default=len(ladder))
             return sure, seen, oom, oom_seen
@@ -176,11 +184,7 @@ class SLASearchStrategy(SearchStrategy):
             (same other settings) runs out of memory too: the largest index below it."""
             if c.precision == "fp32":
                 return len(ladder) - 1
-            f32 = (c.sharding, "fp32", c.activation_checkpointing, c.compile)
-            if c.sharding == "ddp":
-                oom = min((i for g, i in ooms[f32] if g <= c.gpus), default=len(ladder))
-            else:
-                oom = min((i for g, i in ooms[f32] if g >= c.gpus), default=len(ladder))
+            oom = sure_oom((c.sharding, "fp32", c.activation_checkpointing, c.compile), c)
             if oom == len(ladder):
                 return oom - 1
             limit = 2 * ladder[oom]
@@ -211,10 +215,7 @@ class SLASearchStrategy(SearchStrategy):
         def needs_ckpt(c: Config) -> bool:
             """Checkpointing only where the same settings without it ran out of memory."""
             base = (c.sharding, c.precision, False, c.compile)
-            idx = space.index(c.micro_batch)
-            if c.sharding == "ddp":
-                return any(g <= c.gpus and i <= idx for g, i in ooms[base])
-            return any(g >= c.gpus and i <= idx for g, i in ooms[base])  # FSDP: see bracket
+            return sure_oom(base, c) <= space.index(c.micro_batch)
 
         best = history.best
 
@@ -287,8 +288,7 @@ class SLASearchStrategy(SearchStrategy):
                     top_value = s[1]
             # Among configs predicted as good as the top (within a tenth of min_gain: before
             # the first multi-GPU run sync reads as zero, so every GPU count ties), the fewest
-            # GPUs and
-            # the least accumulation: the cheaper trial, and sync only adds cost.
+            # GPUs and the least accumulation: the cheaper trial, and sync only adds cost.
             pick = min(
                 (s for s in feasible if not goal.better(top_value, s[1], self.min_gain / 10)),
                 key=lambda s: (s[3].gpus, s[3].grad_accum),
