@@ -6,7 +6,6 @@ Heavy imports stay inside the commands that need them: `orch --help`, `orch subm
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import threading
@@ -124,7 +123,7 @@ def submit(
         ids.append(rec.id)
         console.print(f"submitted [bold]{rec.id}[/] ({spec.job_class}, team {spec.team})")
     if wait:
-        if not store.client.exists(store.keys.key("pool")):
+        if store.pool_view.read() is None:
             err_console.print(
                 "[yellow]note:[/] no scheduler is running for this namespace; "
                 "the jobs wait until `orch up` starts one"
@@ -165,17 +164,15 @@ def show(job: Annotated[str, typer.Argument(help="Job id or unique name.")]) -> 
     """Show one job: settings, SLA and whether it is met, live metrics, events."""
     from orchestrator.services import open_store
     from orchestrator.tuner.cli import show_tuning
-    from orchestrator.tuner.profile import load_profile
-    from orchestrator.tuner.service import load_report
     from orchestrator.views import show_job
 
     store, _ = open_store(_settings())
     rec = store.get(store.resolve(job))
     console.print(show_job(store, rec))
     for key in (rec.id, rec.name):  # tuned with the job, or beforehand by `orch tune FILE`
-        report = load_report(store.client, store.namespace, key)
+        report = store.tune_reports.load(key)
         if report is not None:
-            console.print(show_tuning(report, load_profile(store.client, store.namespace, key)))
+            console.print(show_tuning(report, store.profiles.load(key)))
             break
 
 
@@ -221,10 +218,9 @@ def pool() -> None:
     from orchestrator.views import pool_table, teams_table
 
     store, _ = open_store(_settings())
-    raw = store.client.get(store.keys.key("pool"))
-    if not raw:
+    view = store.pool_view.read()
+    if view is None:
         raise OrchError("no scheduler is running for this namespace; start one with `orch up`")
-    view = json.loads(str(raw))
     console.print(pool_table(view))
     if view.get("teams"):
         console.print(teams_table(view["teams"]))
@@ -251,9 +247,9 @@ def teams_apply(
 
     config = load_teams(file)
     store, _ = open_store(_settings())
-    raw = store.client.get(store.keys.key("pool"))
-    if raw:  # a scheduler is up: the guarantees must fit its pool
-        pool_gpus = sum(int(n["gpus"]) for n in json.loads(str(raw)).get("nodes", []))
+    view = store.pool_view.read()
+    if view is not None:  # a scheduler is up: the guarantees must fit its pool
+        pool_gpus = sum(int(n["gpus"]) for n in view.get("nodes", []))
         config.views(pool_gpus)
     store.put_teams(config)
     console.print(team_config_table(config))
@@ -271,6 +267,69 @@ def teams_show() -> None:
     if config is None:
         raise OrchError("no team config applied; every team is equal (use `orch teams apply`)")
     console.print(team_config_table(config))
+
+
+@app.command()
+def sim(
+    trace: Annotated[
+        Path,
+        typer.Argument(help="Trace file (CSV or JSONL; see README, 'Simulating your own trace')."),
+    ],
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(help="Scheduling policy to simulate; repeat to compare (default: shared)."),
+    ] = None,
+    pool: Annotated[
+        str | None, typer.Option(help="Uniform pool NODESxGPUS, e.g. 16x4 (the default).")
+    ] = None,
+    nodes: Annotated[
+        Path | None, typer.Option(help="YAML/JSON list of {name, gpus}, instead of --pool.")
+    ] = None,
+    teams: Annotated[
+        Path | None, typer.Option(help="Team config (the file `orch teams apply` takes).")
+    ] = None,
+    interval: Annotated[float, typer.Option(help="Seconds between scheduling rounds.")] = 60.0,
+    restart: Annotated[
+        float, typer.Option(min=0, help="Seconds a start, resume or resize costs.")
+    ] = 30.0,
+    horizon: Annotated[
+        float | None, typer.Option(min=0, help="Stop at this simulated time (seconds).")
+    ] = None,
+    skip_idle: Annotated[
+        bool, typer.Option("--skip-idle", help="Skip rounds where nothing happens (faster).")
+    ] = False,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            help="Pollux data for `app` jobs (default: $ORCH_POLLUX_TRACES, else bundled)."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Output folder (default: <trace>-sim beside the trace).")
+    ] = None,
+) -> None:
+    """Simulate a trace on a pool under one or more policies: a comparison table, results.json
+    and a plot (JCT CDF, utilisation) in the output folder."""
+    from orchestrator.sim.cli import simulate
+    from orchestrator.sim.engine import SimConfig
+
+    config = SimConfig(
+        interval_s=interval, restart_s=restart, every_round=not skip_idle, horizon_s=horizon
+    )
+    code = simulate(
+        trace,
+        policy or [],
+        pool=pool,
+        nodes=nodes,
+        teams=teams,
+        config=config,
+        data=data,
+        out=out,
+        console=console,
+        err_console=err_console,
+    )
+    if code:
+        raise typer.Exit(code)
 
 
 # `orch tune`: its module keeps torch and Optuna imports inside the command.

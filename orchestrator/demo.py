@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,7 +57,7 @@ def run_demo(settings: Settings, folder: Path, console: Console, timeout_s: floa
     examples = load_examples(folder)
     with console.status("starting Redis and Ray..."):
         store, _ = open_store(settings)
-        if store.client.exists(store.keys.key("scheduler", "lease")):
+        if store.lease_holder() is not None:
             raise OrchError(
                 f"a scheduler is running in namespace {settings.namespace!r} (another demo?); "
                 "stop it first"
@@ -73,9 +72,9 @@ def run_demo(settings: Settings, folder: Path, console: Console, timeout_s: floa
             f"Ray {settings.ray_address or 'local'}"
         )
         _wait_for_pool_view(store)
-        raw = store.client.get(store.keys.key("pool"))
-        if raw:
-            console.print(pool_table(json.loads(str(raw))))
+        view = store.pool_view.read()
+        if view is not None:
+            console.print(pool_table(view))
         ids = []
         for path, spec in examples:
             rec = store.submit(spec, by="demo")
@@ -95,5 +94,5 @@ def run_demo(settings: Settings, folder: Path, console: Console, timeout_s: floa
 
 def _wait_for_pool_view(store: JobStore, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not store.client.exists(store.keys.key("pool")):
+    while time.monotonic() < deadline and store.pool_view.read() is None:
         time.sleep(0.2)

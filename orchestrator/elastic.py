@@ -9,9 +9,9 @@ out-of-memory risk) are not used.
 
 What a size is worth (the ``speedup`` curve the elastic policy maximises) comes from the job's
 profile: the tuner's one-GPU measurement and every throughput the job has shown while running
-on some number of GPUs (kept in Redis per job). Between known sizes it is interpolated; beyond
-the largest it is extrapolated with the parallel efficiency last seen; with nothing measured it
-is linear.
+on some number of GPUs (kept per job by ``orchestrator.store.ScalingStore``). Between known
+sizes it is interpolated; beyond the largest it is extrapolated with the parallel efficiency
+last seen; with nothing measured it is linear.
 """
 
 from __future__ import annotations
@@ -19,19 +19,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-import redis
-
 from orchestrator.spec import JobSpec
-from orchestrator.store.keys import Keys
 
-__all__ = [
-    "feasible_sizes",
-    "global_batch",
-    "read_throughputs",
-    "record_throughput",
-    "resized_spec",
-    "speedup_curve",
-]
+__all__ = ["feasible_sizes", "global_batch", "resized_spec", "speedup_curve"]
 
 
 def global_batch(spec: JobSpec) -> int:
@@ -102,22 +92,3 @@ def speedup_curve(spec: JobSpec, measured: Mapping[int, float]) -> tuple[float, 
         return v0 * n / k0
 
     return tuple(round(estimate(n), 6) for n in range(1, hi + 1))
-
-
-def _key(namespace: str, job_id: str) -> str:
-    """``{ns}:scaling:{job}``: GPU count -> samples/s."""
-    return Keys(namespace).key("scaling", job_id)
-
-
-def record_throughput(
-    client: redis.Redis, namespace: str, job_id: str, gpus: int, samples_per_s: float
-) -> None:
-    """Remember the throughput the job showed on ``gpus`` GPUs (the latest replaces older)."""
-    if samples_per_s > 0:
-        client.hset(_key(namespace, job_id), str(gpus), f"{samples_per_s:.6g}")
-
-
-def read_throughputs(client: redis.Redis, namespace: str, job_id: str) -> dict[int, float]:
-    """Throughput per GPU count the job has shown (empty when none)."""
-    raw = client.hgetall(_key(namespace, job_id))
-    return {int(k): float(v) for k, v in raw.items()}

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError
-from orchestrator.store import JobStore, open_url, resolve_url
+from orchestrator.store import JobStore, resolve_url
 from policies import SCHEDULING_POLICIES, SchedulingPolicy, UnknownPolicyError
 
 if TYPE_CHECKING:
+    from orchestrator.control.loop import ControlLoop
     from orchestrator.pool import GPUPool
-    from orchestrator.scheduler import Scheduler
 
 
 def open_store(settings: Settings) -> tuple[JobStore, str]:
@@ -28,7 +28,7 @@ def open_store(settings: Settings) -> tuple[JobStore, str]:
         StoreError: Redis is unreachable or could not be started.
     """
     url = resolve_url(settings)
-    return JobStore(open_url(url), settings.namespace), url
+    return JobStore.from_url(url, settings.namespace), url
 
 
 def make_policy(name: str = "shared", **options: str) -> SchedulingPolicy:
@@ -49,7 +49,7 @@ def make_policy(name: str = "shared", **options: str) -> SchedulingPolicy:
 class Running:
     """A scheduler serving in a background thread (for `orch up`, `orch demo` and tests)."""
 
-    scheduler: Scheduler
+    scheduler: ControlLoop
     pool: GPUPool
     thread: threading.Thread
     stop: threading.Event
@@ -69,20 +69,15 @@ def serve_in_background(settings: Settings, policy: SchedulingPolicy | None = No
     The store, pool and lease are set up before returning, so errors (Redis unreachable,
     another scheduler already serving) are raised here, not lost in the thread.
     """
+    from orchestrator.control.loop import ControlLoop
     from orchestrator.pool import GPUPool
-    from orchestrator.scheduler import Scheduler
+    from orchestrator.runtime.ray_gang import RayRuntime
 
     store, url = open_store(settings)
     pool = GPUPool(settings)
     pool.start()
-    scheduler = Scheduler(
-        settings,
-        store,
-        pool,
-        policy or make_policy(settings.policy),
-        url,
-        stop_grace_s=settings.stop_grace_s,
-    )
+    runtime = RayRuntime(pool, url, settings.namespace, stop_grace_s=settings.stop_grace_s)
+    scheduler = ControlLoop(settings, store, runtime, policy or make_policy(settings.policy))
     scheduler.acquire()
     stop = threading.Event()
     errors: list[BaseException] = []

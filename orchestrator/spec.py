@@ -99,6 +99,9 @@ class LatencySLA(_Model):
 
     max_ms: float = Field(gt=0)
     percentile: Literal[50, 95, 99] = 95
+    start_within_s: float = Field(
+        default=60.0, gt=0, description="seconds after submission it should start by"
+    )
 
 
 class SLA(_Model):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -14,6 +15,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from orchestrator.sla import SLAVerdict, describe_sla, evaluate_sla
+from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
 from orchestrator.store.records import JobRecord
 from orchestrator.store.states import TERMINAL, JobState
@@ -22,6 +24,7 @@ from orchestrator.teams import TeamConfig
 STATE_STYLE = {
     "queued": "yellow",
     "placed": "cyan",
+    "tuning": "cyan",
     "running": "bold cyan",
     "cancelling": "magenta",
     "finished": "green",
@@ -94,6 +97,30 @@ def jobs_table(store: JobStore, records: Sequence[JobRecord], title: str = "jobs
     return table
 
 
+def running_spec(rec: JobRecord) -> JobSpec:
+    """The spec the job runs (or will run) with: tuned settings when it was tuned, on the GPUs
+    it is placed on (an elastic job re-derives its micro-batch to keep its global batch)."""
+    from orchestrator.runtime.harness_config import run_spec
+
+    tuned = rec.fields.get("tuned")
+    gpus = len((rec.placement or {}).get("nodes", [])) or None
+    try:
+        return run_spec(rec.spec, json.loads(tuned) if tuned else None, gpus)
+    except ValueError:  # a placement it cannot keep its batch on: it runs as requested
+        return run_spec(rec.spec, json.loads(tuned) if tuned else None)
+
+
+def _settings(spec: JobSpec) -> str:
+    run = spec.run
+    gpus = spec.gpus
+    return (
+        f"micro-batch {run.micro_batch}, grad-accum {run.grad_accum}, {run.precision}, "
+        f"GPUs {gpus} ({run.sharding if gpus > 1 else 'one GPU'}), "
+        f"checkpointing {'on' if run.activation_checkpointing else 'off'}, "
+        f"compile {'on' if run.compile else 'off'}"
+    )
+
+
 def show_job(store: JobStore, rec: JobRecord) -> Group:
     """Everything about one job: state, settings, SLA verdict, live metrics, events."""
     spec = rec.spec
@@ -107,13 +134,10 @@ def show_job(store: JobStore, rec: JobRecord) -> Group:
     head.add_row("workload", f"{spec.workload.ref} {spec.workload.args or ''}".rstrip())
     measured = "not measured yet" if verdict.measured == "-" else verdict.measured
     head.add_row("SLA", f"{describe_sla(spec)}  ->  {measured}  {_met(verdict)}")
-    head.add_row(
-        "settings",
-        f"micro-batch {run.micro_batch}, grad-accum {run.grad_accum}, {run.precision}, "
-        f"GPUs {spec.gpus} (data-parallel), "
-        f"checkpointing {'on' if run.activation_checkpointing else 'off'}, "
-        f"compile {'on' if run.compile else 'off'}",
-    )
+    runs_with = running_spec(rec)
+    head.add_row("settings", _settings(runs_with))
+    if _settings(runs_with) != _settings(spec):
+        head.add_row("submitted", _settings(spec))
     length = (
         f"{run.steps} steps"
         if run.steps

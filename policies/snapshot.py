@@ -5,7 +5,10 @@ the live scheduler and in a simulator, and the same snapshot always yields the s
 
 Every field added after the first version has a default, so a producer that knows only the
 first fields (node ids, job class, team, GPUs, order) still builds a valid snapshot: a job then
-is rigid (``min_gpus == max_gpus == gpus``), scales linearly, has no deadline and no service.
+is rigid (``min_gpus == max_gpus == gpus``), scales linearly, has no deadline and no service, a
+running job counts as having made progress (``first_step_at=0.0``), a queued job as never
+preempted (``preempted_at=None``), and the rounds' interval as unknown (``interval_s=0.0``), which
+turns off the rules that read these fields.
 """
 
 from __future__ import annotations
@@ -113,6 +116,11 @@ class QueuedJob(_JobSizes):
         remaining_work: estimated seconds of work left on ``gpus`` GPUs (``None``: unknown).
         speedup: goodput on 1, 2, ... GPUs relative to any fixed unit (index ``n-1`` is ``n``
             GPUs); empty means linear. Beyond the last entry the job gains nothing.
+        preempted_at: when the job's last run was stopped by a preemption (same clock as
+            ``Snapshot.now``); ``None``: its last run, if any, was not. Only a recent time
+            matters: a bulk job preempted within the last ``Snapshot.interval_s`` is "just
+            preempted", and a policy may give it only the GPUs no other job wants this round
+            (see :meth:`just_preempted`).
     """
 
     job_id: str
@@ -128,6 +136,16 @@ class QueuedJob(_JobSizes):
     attained_service: float = 0.0
     remaining_work: float | None = None
     speedup: tuple[float, ...] = ()
+    preempted_at: float | None = None
+
+    def just_preempted(self, now: float, interval_s: float) -> bool:
+        """Whether a preemption stopped this job's last run within the last round.
+
+        True when ``now - preempted_at <= interval_s``; never with ``interval_s <= 0`` (the
+        producer does not know its rounds' interval) or without ``preempted_at``.
+        """
+        at = self.preempted_at
+        return at is not None and interval_s > 0.0 and now - at <= interval_s
 
 
 @dataclass(frozen=True)
@@ -145,6 +163,12 @@ class RunningJob(_JobSizes):
         checkpoint_at: when it last saved a checkpoint; work since then is lost on preemption.
         min_gpus, max_gpus, deadline, attained_service, remaining_work, speedup: as for
             :class:`QueuedJob`.
+        first_step_at: when the current run (since ``started_at``: its start, resume or
+            resize) did its first training step, or a time after ``now`` when that step is
+            still to come; ``None``: it has done no step yet. The default ``0.0`` reads as
+            "has stepped", so a producer that does not track steps changes nothing. A run with
+            no step yet is never a victim (preempted or shrunk) for another bulk job: that
+            would throw away its whole start-up and gain nothing (see :meth:`stepped`).
     """
 
     job_id: str
@@ -161,11 +185,17 @@ class RunningJob(_JobSizes):
     attained_service: float = 0.0
     remaining_work: float | None = None
     speedup: tuple[float, ...] = ()
+    first_step_at: float | None = 0.0
 
     @property
     def gpus(self) -> int:
         """GPUs the job holds."""
         return len(self.nodes)
+
+    def stepped(self, now: float) -> bool:
+        """Whether the current run has done a training step by ``now`` (see ``first_step_at``)."""
+        at = self.first_step_at
+        return at is not None and not at > now
 
 
 @dataclass(frozen=True)
@@ -180,6 +210,8 @@ class Snapshot:
         seed: for policies that break ties randomly; same snapshot and seed, same decisions.
         teams: the team config (empty: every team is equal and has no guarantee).
         restart_cost_s: seconds a job loses when it is started, resized or resumed.
+        interval_s: seconds between scheduling rounds (``0.0``: unknown, which turns off the
+            rules about the previous round, e.g. :meth:`QueuedJob.just_preempted`).
     """
 
     nodes: tuple[NodeView, ...]
@@ -189,6 +221,7 @@ class Snapshot:
     seed: int = 0
     teams: tuple[TeamView, ...] = ()
     restart_cost_s: float = 30.0
+    interval_s: float = 0.0
     total_gpus: int = field(init=False)
 
     def __post_init__(self) -> None:

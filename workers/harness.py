@@ -190,6 +190,9 @@ class _Run:
         self.checkpoint_path: str | None = None
         self.last_saved_step: int | None = None
         self.checkpoint_write_s: float | None = None
+        # wall clock of the last checkpoint written: what a preemption would lose is the work
+        # since then (the scheduler's victim choice reads it)
+        self.checkpoint_at: float | None = None
         self.tokens_per_sample = h.workload.tokens_per_sample
         self.parallel: torch.nn.Module | None = None  # DDP wrapper or FSDP-sharded model
         self.optimizer: torch.optim.Optimizer | None = None
@@ -362,6 +365,7 @@ class _Run:
         )
         self.checkpoint_path = str(save_checkpoint(h.checkpoint_dir, ckpt))
         self.checkpoint_write_s = time.perf_counter() - t0
+        self.checkpoint_at = time.time()
 
     # -- measurement ----------------------------------------------------------------------
 
@@ -402,6 +406,7 @@ class _Run:
             "warmup_steps": h.config.warmup_steps,
             "first_step_at": self.first_step_at,
             "checkpoint_write_s": self.checkpoint_write_s,
+            "checkpoint_at": self.checkpoint_at,
             **self._metrics(),
             **self.nvml.snapshot(),
         }

@@ -140,8 +140,8 @@ class Bench:
             at = self.store.metrics(job_id).get("first_step_at")
             if isinstance(at, float) and at > after:
                 return at
-            if self.store.client.hget(self.store.keys.job(job_id), "state") in TERMINAL_STATES:
-                rec = self.store.get(job_id)
+            rec = self.store.get(job_id)
+            if rec.state.value in TERMINAL_STATES:
                 raise RuntimeError(f"{job_id} ended {rec.state.value}: {rec.message}")
             return None
 

@@ -9,10 +9,10 @@ a fresh namespace, deleted afterwards.
 
 - Submissions: N jobs through ``JobStore.submit`` one at a time, through ``submit_many``
   (pipelined), and from 8 client processes at once (each pipelined, own connection).
-- Round time: ``Scheduler.round()`` (snapshot from Redis, policy, decisions, pool view) with Q
+- Round time: ``ControlLoop.round()`` (snapshot from Redis, policy, decisions, pool view) with Q
   jobs queued on a full pool: 64 GPUs on 8 nodes held by 64 running interactive jobs (never
-  preempted), so every queued job waits. Ray is not involved (the pool is a fixed list and the
-  running jobs are stand-ins): this is the cost the control plane adds per round. Round 1
+  preempted), so every queued job waits. Ray is not involved (the in-process runtime,
+  ``runtime.local``, runs the 64): this is the cost the control plane adds per round. Round 1
   (which writes each job's wait reason once) is excluded; p50/p99 over the rest.
 """
 
@@ -25,15 +25,14 @@ import statistics
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from orchestrator.config import Settings
-from orchestrator.pool import NodeInfo
-from orchestrator.scheduler import Scheduler
+from orchestrator.control.loop import ControlLoop
+from orchestrator.runtime.local import LocalRuntime
 from orchestrator.services import make_policy, open_store
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store import JobStore, open_url
@@ -112,45 +111,21 @@ def _summary(xs: list[float]) -> dict[str, float]:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
 
 
-@dataclass
-class _HeldRun:
-    """A running interactive job as the scheduler sees it: holds one GPU, never ends, and no
-    policy preempts it, so the pool stays full and every queued job waits."""
-
-    job_id: str
-    nodes: tuple[str, ...]
-    spec: JobSpec = field(default_factory=lambda: _spec("interactive"))
-    preempted_for: str = ""
-    resize_to: tuple[str, ...] | None = None
-    started_at: float = field(default_factory=time.time)
-    stopping: bool = False
-
-    def is_alive(self) -> bool:
-        return True
-
-
-class _FixedPool:
-    def __init__(self, nodes: list[NodeInfo]) -> None:
-        self._nodes = nodes
-
-    def nodes(self) -> list[NodeInfo]:
-        return self._nodes
-
-
 def round_times(url: str, queued: int, rounds: int, policy: str) -> dict[str, float]:
     """Seconds per scheduling round with ``queued`` jobs waiting on a full pool."""
     store = _store(url)
     try:
-        store.submit_many([_spec("bulk" if i % 4 else "interactive") for i in range(queued)])
-        nodes = [NodeInfo(f"node-{i}", "10.0.0.1", 8, True) for i in range(8)]
+        # 64 interactive jobs hold the pool (never preempted), so every queued job waits
+        runtime = LocalRuntime([(f"node-{i}", 8) for i in range(8)])
         settings = Settings(redis_url=url, namespace=store.namespace)
-        sched = Scheduler(settings, store, _FixedPool(nodes), make_policy(policy), url)  # type: ignore[arg-type]
-        sched.runs = {  # type: ignore[dict-item]
-            f"held-{n.node_id}-{g}": _HeldRun(f"held-{n.node_id}-{g}", (n.node_id,))
-            for n in nodes
-            for g in range(8)
-        }
+        sched = ControlLoop(settings, store, runtime, make_policy(policy))
         sched.lease.acquire(store.namespace)
+        held = store.submit_many([_spec("interactive") for _ in range(64)])
+        sched.round()  # starts the 64
+        sched.round()  # records them running
+        assert len(sched.runs) == 64 and len(runtime.alive()) == 64
+        store.submit_many([_spec("bulk" if i % 4 else "interactive") for i in range(queued)])
+        del held
         sched.round()  # first round: writes each job's wait reason once
         times = []
         for _ in range(rounds):

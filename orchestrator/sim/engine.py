@@ -15,6 +15,12 @@ run time apart; 0 = no loss, the Pollux assumption).
 With ``every_round=False`` rounds where nothing happened are skipped (the clock jumps to the
 round after the next arrival or completion, or ``max_idle_s`` while jobs wait), which is what
 makes 100,000-job traces fast; the Pollux reproduction runs every round, as published.
+
+Two guards keep a run from spinning to its horizon (or forever): a job that needs more GPUs
+than the whole pool has can start under no policy (every placement may span nodes), so the
+constructor refuses it (:class:`UnplaceableJobs`); and a run in which no job does any work for
+``stuck_rounds`` rounds in a row while jobs are queued or running stops with
+:class:`StuckSimulation`, naming the jobs and the policy's last reason for each.
 """
 
 from __future__ import annotations
@@ -23,10 +29,18 @@ import gc
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
-from orchestrator.sim.errors import PolicyViolation
+from orchestrator.control.invariants import check_decisions, guarded
+from orchestrator.control.snapshot import (
+    JobFacts,
+    RunFacts,
+    build_snapshot,
+    queued_view,
+    running_view,
+)
+from orchestrator.sim.errors import PolicyViolation, StuckSimulation, UnplaceableJobs
 from orchestrator.sim.metrics import JobRecord, SimResult, Usage
 from orchestrator.sim.models import JobModel, ParametricJobModel, ProfileJobModel
 from orchestrator.sim.trace import TraceJob
@@ -50,6 +64,11 @@ class SimConfig:
         horizon_s: stop at this simulated time (``None``: when every job is done).
         time_decisions: record the wall time of every ``policy.decide`` call.
         sigma: serial fraction of the parametric speedup of duration-based jobs.
+        stuck_rounds: stop with :class:`StuckSimulation` after this many rounds in a row in
+            which jobs were queued or running and none did any work (GPUs idle or restarting
+            the whole interval); 0 never stops.
+        log_decisions: keep every applied start, preemption and resize, with its time, in
+            :attr:`Simulator.applied` (to compare a simulated run with a live one).
     """
 
     interval_s: float = 60.0
@@ -60,6 +79,8 @@ class SimConfig:
     horizon_s: float | None = None
     time_decisions: bool = False
     sigma: float = 0.05
+    stuck_rounds: int = 1000
+    log_decisions: bool = False
 
 
 @dataclass(eq=False)
@@ -76,6 +97,10 @@ class _Job:
     ckpt: tuple[float, int] = (0.0, 0)
     attained: float = 0.0
     first_start: float | None = None
+    queued_since: float = 0.0  # submission, then the last preemption
+    preempted_at: float | None = None  # the last preemption, until it starts again
+    waits: list[float] = field(default_factory=list)  # every wait that ended with a start
+    wait_reason: str = ""  # the policy's last WAIT reason
     completed_at: float | None = None
     preemptions: int = 0
     resizes: int = 0
@@ -125,12 +150,20 @@ class Simulator:
         traces_root: str | None = None,
     ) -> None:
         self.config = config or SimConfig()
-        self.policy = policy
+        self.policy = guarded(policy)  # inside the team caps, as the live loop runs it
         self.node_ids = [n for n, _ in nodes]
         self.capacity = dict(nodes)
         self.free = dict(nodes)
         self.total_gpus = sum(self.capacity.values())
         self.teams = tuple(teams)
+        never = {
+            s.name: f"needs {'at least ' if s.lo < s.hi else ''}{s.lo} GPUs; "
+            f"the pool has {self.total_gpus}"
+            for s in jobs
+            if s.lo > self.total_gpus
+        }
+        if never:
+            raise UnplaceableJobs(never)
         self.jobs: list[_Job] = []
         for seq, spec in enumerate(sorted(jobs, key=lambda j: j.submit_time)):
             model: JobModel
@@ -138,7 +171,15 @@ class Simulator:
                 model = ProfileJobModel(spec.app, spec.batch_size, traces_root)
             else:
                 model = ParametricJobModel(spec.duration, spec.gpus, self.config.sigma)
-            job = _Job(spec, seq, model, lo=spec.lo, team=spec.team, checkpoint_s=spec.checkpoint)
+            job = _Job(
+                spec,
+                seq,
+                model,
+                queued_since=spec.submit_time,
+                lo=spec.lo,
+                team=spec.team,
+                checkpoint_s=spec.checkpoint,
+            )
             self.jobs.append(job)
         self.by_id = {j.spec.name: j for j in self.jobs}
         self.now = 0.0
@@ -146,6 +187,7 @@ class Simulator:
         self.running: dict[str, _Job] = {}
         self.usage = Usage(self.total_gpus)
         self.decision_s: list[tuple[int, float]] = []
+        self.applied: list[tuple[float, Decision]] = []
         self.rounds = 0
         # kept up to date instead of recomputed every round (a round must cost little more
         # than the policy's decision, for 100,000-job traces)
@@ -175,6 +217,8 @@ class Simulator:
         arrivals = 0
         n = len(self.jobs)
         done = 0
+        idle = 0  # rounds in a row in which no job did any work
+        last_progress = self.now
         wall = time.perf_counter()
         while done < n:
             # jobs that completed during the last interval release their GPUs
@@ -197,7 +241,13 @@ class Simulator:
             nxt = self._next_round(arrivals)
             if cfg.horizon_s is not None and nxt > cfg.horizon_s:
                 break
-            self._advance(nxt)
+            if self._advance(nxt) or not (self.queued or self.running):
+                idle = 0
+                last_progress = self.now
+            else:
+                idle += 1
+                if idle == cfg.stuck_rounds:
+                    raise StuckSimulation(self._stuck_jobs(), idle, last_progress)
         return SimResult(
             records=[self._record(j) for j in self.jobs],
             usage=self.usage,
@@ -225,8 +275,10 @@ class Simulator:
         gap = max(step, math.ceil((nxt - self.now) / step - 1e-9) * step)
         return self.now + gap
 
-    def _advance(self, until: float) -> None:
+    def _advance(self, until: float) -> bool:
+        """Run the jobs until ``until``; whether any of them did work (past its restart)."""
         dt = until - self.now
+        progressed = False
         held = self.total_gpus - sum(self.free.values())
         # demand: what the jobs asked for, not what elastic ones were grown to (the same
         # jobs make the same demand under every policy)
@@ -245,6 +297,8 @@ class Simulator:
                 job.restart_left -= d
                 left -= d
                 restarting += d * gpus
+            if left > 0:
+                progressed = True
             ckpt = job.checkpoint_s
             elapsed = dt - left
             if ckpt <= 0:  # the usual case: one step, no checkpoint to take
@@ -269,6 +323,15 @@ class Simulator:
                         job.ckpt = job.model.state()
         self.usage.add(dt, held, restarting, demand, team_held)
         self.now = until
+        return progressed
+
+    def _stuck_jobs(self) -> dict[str, str]:
+        """The jobs of a stuck run: each queued one with the policy's last reason, each
+        running one with what it holds (it never gets past its restart)."""
+        jobs = {name: job.wait_reason or "queued" for name, job in self.queued.items()}
+        for name, job in self.running.items():
+            jobs[name] = f"holds {len(job.nodes)} GPUs, always restarting"
+        return jobs
 
     # ---- one round -------------------------------------------------------------------------
 
@@ -290,8 +353,13 @@ class Simulator:
         else:
             decisions = self.policy.decide(snapshot)
         self.rounds += 1
+        _, broken = check_decisions(snapshot, decisions)
+        if broken:  # the live loop logs and drops such a decision; a simulation stops
+            raise PolicyViolation(broken[0][1])
         for d in decisions:
             self._apply(d)
+            if self.config.log_decisions and d.kind is not DecisionKind.WAIT:
+                self.applied.append((self.now, d))
         self.usage.note_entitlement(demand, self.teams, snapshot.total_gpus)
 
     def snapshot(self) -> Snapshot:
@@ -312,7 +380,7 @@ class Simulator:
             j.view if j.view is not None and j.speedup_final else self._view(j)
             for j in self.running.values()
         )
-        return Snapshot(
+        return build_snapshot(
             nodes,
             cast(tuple[QueuedJob, ...], queue),
             cast(tuple[RunningJob, ...], running),
@@ -320,6 +388,7 @@ class Simulator:
             seed=self.config.seed,
             teams=self.teams,
             restart_cost_s=self.config.restart_s,
+            interval_s=self.config.interval_s,
         )
 
     def _speedup(self, job: _Job) -> tuple[float, ...]:
@@ -342,46 +411,43 @@ class Simulator:
         if job.view is not None:
             return job.view
         s = job.spec
-        deadline = None if s.deadline is None else s.submit_time + s.deadline
         remaining = None
         if s.app == "":
             m = job.model
             assert isinstance(m, ParametricJobModel)
             remaining = (m.work - m.done) / m.rate(s.gpus)
+        running = job.state != _QUEUED
+        facts = JobFacts(
+            s.name,
+            s.job_class,
+            s.team,
+            s.gpus,
+            job.seq,
+            s.submit_time,
+            min_gpus=s.lo,
+            max_gpus=s.hi,
+            deadline_s=s.deadline,
+            wait_target_s=s.wait_target,
+            # ended runs only: the current one counts from started_at
+            attained_gpu_s=job.attained - len(job.nodes) * (self.now - job.started_at)
+            if running
+            else job.attained,
+            remaining_s=remaining,
+            speedup=speedup,
+            preempted_at=job.preempted_at,
+        )
         view: QueuedJob | RunningJob
-        if job.state == _QUEUED:
-            view = QueuedJob(
-                s.name,
-                s.job_class,
-                s.team,
-                s.gpus,
-                job.seq,
-                s.submit_time,
-                min_gpus=s.lo,
-                max_gpus=s.hi,
-                deadline=deadline,
-                wait_target_s=s.wait_target,
-                attained_service=job.attained,
-                remaining_work=remaining,
-                speedup=speedup,
-            )
+        if not running:
+            view = queued_view(facts)
         else:
-            view = RunningJob(
-                s.name,
-                s.job_class,
-                s.team,
+            run = RunFacts(
                 job.nodes,
-                seq=job.seq,
-                submitted_at=s.submit_time,
                 started_at=job.started_at,
                 checkpoint_at=self._checkpoint_at(job),
-                min_gpus=s.lo,
-                max_gpus=s.hi,
-                deadline=deadline,
-                attained_service=job.attained - len(job.nodes) * (self.now - job.started_at),
-                remaining_work=remaining,
-                speedup=speedup,
+                # its first step comes once the restart is paid
+                first_step_at=job.started_at + self.config.restart_s,
             )
+            view = running_view(facts, run)
         if job.state == _QUEUED or job.spec.checkpoint <= 0:
             job.view = view  # a running job with periodic checkpoints changes every round
         return view
@@ -398,6 +464,7 @@ class Simulator:
         if job is None:
             raise PolicyViolation(f"decision for unknown job {d.job_id!r}")
         if d.kind is DecisionKind.WAIT:
+            job.wait_reason = d.reason
             return
         if d.kind is DecisionKind.START:
             if job.state != _QUEUED:
@@ -406,6 +473,8 @@ class Simulator:
             job.state = _RUNNING
             del self.queued[d.job_id]
             self.running[d.job_id] = job
+            job.waits.append(self.now - job.queued_since)
+            job.preempted_at = None
             if job.first_start is None:
                 job.first_start = self.now
         elif d.kind is DecisionKind.PREEMPT:
@@ -420,6 +489,7 @@ class Simulator:
             )
             self._release(job)
             job.state = _QUEUED
+            job.queued_since = job.preempted_at = self.now
             job.preemptions += 1
             self.queued[d.job_id] = job
         elif d.kind is DecisionKind.RESIZE:
@@ -481,6 +551,9 @@ class Simulator:
 
     def _record(self, job: _Job) -> JobRecord:
         s = job.spec
+        waits = job.waits
+        if job.state == _QUEUED and job.first_start is not None:  # preempted, not resumed
+            waits = [*waits, self.now - job.queued_since]
         return JobRecord(
             name=s.name,
             job_class=s.job_class,
@@ -494,6 +567,7 @@ class Simulator:
             preemptions=job.preemptions,
             resizes=job.resizes,
             lost_gpu_s=job.lost_gpu_s,
+            waits=tuple(waits),
             preempt_lost_gpu_s=job.preempt_lost_gpu_s,
         )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -26,6 +27,9 @@ class JobRecord:
     preemptions: int
     resizes: int
     lost_gpu_s: float
+    waits: tuple[float, ...]
+    """Seconds of every wait: submission to first start, then each preemption to the next
+    start; a wait still open when the run ended (preempted, not resumed) counts up to the end."""
     preempt_lost_gpu_s: float = 0.0
     """GPU-seconds preemptions cost this job: work since its checkpoint, plus the restart
     cost of resuming on the GPUs it held (``lost_gpu_s`` also counts resizes)."""
@@ -40,6 +44,13 @@ class JobRecord:
         """Seconds from submission to first start."""
         return None if self.first_start is None else self.first_start - self.submit_time
 
+    @property
+    def waits_met(self) -> bool:
+        """Whether the job started and every one of its waits was within ``wait_target``."""
+        return self.first_start is not None and all(
+            w <= self.wait_target + 1e-9 for w in self.waits
+        )
+
 
 @dataclass
 class Usage:
@@ -51,6 +62,8 @@ class Usage:
     restart_gpu_s: float = 0.0
     busy_time: float = 0.0  # time while demand >= supply
     busy_held_gpu_s: float = 0.0
+    timeline: list[tuple[float, int]] = field(default_factory=list)
+    """``(time, GPUs held from then on)``, one entry each time the count changes."""
     team_held: dict[str, float] = field(default_factory=dict)
     team_entitled: dict[str, float] = field(default_factory=dict)
     _entitled: dict[str, int] = field(default_factory=dict)
@@ -60,6 +73,8 @@ class Usage:
         self, dt: float, held: int, restart_gpu_s: float, demand: int, teams: dict[str, int]
     ) -> None:
         """Account for ``dt`` seconds with ``held`` GPUs allocated and ``demand`` asked for."""
+        if not self.timeline or self.timeline[-1][1] != held:
+            self.timeline.append((self.time, held))
         self.time += dt
         self.held_gpu_s += held * dt
         self.restart_gpu_s += restart_gpu_s
@@ -121,9 +136,13 @@ def jain(values: Sequence[float]) -> float:
 
 
 def summarize(records: Sequence[JobRecord], usage: Usage) -> dict[str, float]:
-    """Mean/p99 JCT, attainment, utilisation, fairness and preemption cost of a run.
+    """JCT, attainment, utilisation, fairness and preemption cost of a run.
 
-    * ``interactive_attainment``: interactive jobs started within their wait target.
+    * ``mean_jct``, ``median_jct``, ``p95_jct``: over every completed job, both classes;
+      ``bulk_mean_jct``, ``bulk_p99_jct``: bulk jobs only.
+    * ``makespan``: first submission to last completion (completed jobs).
+    * ``interactive_attainment``: interactive jobs whose every wait (for the first start, and
+      for the restart after each preemption) was within their wait target.
     * ``deadline_attainment``: bulk jobs with a deadline that completed by it.
     * ``utilisation``: allocated GPU-time / pool GPU-time; ``busy_utilisation`` the same over
       the time when demand (GPUs asked for by queued and running jobs: their requested
@@ -134,9 +153,11 @@ def summarize(records: Sequence[JobRecord], usage: Usage) -> dict[str, float]:
     * ``jain``: Jain's index over teams of (GPU-time held / GPU-time entitled), teams with an
       entitlement only; entitlement = guarantee, then weighted max-min share of the rest.
     """
+    ends = [r.completed_at for r in records if r.completed_at is not None]
+    jcts = [j for j in (r.jct for r in records) if j is not None]
     bulk = [r.jct for r in records if r.job_class == "bulk" and r.jct is not None]
     inter = [r for r in records if r.job_class == "interactive"]
-    met = [r for r in inter if r.wait is not None and r.wait <= r.wait_target + 1e-9]
+    met = [r for r in inter if r.waits_met]
     with_deadline = [r for r in records if r.job_class == "bulk" and r.deadline is not None]
     on_time = [
         r
@@ -147,7 +168,11 @@ def summarize(records: Sequence[JobRecord], usage: Usage) -> dict[str, float]:
     pool_s = usage.total_gpus * usage.time
     return {
         "jobs": float(len(records)),
-        "completed": float(sum(r.completed_at is not None for r in records)),
+        "completed": float(len(ends)),
+        "mean_jct": sum(jcts) / len(jcts) if jcts else math.nan,
+        "median_jct": statistics.median(jcts) if jcts else math.nan,
+        "p95_jct": percentile(jcts, 95),
+        "makespan": max(ends) - min(r.submit_time for r in records) if ends else math.nan,
         "bulk_mean_jct": sum(bulk) / len(bulk) if bulk else math.nan,
         "bulk_p99_jct": percentile(bulk, 99),
         "interactive_attainment": len(met) / len(inter) if inter else math.nan,

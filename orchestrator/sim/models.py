@@ -194,7 +194,7 @@ class ProfileJobModel(JobModel):
         """See :meth:`JobModel.speedup` (at the start of the current tenth of the epochs)."""
         bucket = self.app.max_epochs // self.SPEEDUP_BUCKETS or 1
         epoch = self.epoch - self.epoch % bucket
-        return _speedups(self.app.name, self.batch_size, epoch, max_gpus)
+        return _speedups(self.app.name, self.app.root, self.batch_size, epoch, max_gpus)
 
     def remaining_time(self, placement: tuple[int, ...]) -> float:
         """See :meth:`JobModel.remaining_time` (current epoch's goodput throughout)."""
@@ -207,8 +207,10 @@ class ProfileJobModel(JobModel):
 
 
 @cache
-def _speedups(app_name: str, batch_size: int, epoch: int, max_gpus: int) -> tuple[float, ...]:
-    model = ProfileJobModel(app_name, batch_size)
+def _speedups(
+    app_name: str, root: str | None, batch_size: int, epoch: int, max_gpus: int
+) -> tuple[float, ...]:
+    model = ProfileJobModel(app_name, batch_size, root)
     model.epoch = epoch
     base = model.goodput((1,))
     return tuple(model.goodput(packed(n)) / base for n in range(1, max_gpus + 1))

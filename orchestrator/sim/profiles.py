@@ -85,9 +85,11 @@ class AppProfile:
         min_local_bsz, max_local_bsz: the per-GPU micro-batch range.
         max_epochs: epochs to completion.
         target_progress: progress at which the job is complete.
+        root: the data folder the profile was read from (``None``: :func:`traces_dir`).
     """
 
     name: str
+    root: str | None
     curves: list[_Curve]
     measured: dict[tuple[int, ...], list[tuple[float, float, float]]]
     points: list[tuple[float, float, float, float, float]]
@@ -206,8 +208,10 @@ class AppProfile:
 
 
 @cache
-def _best_config_cached(name: str, placement: tuple[int, ...], epoch: int) -> tuple[int, int]:
-    app = load_app(name)
+def _best_config_cached(
+    name: str, root: str | None, placement: tuple[int, ...], epoch: int
+) -> tuple[int, int]:
+    app = load_app(name, root)
     replicas = sum(placement)
     best: tuple[float, int, int] | None = None
     micros = sorted(
@@ -235,7 +239,7 @@ def _stride(app: AppProfile) -> int:
 
 
 def _best_config(app: AppProfile, placement: tuple[int, ...], epoch: int) -> tuple[int, int]:
-    return _best_config_cached(app.name, placement, epoch)
+    return _best_config_cached(app.name, app.root, placement, epoch)
 
 
 def _interp1(rows: list[tuple[float, float, float]], x: float) -> tuple[float, float]:
@@ -254,12 +258,19 @@ def _interp1(rows: list[tuple[float, float, float]], x: float) -> tuple[float, f
 def load_app(name: str, root: str | None = None) -> AppProfile:
     """Load one application's profile from the Pollux data folder (cached).
 
+    Args:
+        name: the application.
+        root: the Pollux data folder (default :func:`traces_dir`); everything derived from the
+            profile (best configurations, speedup tables) is read from the same folder.
+
     Raises:
         TraceError: unknown application or missing data.
     """
     if name not in MAX_EPOCHS:
         raise TraceError(f"unknown Pollux application {name!r}; known: {', '.join(MAX_EPOCHS)}")
     base = (Path(root) if root else traces_dir()) / "apps" / name
+    if not (base / "placements.csv").is_file():
+        raise TraceError(f"no profile of {name!r} at {base} (expected placements.csv there)")
     curves = []
     for path in sorted(base.glob("validation-*.csv")):
         rows = _rows(path)
@@ -299,6 +310,7 @@ def load_app(name: str, root: str | None = None) -> AppProfile:
         )
     return AppProfile(
         name=name,
+        root=root,
         curves=curves,
         measured=measured,
         points=points,

@@ -25,12 +25,17 @@ from orchestrator.errors import (
     StoreError,
 )
 from orchestrator.spec import JobSpec
+from orchestrator.store.connection import open_url
 from orchestrator.store.keys import Keys
+from orchestrator.store.lease import LEASE_MS, Lease, lease_holder
+from orchestrator.store.pool_view import PoolViewStore
 from orchestrator.store.records import CORE_FIELDS, JobRecord
+from orchestrator.store.scaling import ScalingStore
 from orchestrator.store.states import JobState, sources
+from orchestrator.store.tuning import ProfileStore, StudyJournal, TuneCacheStore, TuneReportStore
 from orchestrator.teams import TeamConfig, parse_teams
 
-__all__ = ["EVENTS_MAXLEN", "METRICS_MAXLEN", "JobStore"]
+__all__ = ["EVENTS_MAXLEN", "METRICS_MAXLEN", "QUEUE_FACTS", "JobStore"]
 
 EVENTS_MAXLEN = 1000
 """Approximate cap of a job's event stream (a job requeued forever must not grow it forever)."""
@@ -63,22 +68,48 @@ return out
 _ID_TRIES = 16
 _BATCH = 500
 
-QueueFields = tuple[str, str, str, int, int, float, int, int]
-"""What :meth:`JobStore.queue_fields` gives per job, in ``QueuedJob``'s field order."""
+QUEUE_FACTS = (
+    "class",
+    "team",
+    "gpus",
+    "seq",
+    "submitted_at",
+    "gpus_min",
+    "gpus_max",
+    "deadline_s",
+    "wait_target_s",
+    "attained_gpu_s",
+    "remaining_s",
+    "preempted_at",
+)
+"""The job fields a scheduling snapshot reads (see :meth:`JobStore.queue_facts`); the last
+three are written by the control loop when a run ends."""
 
 
 class JobStore:
-    """Jobs of one namespace in one Redis.
+    """Jobs of one namespace in one Redis, and the stores of the namespace's other keys.
 
     Args:
         client: a Redis client created with ``decode_responses=True`` (see ``connect``).
         namespace: prefix of every key (see :class:`Keys`).
+
+    Attributes:
+        scaling: throughput per GPU count that runs of a job showed.
+        profiles: the tuner's performance profiles.
+        tune_reports: the tuning reports.
+        tune_cache: the tuning cache's entries and index.
+        pool_view: the pool view the scheduler publishes.
     """
 
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self.client = client
         self.namespace = namespace
         self.keys = Keys(namespace)
+        self.scaling = ScalingStore(client, self.keys)
+        self.profiles = ProfileStore(client, self.keys)
+        self.tune_reports = TuneReportStore(client, self.keys)
+        self.tune_cache = TuneCacheStore(client, self.keys)
+        self.pool_view = PoolViewStore(client, self.keys)
         self._submit = client.register_script(_SUBMIT_LUA)
         self._transition = client.register_script(_TRANSITION_LUA)
         self._incr_attempts = client.register_script(_INCR_ATTEMPTS_LUA)
@@ -86,17 +117,43 @@ class JobStore:
         self._cancelling = client.register_script(_CANCELLING_LUA)
         self._teams: tuple[str | None, TeamConfig | None] = (None, None)
 
+    @classmethod
+    def from_url(cls, url: str, namespace: str) -> JobStore:
+        """The store of ``namespace`` on the Redis at ``url``.
+
+        Raises:
+            StoreError: the URL is invalid or the server does not answer.
+        """
+        return cls(open_url(url), namespace)
+
+    # ---- the namespace's other keys ----------------------------------------------------------
+
+    def lease(self, owner: str, ttl_ms: int = LEASE_MS) -> Lease:
+        """The scheduler lease of this namespace, as ``owner`` would hold it (not yet taken:
+        see :meth:`Lease.acquire`)."""
+        return Lease(self.client, self.keys, owner, ttl_ms)
+
+    def lease_holder(self) -> str | None:
+        """Who holds the scheduler lease (``host:pid:tag``), or ``None`` when no scheduler
+        drives this namespace."""
+        return lease_holder(self.client, self.keys)
+
+    def study_journal(self, url: str) -> StudyJournal:
+        """The namespace's Optuna journal on the Redis at ``url`` (this store's Redis: Optuna
+        opens its own connection to it)."""
+        return StudyJournal.of(url, self.keys)
+
     # ---- teams -------------------------------------------------------------------------------
 
     def put_teams(self, config: TeamConfig) -> None:
         """Store the team config (replacing the previous one); the scheduler applies it on its
         next round, and submissions are checked against it from now on."""
-        self.client.set(self.keys.key("teams"), config.model_dump_json())
+        self.client.set(self.keys.teams, config.model_dump_json())
 
     def teams(self) -> TeamConfig | None:
         """The stored team config, or ``None`` when none was applied (one ``GET``; parsed only
         when it changed)."""
-        raw = cast(str | None, self.client.get(self.keys.key("teams")))
+        raw = cast(str | None, self.client.get(self.keys.teams))
         if raw != self._teams[0]:
             config = parse_teams(json.loads(raw), "stored team config") if raw else None
             self._teams = (raw, config)
@@ -192,6 +249,7 @@ class JobStore:
                 by or "",
                 EVENTS_MAXLEN,
                 *_gpu_range(spec),
+                *_targets(spec),
             ],
         }
 
@@ -302,25 +360,40 @@ class JobStore:
             records += [JobRecord.from_hash(h) for h in pipe.execute() if h]
         return records
 
-    def queue_fields(self, job_ids: Iterable[str]) -> builtins.list[QueueFields]:
-        """``(id, class, team, gpus, seq, submitted_at, min_gpus, max_gpus)`` of these jobs,
-        without their specs (what a scheduling snapshot needs, a fraction of the bytes);
-        missing jobs are skipped. Jobs stored before ``min_gpus``/``max_gpus`` were kept give
-        0 for both (rigid)."""
+    def queue_facts(self, job_ids: Iterable[str]) -> builtins.list[dict[str, str]]:
+        """What a scheduling snapshot needs of these jobs, without their specs (a fraction of
+        the bytes): ``id`` and the fields of :data:`QUEUE_FACTS` present on each job (absent
+        ones are left out: jobs stored by an older version, or facts not known yet); missing
+        jobs are skipped."""
         ids = builtins.list(job_ids)
-        out: builtins.list[QueueFields] = []
-        fields = ("class", "team", "gpus", "seq", "submitted_at", "gpus_min", "gpus_max")
+        out: builtins.list[dict[str, str]] = []
         for start in range(0, len(ids), _BATCH):
             chunk = ids[start : start + _BATCH]
             pipe = self.client.pipeline(transaction=False)
             for job_id in chunk:
-                pipe.hmget(self.keys.job(job_id), fields)
-            for job_id, (cls, team, gpus, seq, at, lo, hi) in zip(
-                chunk, pipe.execute(), strict=True
-            ):
-                if cls is not None:
-                    lo_hi = (int(lo or 0), int(hi or 0))
-                    out.append((job_id, cls, team, int(gpus), int(seq), float(at), *lo_hi))
+                pipe.hmget(self.keys.job(job_id), QUEUE_FACTS)
+            for job_id, values in zip(chunk, pipe.execute(), strict=True):
+                if values[0] is not None:
+                    facts = {k: v for k, v in zip(QUEUE_FACTS, values, strict=True) if v}
+                    out.append({"id": job_id, **facts})
+        return out
+
+    def latest_metrics(
+        self, job_ids: Iterable[str], names: Iterable[str]
+    ) -> dict[str, dict[str, Any]]:
+        """The latest reported value of metrics ``names`` of each job, in one round trip per
+        batch (jobs or metrics never reported are left out)."""
+        ids, names = builtins.list(job_ids), tuple(names)
+        out: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(ids), _BATCH):
+            chunk = ids[start : start + _BATCH]
+            pipe = self.client.pipeline(transaction=False)
+            for job_id in chunk:
+                pipe.hmget(self.keys.metrics(job_id), names)
+            for job_id, values in zip(chunk, pipe.execute(), strict=True):
+                got = {k: json.loads(v) for k, v in zip(names, values, strict=True) if v}
+                if got:
+                    out[job_id] = got
         return out
 
     def resolve(self, ref: str) -> str:
@@ -468,6 +541,14 @@ def _gpu_range(spec: JobSpec) -> tuple[int, int]:
         sizes = feasible_sizes(spec)
         return sizes[0], sizes[-1]
     return spec.gpus, spec.gpus
+
+
+def _targets(spec: JobSpec) -> tuple[str, str]:
+    """The job's deadline and start-wait target, in seconds after submission ("": none)."""
+    tp, lat = spec.sla.throughput, spec.sla.latency
+    deadline = tp.deadline_s if tp is not None and spec.job_class == "bulk" else None
+    wait = lat.start_within_s if lat is not None and spec.job_class == "interactive" else None
+    return ("" if deadline is None else f"{deadline:g}", "" if wait is None else f"{wait:g}")
 
 
 def _pairs(flat: list[str]) -> dict[str, str]:

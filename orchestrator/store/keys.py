@@ -31,13 +31,25 @@ class Keys:
         ns:queue-version           string  bumped whenever a queue's membership changes
         ns:metrics:{id}            hash    latest value of each metric (JSON)
         ns:metrics-stream:{id}     stream  metric reports, capped
-        ns:{part}:{part}...        anything else, through :meth:`key`
+        ns:teams                   string  the team config (JSON)
+        ns:scheduler:lease         string  owner of the scheduler lease, with a TTL
+        ns:pool                    string  the pool view the scheduler publishes (JSON), TTL
+        ns:scaling:{id}            hash    GPU count -> samples/s a run of the job showed
+        ns:profile:{job}           string  the tuner's performance profile of a job (JSON)
+        ns:tune:{job}              string  the tuning report of a job (JSON)
+        ns:tune-cache              hash    tuning-cache index: fingerprint -> similarity group
+        ns:tune-cache:{fp}         string  one tuning-cache entry (JSON)
+        ns:optuna:*                (Optuna) the namespace's Optuna journal (prefix ns:optuna)
+
+    ``{job}`` is a job id, or a job name for ``orch tune FILE`` (tuned without submitting).
+    Each family has one owner in ``orchestrator/store/`` (``JobStore`` and the stores it
+    exposes); nothing else reads or writes them.
     """
 
     namespace: str
 
     def key(self, *parts: str) -> str:
-        """A free-form key ``ns:part1:part2...`` (pool view, tuner studies, teams...)."""
+        """The key ``ns:part1:part2...``; the named keys below are built with it."""
         return ":".join((self.namespace, *parts))
 
     @property
@@ -93,3 +105,45 @@ class Keys:
     def metrics_stream(self, job_id: str) -> str:
         """Every metrics report of a job, capped to the most recent ones."""
         return self.key("metrics-stream", job_id)
+
+    @property
+    def teams(self) -> str:
+        """The team config."""
+        return self.key("teams")
+
+    @property
+    def scheduler_lease(self) -> str:
+        """The owner of the scheduler lease (at most one scheduler drives a namespace)."""
+        return self.key("scheduler", "lease")
+
+    @property
+    def pool_view(self) -> str:
+        """The pool view the scheduler publishes for ``orch pool``."""
+        return self.key("pool")
+
+    def scaling(self, job_id: str) -> str:
+        """Throughput per GPU count that runs of a job showed."""
+        return self.key("scaling", job_id)
+
+    def profile(self, job: str) -> str:
+        """The tuner's performance profile of a job."""
+        return self.key("profile", job)
+
+    def tune_report(self, job: str) -> str:
+        """The tuning report of a job (what ``orch show`` prints)."""
+        return self.key("tune", job)
+
+    @property
+    def tune_cache_index(self) -> str:
+        """The tuning cache's index: fingerprint -> similarity group."""
+        return self.key("tune-cache")
+
+    def tune_cache_entry(self, fingerprint: str) -> str:
+        """One tuning-cache entry."""
+        return self.key("tune-cache", fingerprint)
+
+    @property
+    def optuna_journal(self) -> str:
+        """The key prefix of the namespace's Optuna journal (Optuna's ``JournalRedisBackend``
+        writes its keys under it)."""
+        return self.key("optuna")

@@ -25,6 +25,8 @@ CORE_FIELDS: frozenset[str] = frozenset(
         "gpus",
         "gpus_min",
         "gpus_max",
+        "deadline_s",
+        "wait_target_s",
         "submitted_at",
         "updated_at",
         "message",

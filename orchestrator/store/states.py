@@ -17,6 +17,7 @@ class JobState(StrEnum):
     SUBMITTED = "submitted"
     QUEUED = "queued"
     PLACED = "placed"
+    TUNING = "tuning"
     RUNNING = "running"
     CANCELLING = "cancelling"
     FINISHED = "finished"
@@ -31,7 +32,10 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     _S.QUEUED: frozenset({_S.PLACED, _S.CANCELLED, _S.FAILED}),
     # Back to queued: the placement failed or the scheduler released it before it started.
     # Finished: a placed job can complete before its "running" report is applied.
-    _S.PLACED: frozenset({_S.RUNNING, _S.QUEUED, _S.CANCELLING, _S.FAILED, _S.FINISHED}),
+    # Tuning: the gang it was placed on profiles configs for it before it runs.
+    _S.PLACED: frozenset({_S.RUNNING, _S.TUNING, _S.QUEUED, _S.CANCELLING, _S.FAILED, _S.FINISHED}),
+    # Back to queued with its tuned settings (or lost, preempted); failed: SLA-infeasible.
+    _S.TUNING: frozenset({_S.QUEUED, _S.FAILED, _S.CANCELLING}),
     # Back to queued: the worker was lost (orchestrator restart) or the job was preempted.
     # Back to placed: resized, it restarts at once on its new GPUs.
     _S.RUNNING: frozenset({_S.FINISHED, _S.FAILED, _S.CANCELLING, _S.QUEUED, _S.PLACED}),

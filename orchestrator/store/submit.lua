@@ -5,6 +5,8 @@
 -- ARGV[1] id  ARGV[2] name  ARGV[3] team  ARGV[4] class  ARGV[5] spec (JSON)  ARGV[6] gpus
 -- ARGV[7] submitted by ("" if unknown)  ARGV[8] event stream cap (approximate MAXLEN)
 -- ARGV[9] fewest GPUs  ARGV[10] most GPUs (an elastic job's range)
+-- ARGV[11] deadline, seconds after submission ("" if none)
+-- ARGV[12] start-wait target, seconds after submission ("" if none)
 --
 -- Returns {"exists"} when the id is taken (the caller draws another), else {"ok", job hash}.
 
@@ -20,7 +22,8 @@ local id = ARGV[1]
 redis.call("HSET", KEYS[2],
   "id", id, "name", ARGV[2], "team", ARGV[3], "class", ARGV[4], "state", "queued",
   "spec", ARGV[5], "submitted_at", ts, "updated_at", ts, "seq", seq, "gpus", ARGV[6],
-  "attempts", 0, "message", "", "by", ARGV[7], "gpus_min", ARGV[9], "gpus_max", ARGV[10])
+  "attempts", 0, "message", "", "by", ARGV[7], "gpus_min", ARGV[9], "gpus_max", ARGV[10],
+  "deadline_s", ARGV[11], "wait_target_s", ARGV[12])
 redis.call("ZADD", KEYS[3], seq, id)
 redis.call("ZADD", KEYS[4], seq, id)
 redis.call("INCR", KEYS[7])

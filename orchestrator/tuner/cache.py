@@ -17,13 +17,13 @@ import platform
 import time
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis
-
-from orchestrator.store.keys import Keys
 from orchestrator.tuner.objective import Goal, Measurement
 from orchestrator.tuner.space import Config, DeviceCaps, SearchSpace
+
+if TYPE_CHECKING:
+    from orchestrator.store.tuning import TuneCacheStore
 
 __all__ = ["CacheEntry", "TuneCache", "describe", "fingerprint"]
 
@@ -77,26 +77,21 @@ class CacheEntry:
 
 
 class TuneCache:
-    """Cache entries of one namespace: ``{ns}:tune-cache:{fingerprint}`` (JSON), indexed by
-    ``{ns}:tune-cache`` (hash fingerprint -> workload|device, for similarity look-ups)."""
+    """The tuning cache of one namespace: entries by fingerprint, found again by fingerprint or
+    by similarity group (``workload|device kind|device name``).
 
-    def __init__(self, client: redis.Redis, namespace: str) -> None:
-        self.client = client
-        self.keys = Keys(namespace)
+    Args:
+        store: where the entries are kept (``JobStore.tune_cache``).
+    """
 
-    def _key(self, fp: str) -> str:
-        return self.keys.key("tune-cache", fp)
-
-    @property
-    def _index(self) -> str:
-        return self.keys.key("tune-cache")
+    def __init__(self, store: TuneCacheStore) -> None:
+        self.store = store
 
     def get(self, fp: str) -> CacheEntry | None:
         """The entry of a fingerprint, if cached."""
-        raw = self.client.get(self._key(fp))
-        if not raw:
+        data = self.store.get(fp)
+        if data is None:
             return None
-        data = json.loads(str(raw))
         trials = [
             (Config.from_dict(t["config"]), Measurement.from_dict(t["measurement"]))
             for t in data["trials"]
@@ -119,21 +114,16 @@ class TuneCache:
             ],
             "updated_at": entry.updated_at,
         }
-        pipe = self.client.pipeline()
-        pipe.set(self._key(fp), json.dumps(payload))
-        pipe.hset(self._index, fp, _similar_key(descriptor))
-        pipe.execute()
+        self.store.put(fp, payload, _similar_key(descriptor))
         return entry
 
     def similar(self, descriptor: dict[str, Any], limit: int = 3) -> list[CacheEntry]:
         """Entries of the same workload on the same device, nearest arguments first."""
-        want = _similar_key(descriptor)
         fp_self = fingerprint(descriptor)
-        index = self.client.hgetall(self._index)
         found = []
-        for fp, key in index.items():
-            if key == want and fp != fp_self:
-                entry = self.get(str(fp))
+        for fp in self.store.fingerprints(_similar_key(descriptor)):
+            if fp != fp_self:
+                entry = self.get(fp)
                 if entry is not None:
                     found.append(entry)
         found.sort(key=lambda e: _distance(e.descriptor, descriptor))

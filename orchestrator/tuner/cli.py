@@ -90,9 +90,8 @@ def tune_command(
         tune = functools.partial(
             tune_spec,
             spec,
-            store.client,
+            store,
             url,
-            settings.namespace,
             strategy=strategy,
             use_cache=cache,
             fresh=fresh,
@@ -104,11 +103,9 @@ def tune_command(
             report = tune() if n == 1 else _tune_on_pool(tune, spec, settings, n, asked)
         except UnknownPolicyError as err:
             raise ConfigError(str(err)) from None
-    from orchestrator.tuner.profile import load_profile
-
-    profile = load_profile(store.client, settings.namespace, report.job)
+    profile = store.profiles.load(report.job)
     console.print(show_tuning(report.to_dict(), profile))
-    console.print(f"[dim]study {report.study}: {dashboard_command(url, settings.namespace)}[/]")
+    console.print(f"[dim]study {report.study}: {dashboard_command(store.study_journal(url))}[/]")
     if not report.run:
         raise typer.Exit(3)
 

@@ -4,28 +4,24 @@ Per job, for each precision: throughput and latency against micro-batch and GPU 
 measured by the tuning trials, plus the fitted step-time model's prediction of throughput at
 every GPU count for the chosen settings (what the scheduler needs to decide how many GPUs a
 job is worth). After the job runs, :func:`record_outcome` compares what it measured with what
-was predicted and keeps the error.
+was predicted (:func:`prediction_errors`) and keeps the error. Profiles are stored by
+``orchestrator.store.ProfileStore`` (``{ns}:profile:{job}``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-import redis
-
-from orchestrator.store.keys import Keys
 from orchestrator.tuner.history import History
 from orchestrator.tuner.perfmodel import Sample, StepModel, fit_step_model
 from orchestrator.tuner.space import Config
 
-__all__ = ["build_profile", "load_profile", "profile_key", "record_outcome", "save_profile"]
+if TYPE_CHECKING:
+    from orchestrator.store.tuning import ProfileStore
 
-
-def profile_key(namespace: str, job: str) -> str:
-    """``{ns}:profile:{job}``."""
-    return Keys(namespace).key("profile", job)
+__all__ = ["build_profile", "prediction_errors", "record_outcome"]
 
 
 def build_profile(history: History, chosen: Config | None) -> dict[str, Any]:
@@ -118,26 +114,16 @@ def _at_gpus(history: History, chosen: Config, gpus: int, model: StepModel) -> d
     }
 
 
-def save_profile(client: redis.Redis, namespace: str, job: str, profile: dict[str, Any]) -> None:
-    """Store a job's profile."""
-    client.set(profile_key(namespace, job), json.dumps(profile))
-
-
-def load_profile(client: redis.Redis, namespace: str, job: str) -> dict[str, Any] | None:
-    """A job's profile, if it was tuned."""
-    raw = client.get(profile_key(namespace, job))
-    return json.loads(str(raw)) if raw else None
-
-
-def record_outcome(
-    client: redis.Redis, namespace: str, job: str, metrics: dict[str, Any]
+def prediction_errors(
+    profile: Mapping[str, Any] | None, metrics: Mapping[str, Any]
 ) -> dict[str, float] | None:
-    """After the job ran: relative error of the predicted throughput and latency against the
-    measured ``metrics`` (the harness's report keys), stored in the profile and returned.
+    """Relative error of a profile's predicted throughput and latency against the measured
+    ``metrics`` (the harness's report keys): ``(predicted - measured) / measured``.
 
-    ``(predicted - measured) / measured``; ``None`` when the job has no prediction.
+    Returns:
+        The errors of what was both predicted and measured; ``None`` when the profile has no
+        prediction.
     """
-    profile = load_profile(client, namespace, job)
     chosen = (profile or {}).get("chosen") or {}
     if not chosen or "samples_per_s" not in chosen:
         return None
@@ -148,7 +134,18 @@ def record_outcome(
     lat = metrics.get(f"p{chosen.get('percentile', 95)}_ms")
     if lat:
         errors["latency_ms"] = (chosen["latency_ms"] - lat) / lat
-    assert profile is not None
+    return errors
+
+
+def record_outcome(
+    profiles: ProfileStore, job: str, metrics: dict[str, Any]
+) -> dict[str, float] | None:
+    """After the job ran: its :func:`prediction_errors`, kept in its stored profile (with the
+    measured ``metrics``) and returned; ``None`` when the job has no prediction."""
+    profile = profiles.load(job)
+    errors = prediction_errors(profile, metrics)
+    if profile is None or errors is None:
+        return None
     profile["outcome"] = {"measured": metrics, "error": errors}
-    save_profile(client, namespace, job, profile)
+    profiles.save(job, profile)
     return errors

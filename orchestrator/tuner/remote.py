@@ -42,7 +42,7 @@ def tune_job(
         "trials": int, "gpus": int}``; ``config`` is the chosen config (its GPU count and
         sharding included), ready for :func:`orchestrator.tuner.service.tuned_spec`.
     """
-    from orchestrator.store import open_url
+    from orchestrator.store import JobStore
     from orchestrator.tuner.evaluators.gang import GangEvaluator
     from orchestrator.tuner.service import tune_spec
 
@@ -57,9 +57,8 @@ def tune_job(
         gpus_per_node=max(Counter(nodes).values()),
     )
     try:
-        report = tune_spec(
-            spec, open_url(redis_url), redis_url, namespace, job=job_id, evaluator=evaluator
-        )
+        store = JobStore.from_url(redis_url, namespace)
+        report = tune_spec(spec, store, redis_url, job=job_id, evaluator=evaluator)
     finally:
         evaluator.close()
     result = report.result

@@ -1,30 +1,29 @@
 """Tuning one job spec end to end: space, goal, cache, study, trials, profile, verdict.
 
-Used by ``orch tune`` (tune without running) and meant for the scheduler's tuning step. The
-result is stored under ``{ns}:tune:{job}`` for ``orch show``; the study, the cache entry and
-the profile live beside it in Redis.
+Used by ``orch tune`` (tune without running) and by the scheduler's tuning step. The report is
+stored in ``JobStore.tune_reports`` for ``orch show``; the study (``JobStore.study_journal``),
+the cache entry (``JobStore.tune_cache``) and the profile (``JobStore.profiles``) live beside it.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import redis
+from typing import TYPE_CHECKING, Any, Literal
 
 from orchestrator.spec import JobSpec
-from orchestrator.store.keys import Keys
 from orchestrator.tuner.cache import TuneCache, describe, fingerprint
 from orchestrator.tuner.evaluators.base import Evaluator
 from orchestrator.tuner.objective import Goal, Measurement
-from orchestrator.tuner.profile import build_profile, save_profile
+from orchestrator.tuner.profile import build_profile
 from orchestrator.tuner.space import Config, DeviceCaps, space_for
 from orchestrator.tuner.strategies import STRATEGIES
 from orchestrator.tuner.study import open_study, study_name
 from orchestrator.tuner.tuner import OnTrial, Tuner, TuneResult, summary
 
-__all__ = ["TuneReport", "load_report", "report_key", "tune_spec", "tuned_spec"]
+if TYPE_CHECKING:
+    from orchestrator.store.jobs import JobStore
+
+__all__ = ["TuneReport", "tune_spec", "tuned_spec"]
 
 CacheStatus = Literal["hit", "warm", "miss", "off"]
 
@@ -72,22 +71,10 @@ class TuneReport:
         }
 
 
-def report_key(namespace: str, job: str) -> str:
-    """``{ns}:tune:{job}``."""
-    return Keys(namespace).key("tune", job)
-
-
-def load_report(client: redis.Redis, namespace: str, job: str) -> dict[str, Any] | None:
-    """The stored tuning report of a job, if it was tuned."""
-    raw = client.get(report_key(namespace, job))
-    return json.loads(str(raw)) if raw else None
-
-
 def tune_spec(
     spec: JobSpec,
-    client: redis.Redis,
+    store: JobStore,
     redis_url: str,
-    namespace: str,
     *,
     job: str | None = None,
     strategy: str = "sla",
@@ -101,6 +88,8 @@ def tune_spec(
     """Tune ``spec`` and store the study, cache entry, profile and report in Redis.
 
     Args:
+        store: the namespace's store.
+        redis_url: the URL of ``store``'s Redis (the Optuna journal opens its own connection).
         job: the key to store under (default: the spec's name).
         evaluator: what a trial is (default: in-process harness runs, 3 warm-up + 10 measured
             steps, one CPU thread).
@@ -124,7 +113,7 @@ def tune_spec(
     goal = Goal.from_spec(spec)
     chosen_strategy = STRATEGIES.create(strategy, seed=spec.run.seed)
     descriptor = describe(spec.workload.ref, dict(spec.workload.args), caps, space)
-    cache = TuneCache(client, namespace) if use_cache else None
+    cache = TuneCache(store.tune_cache) if use_cache else None
     known: list[tuple[Config, Measurement]] = []
     warm: list[Config] = []
     status: CacheStatus = "off" if cache is None else "miss"
@@ -138,7 +127,7 @@ def tune_spec(
             status = "warm" if warm else "miss"
     name = study_name(job)
     study = open_study(
-        redis_url, namespace, name, goal.direction, chosen_strategy.sampler(), fresh=fresh
+        store.study_journal(redis_url), name, goal.direction, chosen_strategy.sampler(), fresh=fresh
     )
     budget = spec.tuning.budget
     tuner = Tuner(
@@ -164,11 +153,11 @@ def tune_spec(
             + known,
         )
     chosen = result.chosen.config if result.chosen else None
-    save_profile(client, namespace, job, build_profile(result.history, chosen))
+    store.profiles.save(job, build_profile(result.history, chosen))
     report = TuneReport(
         job, result, status, result.status == "feasible" or spec.tuning.best_effort, name
     )
-    client.set(report_key(namespace, job), json.dumps(report.to_dict()))
+    store.tune_reports.save(job, report.to_dict())
     return report
 
 

@@ -1,29 +1,24 @@
-"""The Optuna study of a job, kept in Redis as an Optuna journal under the namespace prefix.
+"""The Optuna study of a job, kept in the namespace's Optuna journal in Redis.
 
-All studies of a namespace share one journal (``{namespace}:optuna:*``), so any tool that
-opens ``JournalStorage(JournalRedisBackend(url, prefix="{namespace}:optuna"))`` sees every
-study, e.g. optuna-dashboard (see :func:`dashboard_command`). A study is resumable: the tuner
-reads back the trials already in it (rule 4: every long operation can be resumed).
+All studies of a namespace share one journal (``orchestrator.store.StudyJournal``, keys under
+``{namespace}:optuna``), so any tool that opens it sees every study, e.g. optuna-dashboard (see
+:func:`dashboard_command`). A study is resumable: the tuner reads back the trials already in
+it (rule 4: every long operation can be resumed).
 """
 
 from __future__ import annotations
 
 import contextlib
-import warnings
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import TuneError
-from orchestrator.store.keys import Keys
 
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["dashboard_command", "journal_prefix", "open_storage", "open_study", "study_name"]
+    from orchestrator.store.tuning import StudyJournal
 
-
-def journal_prefix(namespace: str) -> str:
-    """The Redis key prefix of the namespace's Optuna journal."""
-    return Keys(namespace).key("optuna")
+__all__ = ["dashboard_command", "open_study", "study_name"]
 
 
 def study_name(job: str) -> str:
@@ -31,19 +26,8 @@ def study_name(job: str) -> str:
     return f"tune-{job}"
 
 
-def open_storage(url: str, namespace: str) -> optuna.storages.BaseStorage:
-    """``JournalStorage(JournalRedisBackend(url, prefix=...))`` for the namespace."""
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalRedisBackend
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the Redis journal backend is marked experimental
-        return JournalStorage(JournalRedisBackend(url, prefix=journal_prefix(namespace)))
-
-
 def open_study(
-    url: str,
-    namespace: str,
+    journal: StudyJournal,
     name: str,
     direction: str,
     sampler: optuna.samplers.BaseSampler | None = None,
@@ -53,6 +37,7 @@ def open_study(
     """Create or load (resume) a study in the namespace's journal.
 
     Args:
+        journal: the namespace's journal (``JobStore.study_journal``).
         fresh: delete an existing study of that name first (a re-tune from scratch).
 
     Raises:
@@ -61,7 +46,7 @@ def open_study(
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = open_storage(url, namespace)
+    storage = journal.storage()
     if fresh:
         with contextlib.suppress(KeyError):  # nothing to delete
             optuna.delete_study(study_name=name, storage=storage)
@@ -80,7 +65,7 @@ def open_study(
     return study
 
 
-def dashboard_command(url: str, namespace: str) -> str:
+def dashboard_command(journal: StudyJournal) -> str:
     """A shell command that opens optuna-dashboard on the namespace's studies.
 
     optuna-dashboard's ``redis://`` URL form has no key prefix, so the storage is built in
@@ -90,7 +75,7 @@ def dashboard_command(url: str, namespace: str) -> str:
         "import optuna_dashboard as d; "
         "from optuna.storages import JournalStorage; "
         "from optuna.storages.journal import JournalRedisBackend; "
-        f"d.run_server(JournalStorage(JournalRedisBackend({url!r}, "
-        f"prefix={journal_prefix(namespace)!r})), port=8080)"
+        f"d.run_server(JournalStorage(JournalRedisBackend({journal.url!r}, "
+        f"prefix={journal.prefix!r})), port=8080)"
     )
     return f'pip install optuna-dashboard && python -c "{code}"'

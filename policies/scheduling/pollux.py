@@ -25,7 +25,9 @@ class PolluxSchedulingPolicy(SchedulingPolicy):
     it; room is made for it only by shrinking elastic jobs, as the optimisation sees fit.
 
     Differences from the published Pollux: a greedy marginal allocation instead of its genetic
-    search over placements, and the jobs' true speedup curves instead of fitted ones.
+    search over placements, the jobs' true speedup curves instead of fitted ones, and a running
+    job that has not done its first step yet (``RunningJob.first_step_at``) is left as it is
+    (admitted first on its GPUs, neither shrunk, grown nor preempted).
 
     Args:
         objective: ``"harmonic"`` (default: Pollux's fairness exponent ``p = -1``), ``"log"``
@@ -44,17 +46,24 @@ class PolluxSchedulingPolicy(SchedulingPolicy):
         now = snapshot.now
         jobs: list[QueuedJob | RunningJob] = [*snapshot.running, *snapshot.queue]
         jobs.sort(key=lambda j: (j.seq, j.job_id))
-        elastic = [
-            ElasticJob(
-                j.job_id,
-                lo=j.lo,
-                hi=j.hi,
-                preferred=j.gpus,
-                current=j.gpus if isinstance(j, RunningJob) else 0,
-                speedup=j.speedup,
-                run_s=now - j.started_at if isinstance(j, RunningJob) else 0.0,
+        elastic: list[ElasticJob] = []
+        for j in jobs:
+            if not isinstance(j, RunningJob):
+                elastic.append(ElasticJob(j.job_id, j.lo, j.hi, j.gpus, speedup=j.speedup))
+                continue
+            # a run with no step yet keeps exactly its GPUs: a resize would restart it
+            keep = j.gpus if not j.stepped(now) else 0
+            elastic.append(
+                ElasticJob(
+                    j.job_id,
+                    lo=j.lo,
+                    hi=max(keep, j.lo) if keep else j.hi,
+                    preferred=j.gpus,
+                    current=j.gpus,
+                    speedup=j.speedup,
+                    floor=keep,
+                    run_s=now - j.started_at,
+                )
             )
-            for j in jobs
-        ]
         sizes = self.elastic.allocate(elastic, snapshot.total_gpus, snapshot.restart_cost_s)
         return sizes_to_decisions(snapshot, sizes, self.placement, "goodput")

@@ -14,10 +14,10 @@ from policies.snapshot import RunningJob, Snapshot
 class Room:
     """Frees GPUs for interactive jobs from bulk jobs, over one round.
 
-    :meth:`make` shrinks elastic jobs towards their minimum (most to spare first, then
-    submission order), never taking a team below its guarantee that way, then preempts whole
-    bulk jobs: borrowed capacity (teams above their
-    entitlement) first, then capacity above a team's guarantee, then the rest; within a tier,
+    :meth:`make`, when bulk jobs hold enough GPUs, shrinks elastic jobs towards their minimum
+    (most to spare first, then submission order), never taking a team below its guarantee that
+    way, then preempts whole bulk jobs: borrowed capacity (teams above their entitlement)
+    first, then capacity above a team's guarantee, then the rest; within a tier,
     victims are chosen by the ``preemption`` policy. Bulk jobs only lose GPUs during a round,
     so the shrink order and the victims' index are built once, when first needed, and
     consumed: a job shrunk to its minimum or preempted drops out of them. Each call then costs
@@ -58,12 +58,23 @@ class Room:
         self._victims: VictimIndex | None = None
         self._held: Counter[str] = Counter()  # GPUs per team, once victims are chosen
         self._above: Counter[str] | None = None  # GPUs per team above its guarantee, to shrink
+        self._bulk: int | None = None  # GPUs bulk jobs hold, once needed
 
     def make(self, short: int) -> int:
-        """Free ``short`` GPUs (fewer if bulk jobs hold fewer); return the GPUs freed."""
+        """Free at least ``short`` GPUs; return the GPUs freed.
+
+        When bulk jobs hold fewer than ``short``, nothing is freed (0): the interactive job
+        cannot start this round, and GPUs taken from bulk jobs would only go to other bulk
+        jobs (a preemption for nothing).
+        """
+        if self._bulk is None:
+            self._bulk = sum(len(self.hold[r.job_id]) for r in self._live())
+        if short > self._bulk:
+            return 0
         left = self._shrink(short)
         if left > 0:
             left = self._preempt(left)
+        self._bulk -= short - left
         return short - left
 
     def _live(self) -> list[RunningJob]:

@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from operator import itemgetter
 
 from policies.decisions import Decision, DecisionKind
-from policies.elastic import ELASTIC, ElasticAllocation, ElasticJob
+from policies.elastic import ELASTIC, ElasticAllocation
 from policies.placement import PLACEMENTS, Placement
 from policies.preemption import PREEMPTIONS, Preemption
 from policies.queue.las import las_level
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
+from policies.scheduling.bulk import BulkAdmission, Row
 from policies.scheduling.resize import drop_gpus, grow_gpus
 from policies.scheduling.room import Room
 from policies.sharing import SHARINGS, TeamSharing
@@ -30,7 +31,8 @@ class SharedSchedulingPolicy(SchedulingPolicy):
        whole bulk jobs are preempted, borrowed capacity (teams above their entitlement) before
        the rest, victims chosen by ``preemption`` (least work lost since a checkpoint, fewest
        jobs; the minimum-runtime protection only orders victims). An interactive job waits only
-       when interactive jobs hold the whole pool.
+       when interactive jobs hold the whole pool, and then no bulk job gives way for it. Only
+       here may a bulk run that has not done its first step yet lose GPUs.
     2. **Team entitlements.** ``sharing`` turns each team's demand (bulk ``max_gpus`` plus its
        interactive GPUs) into an entitlement: the guarantee, then a weighted fair share of the
        rest (idle guarantees are lent; an owner's new demand reclaims them).
@@ -38,8 +40,25 @@ class SharedSchedulingPolicy(SchedulingPolicy):
        levels: short jobs first without knowing sizes) are admitted by ``elastic``: each team's
        jobs first up to its entitlement (its guarantee is honoured before anything is lent),
        then everyone else at their minimum, then spare GPUs by marginal goodput from the jobs'
-       speedup curves, a running job only resized when the gain pays for the restart. Running
-       jobs younger than ``min_runtime_s`` and within their team's entitlement keep their GPUs.
+       speedup curves, a running job only resized when the gain pays for the restart. What
+       running bulk jobs keep against other bulk jobs:
+
+       * a run that has done no step yet (``RunningJob.first_step_at``) keeps exactly its GPUs,
+         neither shrunk, preempted nor grown: any of these restarts it and throws its start-up
+         away. This holds against a team's guarantee too: the reclaim waits for the first step
+         (seconds live), which costs the owner little and the borrower its whole start-up;
+       * a job younger than ``min_runtime_s`` whose team holds no more than its entitlement
+         keeps its GPUs against fairness and goodput, but not against a team below its
+         guarantee (reclaim; KAI's scheduler also separates the two): when the guarantees and
+         what such jobs keep do not fit together, teams keeping more than their guarantee give
+         the excess back at once, from their jobs last in admission order and not younger
+         than ``reclaim_min_runtime_s`` (see :class:`~policies.scheduling.bulk.BulkAdmission`).
+
+       A bulk job preempted in the previous round (``QueuedJob.preempted_at`` within
+       ``Snapshot.interval_s``) is left out of the round (its demand too: the other jobs'
+       decisions are exactly those without it), then gets GPUs no other job wants, after all
+       of them: a preemption is never undone at once by preempting or shrinking another job.
+       It has no guarantee floor that round.
 
     Decisions come in apply order: preemptions, shrinks, interactive starts, then bulk grows
     and starts, then waits.
@@ -49,7 +68,11 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         preemption: victim choice (default ``cost-aware``).
         sharing: team sharing (default ``drf``).
         elastic: elastic allocation (default ``goodput`` with the ``log`` objective).
-        min_runtime_s: bulk jobs that started this recently are not preempted for other bulk.
+        min_runtime_s: bulk jobs that started this recently are not preempted for other bulk
+            (fairness or goodput).
+        reclaim_min_runtime_s: bulk jobs that started this recently are not preempted for a
+            team below its guarantee either (0: a guarantee is reclaimed at once; a value above
+            ``min_runtime_s`` protects jobs younger than it against fairness and goodput too).
         las_first_gpu_s, las_factor: the LAS levels (see :func:`~policies.queue.las_level`).
         fifo: order bulk jobs by submission instead of attained service.
     """
@@ -61,6 +84,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         sharing: TeamSharing | str = "drf",
         elastic: ElasticAllocation | str = "goodput",
         min_runtime_s: float = 300.0,
+        reclaim_min_runtime_s: float = 0.0,
         las_first_gpu_s: float = 3600.0,
         las_factor: float = 4.0,
         fifo: bool = False,
@@ -74,6 +98,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         self.sharing = SHARINGS.create(sharing) if isinstance(sharing, str) else sharing
         self.elastic = ELASTIC.create(elastic) if isinstance(elastic, str) else elastic
         self.min_runtime_s = min_runtime_s
+        self.reclaim_min_runtime_s = reclaim_min_runtime_s
         self.las_first_gpu_s = las_first_gpu_s
         self.las_factor = las_factor
         self.fifo = fifo
@@ -94,10 +119,13 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         waits: list[Decision] = []
 
         # one pass over the jobs (this runs for every job every round): each team's demand,
-        # interactive jobs apart, bulk jobs with their (lo, hi)
+        # interactive jobs apart, bulk jobs with their (lo, hi); a bulk job preempted last
+        # round is "late": the round goes as if it were not there, then it gets what is left
         demand: dict[str, int] = {}
         inter: list[QueuedJob] = []
         queued_bulk: list[tuple[QueuedJob, int, int]] = []
+        late: set[str] = set()
+        now, interval = snapshot.now, snapshot.interval_s
         for q in snapshot.queue:
             if q.interactive:
                 inter.append(q)
@@ -105,7 +133,10 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             else:
                 lo, hi = _bounds(q, q.gpus)
                 queued_bulk.append((q, lo, hi))
-                demand[q.team] = demand.get(q.team, 0) + hi
+                if q.preempted_at is not None and q.just_preempted(now, interval):
+                    late.add(q.job_id)
+                else:
+                    demand[q.team] = demand.get(q.team, 0) + hi
         inter_held: Counter[str] = Counter()
         running_bulk: list[_Running] = []
         for r in snapshot.running:
@@ -157,7 +188,9 @@ class SharedSchedulingPolicy(SchedulingPolicy):
                 reason = f"needs {row[1]} GPUs; the pool has {total}"
                 waits.append(Decision(DecisionKind.WAIT, row[0].job_id, reason=reason))
         kept = [row for row in running_bulk if row[0].job_id not in gone] if gone else running_bulk
-        sizes = self._bulk_sizes(queued, kept, hold, ent, inter_held, bulk_pool, touched, snapshot)
+        sizes = self._bulk_sizes(
+            queued, late, kept, hold, ent, inter_held, bulk_pool, touched, snapshot
+        )
 
         shrinks: list[Decision] = []
         grows: list[Decision] = []
@@ -194,8 +227,9 @@ class SharedSchedulingPolicy(SchedulingPolicy):
                         reason=f"shrinks to {len(hold[r.job_id])} GPUs",
                     )
                 )
-        # grows and starts, largest first (placement quality), then priority order
-        growing.sort(key=lambda j: -sizes[j.job_id])
+        # grows and starts, largest first (placement quality), then priority order; jobs
+        # preempted last round last (they take only what the others leave)
+        growing.sort(key=lambda j: (j.job_id in late, -sizes[j.job_id]))
         for j in growing:
             have = hold.get(j.job_id, ())
             extra = sizes[j.job_id] - len(have)
@@ -230,7 +264,12 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         started = {d.job_id for d in grows}
         for q, _, _ in queued:
             if q.job_id not in started:
-                waits.append(Decision(DecisionKind.WAIT, q.job_id, reason="waiting for GPUs"))
+                reason = (
+                    "preempted last round: takes only GPUs no other job wants"
+                    if q.job_id in late
+                    else "waiting for GPUs"
+                )
+                waits.append(Decision(DecisionKind.WAIT, q.job_id, reason=reason))
         preempts = [
             Decision(DecisionKind.PREEMPT, job_id, reason="gives way") for job_id in preempted
         ]
@@ -241,6 +280,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
     def _bulk_sizes(
         self,
         queued: Sequence[tuple[QueuedJob, int, int]],
+        late: set[str],
         running: Sequence[_Running],
         hold: dict[str, Sequence[str]],
         ent: dict[str, int],
@@ -253,6 +293,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
 
         Args:
             queued: queued bulk jobs with their ``(lo, hi)``.
+            late: the queued jobs preempted last round: they get what the others leave.
             running: running bulk jobs with their ``(lo, hi)`` and snapshot GPUs.
             hold: GPUs each running job holds now (after the interactive jobs' shrinks).
             ent: each team's entitlement.
@@ -265,71 +306,45 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         first, factor, fifo, level_of = self.las_first_gpu_s, self.las_factor, self.fifo, las_level
         # (LAS key, job, lo, hi, GPUs held now, GPUs asked, start), one per job; the key is
         # Tiresias's level of attained service (the current run's included), then submission
-        rows: list[tuple[tuple[int, int, str], QueuedJob | RunningJob, int, int, int, int, float]]
-        rows = []
+        rows: list[Row] = []
         for q, lo, hi in queued:
             served = q.attained_service
             level = 0 if fifo or served < first else level_of(served, first, factor)
             rows.append(((level, q.seq, q.job_id), q, lo, hi, 0, q.gpus, now))
+        running_rows: list[Row] = []
+        nostep: set[str] = set()
         for r, lo, hi, gpus in running:
             run = now - r.started_at
             served = r.attained_service + gpus * (run if run > 0.0 else 0.0)
             level = 0 if fifo or served < first else level_of(served, first, factor)
             # the GPUs it holds now: its own unless an interactive job made it shrink
             cur = len(hold[r.job_id]) if touched and r.job_id in touched else gpus
-            rows.append(((level, r.seq, r.job_id), r, lo, hi, cur, gpus, r.started_at))
+            running_rows.append(((level, r.seq, r.job_id), r, lo, hi, cur, gpus, r.started_at))
+            if not r.stepped(now):
+                nostep.add(r.job_id)
+        rows += running_rows
         rows.sort(key=itemgetter(0))
-        guarantee = {t.name: t.guaranteed_gpus for t in snapshot.teams}
-        # floors: a team's guarantee, spread over its jobs (minimums first, in order)
-        g_room = {t: max(0, g - inter_held.get(t, 0)) for t, g in guarantee.items()}
-        floors: dict[str, int] = {}
-        for _, j, lo, _, _, _, _ in rows if g_room else ():
-            if g_room.get(j.team, 0) >= lo:
-                floors[j.job_id] = lo
-                g_room[j.team] -= lo
-        for _, j, _, hi, _, _, _ in rows if floors else ():
-            if j.job_id in floors and g_room.get(j.team, 0) > 0:
-                add = min(hi - floors[j.job_id], g_room[j.team])
-                floors[j.job_id] += add
-                g_room[j.team] -= add
-        # admission order: protected running jobs, then jobs within their team's entitlement,
-        # then the rest (borrowers), each group in LAS order
-        room = {t: max(0, e - inter_held.get(t, 0)) for t, e in ent.items()}
-        held_team: Counter[str] | None = None  # GPUs held per team, once a young job needs it
-        groups: tuple[list[ElasticJob], list[ElasticJob], list[ElasticJob]] = ([], [], [])
-        young_s = self.min_runtime_s
-        for _, j, lo, hi, cur, gpus, started in rows:
-            team = j.team
-            protected = False
-            if cur > 0 and now - started < young_s:  # young: protected if within
-                if held_team is None:
-                    held_team = Counter()
-                    for r, _, _, _ in running:
-                        held_team[r.team] += len(hold.get(r.job_id, ()))
-                protected = held_team[team] <= room.get(team, 0)
-            floor = floors.get(j.job_id, 0) if floors else 0
-            if touched and j.job_id in touched:
-                hi = cur  # shrunk for an interactive job: no regrowth this round
-            ej = ElasticJob(  # positional: this runs for every job every round
-                j.job_id,
-                lo,
-                hi if hi >= lo else lo,
-                gpus,
-                cur,
-                j.speedup,
-                max(floor, cur) if protected else floor,
-                now - started,
-            )
-            if protected:
-                groups[0].append(ej)
-            elif room.get(team, 0) >= lo:
-                room[team] -= lo
-                groups[1].append(ej)
-            else:
-                groups[2].append(ej)
-        return self.elastic.allocate(
-            groups[0] + groups[1] + groups[2], bulk_pool, snapshot.restart_cost_s
+        admission = BulkAdmission(
+            rows,
+            running_rows,
+            room={t: max(0, e - inter_held.get(t, 0)) for t, e in ent.items()},
+            guarantee={
+                t.name: max(0, t.guaranteed_gpus - inter_held.get(t.name, 0))
+                for t in snapshot.teams
+            },
+            late=late,
+            nostep=nostep,
+            touched=touched,
+            now=now,
+            min_runtime_s=self.min_runtime_s,
+            reclaim_min_runtime_s=self.reclaim_min_runtime_s,
         )
+        jobs, late_jobs = admission.jobs(bulk_pool)
+        sizes = self.elastic.allocate(jobs, bulk_pool, snapshot.restart_cost_s)
+        if late_jobs:  # preempted last round: the GPUs the others leave
+            left = bulk_pool - sum(sizes.values())
+            sizes.update(self.elastic.allocate(late_jobs, left, snapshot.restart_cost_s))
+        return sizes
 
 
 _Running = tuple[RunningJob, int, int, int]

@@ -25,7 +25,9 @@ class TiresiasSchedulingPolicy(SchedulingPolicy):
     yet taken this round (counted over the pool, not per node), otherwise it is skipped and, if
     it was running, preempted. A running job keeps its GPUs; a new one is placed by
     ``placement`` (default: most free node first, as published). Jobs run at their requested
-    ``gpus`` (no elasticity).
+    ``gpus`` (no elasticity). One addition to the published policy: a running job that has
+    not done its first step yet (``RunningJob.first_step_at``) is never preempted; its GPUs are
+    counted as taken before the queues are walked.
 
     State: unlike most scheduling policies this one remembers one thing between rounds, the
     order in which jobs were demoted to queue 1 (Tiresias orders queue 1 by demotion time). A
@@ -57,9 +59,11 @@ class TiresiasSchedulingPolicy(SchedulingPolicy):
         rank = {k: i for i, k in enumerate(self._demoted)}
         ordered = sorted(jobs, key=lambda j: (j.job_id in rank, rank.get(j.job_id, j.seq)))
         budget = snapshot.total_gpus
-        runs: set[str] = set()
+        # a run with no step yet keeps its GPUs: preempting it would only waste its start-up
+        runs = {r.job_id for r in snapshot.running if not r.stepped(now)}
+        budget -= sum(r.gpus for r in snapshot.running if r.job_id in runs)
         for j in ordered:
-            if j.gpus <= budget:
+            if j.gpus <= budget and j.job_id not in runs:
                 runs.add(j.job_id)
                 budget -= j.gpus
         decisions: list[Decision] = []

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.launcher import harness_config
+from orchestrator.runtime.harness_config import job_harness_config
 from orchestrator.store.states import JobState
 from tests.e2e.conftest import Orch
 from tests.e2e.jobs import mlp_job
@@ -62,7 +62,7 @@ def test_bulk_job_grows_then_shrinks_and_trains_on(shared: Orch) -> None:
     assert end.result["resumed_from_step"] > 0
 
     # The same training without resizes: one process with the same global batch and seed.
-    cfg = harness_config(spec)
+    cfg = job_harness_config(spec)
     cfg["micro_batch"] *= 2
     reference = Harness(HarnessConfig.from_dict(cfg), num_threads=1).run()
     assert math.isclose(end.result["loss"], reference.loss or 0.0, rel_tol=1e-3)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 
-from orchestrator.launcher import harness_config
+from orchestrator.runtime.harness_config import job_harness_config
 from orchestrator.store.states import JobState
 from tests.e2e.conftest import Orch
 from tests.e2e.jobs import mlp_job
@@ -51,7 +51,7 @@ def test_interactive_job_preempts_bulk_which_resumes_to_the_same_end(shared: Orc
 
     # The same job uninterrupted: one process with the same global batch and seed (data
     # parallelism averages gradients, so this is the same training run).
-    cfg = harness_config(victim.spec)
+    cfg = job_harness_config(victim.spec)
     cfg["micro_batch"] *= victim.gpus
     reference = Harness(HarnessConfig.from_dict(cfg), num_threads=1).run()
     assert math.isclose(victim.result["loss"], reference.loss or 0.0, rel_tol=1e-3)

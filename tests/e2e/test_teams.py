@@ -3,7 +3,6 @@ and a team under its guarantee takes back GPUs another team borrowed."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,9 @@ LONG = 200_000  # steps: runs until the test is done with it
 
 
 def _pool_teams(o: Orch) -> dict[str, dict[str, Any]]:
-    raw = o.store.client.get(o.store.keys.key("pool"))
-    return {r["team"]: r for r in json.loads(str(raw))["teams"]}
+    view = o.store.pool_view.read()
+    assert view is not None, "no pool view: is the scheduler up?"
+    return {r["team"]: r for r in view["teams"]}
 
 
 def test_team_limit_holds_and_guarantee_reclaims_borrowed_gpus(

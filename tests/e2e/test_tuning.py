@@ -16,8 +16,6 @@ from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store.states import JobState
 from orchestrator.tuner.evaluators.gang import GangEvaluator
 from orchestrator.tuner.objective import Goal
-from orchestrator.tuner.profile import load_profile
-from orchestrator.tuner.service import load_report
 from orchestrator.tuner.space import SearchSpace
 from orchestrator.tuner.strategies import STRATEGIES
 from orchestrator.tuner.tuner import Tuner
@@ -55,7 +53,7 @@ def test_a_tuned_job_runs_with_the_settings_the_tuner_chose(orch: Orch) -> None:
     assert tuned["micro_batch"] > 4
     # The measured run is compared with the tuner's prediction, kept in the job's profile.
     assert "tuner prediction error: samples per s" in rec.message, rec.message
-    profile = load_profile(orch.store.client, orch.store.namespace, job_id)
+    profile = orch.store.profiles.load(job_id)
     assert profile is not None
     assert set(profile["outcome"]["error"]) == {"samples_per_s", "latency_ms"}
     show = orch.cli("show", job_id)
@@ -98,7 +96,7 @@ def test_a_multi_gpu_job_is_tuned_on_a_gang_over_gpu_count_and_sharding(shared: 
     job_id = shared.store.submit(spec).id
     rec = shared.wait(job_id, {JobState.FINISHED, JobState.FAILED}, timeout_s=300)
     assert rec.state is JobState.FINISHED, rec.message
-    report = load_report(shared.store.client, shared.store.namespace, job_id)
+    report = shared.store.tune_reports.load(job_id)
     assert report is not None
     ran = {
         (t["config"]["gpus"], t["config"]["sharding"])
@@ -112,7 +110,7 @@ def test_a_multi_gpu_job_is_tuned_on_a_gang_over_gpu_count_and_sharding(shared: 
     assert rec.result["global_batch"] == tuned["gpus"] * tuned["micro_batch"]
     # Its profile prices each GPU count for the policy: measured where a trial ran exactly the
     # chosen settings on that count, else the model fitted on the 1- and 2-GPU trials.
-    profile = load_profile(shared.store.client, shared.store.namespace, job_id)
+    profile = shared.store.profiles.load(job_id)
     assert profile is not None
     by_gpus = profile["chosen"]["by_gpus"]
     assert [p["gpus"] for p in by_gpus] == [1, 2]

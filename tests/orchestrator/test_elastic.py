@@ -6,7 +6,6 @@ import pytest
 
 from orchestrator import elastic
 from orchestrator.spec import JobSpec, parse_spec
-from orchestrator.store import JobStore
 
 
 def _spec(lo: int = 1, hi: int = 4, micro: int = 8, accum: int = 1, dp: int | None = 2) -> JobSpec:
@@ -53,10 +52,3 @@ def test_speedup_curve_interpolates_and_extrapolates() -> None:
     assert elastic.speedup_curve(spec, {1: 100.0, 2: 150.0}) == (100.0, 150.0, 225.0, 300.0)
     # between measured sizes, interpolated; below the smallest, linear down
     assert elastic.speedup_curve(spec, {2: 150.0, 4: 250.0}) == (75.0, 150.0, 200.0, 250.0)
-
-
-def test_throughputs_kept_per_size(store: JobStore) -> None:
-    elastic.record_throughput(store.client, store.namespace, "j1", 2, 123.5)
-    elastic.record_throughput(store.client, store.namespace, "j1", 4, 0.0)  # nothing: ignored
-    assert elastic.read_throughputs(store.client, store.namespace, "j1") == {2: 123.5}
-    assert elastic.read_throughputs(store.client, store.namespace, "j2") == {}

@@ -115,7 +115,7 @@ def test_bounds_that_would_only_fail_after_placement_are_caught_at_submit() -> N
 
 
 def test_run_sharding_reaches_the_harness_config() -> None:
-    from orchestrator.launcher import harness_config
+    from orchestrator.runtime.harness_config import job_harness_config
     from workers.config import HarnessConfig
 
     base = {
@@ -127,6 +127,6 @@ def test_run_sharding_reaches_the_harness_config() -> None:
         "resources": {"gpus": 2},
     }
     fsdp = parse_spec({**base, "run": {"steps": 5, "sharding": "fsdp"}})
-    assert HarnessConfig.from_dict(harness_config(fsdp)).sharding == "fsdp"
+    assert HarnessConfig.from_dict(job_harness_config(fsdp)).sharding == "fsdp"
     default = parse_spec({**base, "run": {"steps": 5}})
-    assert HarnessConfig.from_dict(harness_config(default)).sharding == "ddp"
+    assert HarnessConfig.from_dict(job_harness_config(default)).sharding == "ddp"

@@ -60,7 +60,7 @@ def test_transition_table() -> None:
     assert not is_legal(S.QUEUED, S.FINISHED)
     assert not is_legal(S.FINISHED, S.RUNNING)
     assert not is_legal("queued", "nonsense")
-    assert sources(S.QUEUED) == {S.SUBMITTED, S.PLACED, S.RUNNING}
+    assert sources(S.QUEUED) == {S.SUBMITTED, S.PLACED, S.TUNING, S.RUNNING}
     assert sources(S.SUBMITTED) == set()
 
 

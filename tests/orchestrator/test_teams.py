@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.control.pool_view import team_usage
 from orchestrator.errors import SpecError
-from orchestrator.scheduler import team_usage
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store import JobStore
 from orchestrator.teams import TeamConfig, load_teams, parse_teams
@@ -81,8 +81,9 @@ def test_elastic_range_is_stored_as_the_sizes_that_keep_the_batch(store: JobStor
         }
     )
     rec = store.submit(spec)
-    (fields,) = store.queue_fields([rec.id])
-    assert fields[3:4] + fields[6:] == (2, 1, 4)  # asks for 2; may run on 1..4 (5 cannot split 8)
+    (facts,) = store.queue_facts([rec.id])
+    # asks for 2; may run on 1..4 (5 cannot split 8)
+    assert (facts["gpus"], facts["gpus_min"], facts["gpus_max"]) == ("2", "1", "4")
 
 
 def test_bad_team_file_names_each_field(tmp_path: Path) -> None:

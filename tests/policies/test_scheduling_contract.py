@@ -29,7 +29,9 @@ TEAMS = ("a", "b", "c")
 
 
 @st.composite
-def snapshots(draw: st.DrawFn) -> Snapshot:
+def snapshots(draw: st.DrawFn, progress: bool = False) -> Snapshot:
+    """Random snapshots at ``now=1000``; with ``progress``, the fields about runs' progress and
+    recent preemptions (``first_step_at``, ``preempted_at``, ``interval_s``) vary too."""
     n_nodes = draw(st.integers(min_value=1, max_value=4))
     caps = [draw(st.integers(min_value=1, max_value=8)) for _ in range(n_nodes)]
     free = list(caps)
@@ -60,6 +62,9 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                 min_gpus=lo,
                 max_gpus=hi,
                 attained_service=draw(st.sampled_from([0.0, 5000.0, 1e6])),
+                first_step_at=draw(st.sampled_from([0.0, None, 995.0, 1010.0]))
+                if progress
+                else 0.0,
             )
         )
         seq += 1
@@ -80,6 +85,9 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                 min_gpus=lo,
                 max_gpus=hi,
                 attained_service=draw(st.sampled_from([0.0, 1e5])),
+                preempted_at=draw(st.sampled_from([None, 940.0, 999.0, 500.0]))
+                if progress
+                else None,
             )
         )
         seq += 1
@@ -94,7 +102,16 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
     nodes_view = tuple(
         NodeView(f"n{i}", c, f) for i, (c, f) in enumerate(zip(caps, free, strict=True))
     )
-    return Snapshot(nodes_view, tuple(queue), tuple(running), now=1000.0, seed=7, teams=teams)
+    interval = draw(st.sampled_from([0.0, 60.0])) if progress else 0.0
+    return Snapshot(
+        nodes_view,
+        tuple(queue),
+        tuple(running),
+        now=1000.0,
+        seed=7,
+        teams=teams,
+        interval_s=interval,
+    )
 
 
 def apply(snapshot: Snapshot, decisions: list[Decision]) -> dict[str, tuple[str, ...]]:
@@ -128,14 +145,22 @@ class SchedulingContract:
     def make(self) -> SchedulingPolicy:
         raise NotImplementedError
 
-    @settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=60)
-    @given(snap=snapshots())
-    def test_never_over_allocates_and_is_deterministic(self, snap: Snapshot) -> None:
+    def check(self, snap: Snapshot) -> None:
         decisions = self.make().decide(snap)
         assert decisions == self.make().decide(snap)
         apply(snap, decisions)
         ids = [d.job_id for d in decisions if d.kind in (DecisionKind.START, DecisionKind.WAIT)]
         assert sorted(ids) == sorted(q.job_id for q in snap.queue)
+
+    @settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=60)
+    @given(snap=snapshots())
+    def test_never_over_allocates_and_is_deterministic(self, snap: Snapshot) -> None:
+        self.check(snap)
+
+    @settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=60)
+    @given(snap=snapshots(progress=True))
+    def test_keeps_the_contract_with_progress_fields(self, snap: Snapshot) -> None:
+        self.check(snap)
 
 
 class TestGang(SchedulingContract):

@@ -10,8 +10,10 @@ from orchestrator.sim import (
     PolicyViolation,
     SimConfig,
     Simulator,
+    StuckSimulation,
     TraceError,
     TraceJob,
+    UnplaceableJobs,
     read_trace,
     uniform_pool,
     write_trace,
@@ -95,12 +97,15 @@ def test_interactive_starts_at_once_and_records_attainment() -> None:
 
 class _Greedy(SchedulingPolicy):
     def decide(self, snapshot: Snapshot) -> list[Decision]:
-        return [Decision(DecisionKind.START, q.job_id, nodes=("n0",) * 8) for q in snapshot.queue]
+        return [
+            Decision(DecisionKind.START, q.job_id, nodes=("n0",) * q.gpus) for q in snapshot.queue
+        ]
 
 
 def test_a_policy_that_over_allocates_is_caught() -> None:
-    with pytest.raises(PolicyViolation, match="GPUs on n0"):
-        Simulator([bulk("a", 0, 8, 10)], _Greedy(), uniform_pool(1, 4)).run()
+    jobs = [bulk("a", 0, 4, 10), bulk("b", 0, 4, 10)]  # both on n0's 4 GPUs
+    with pytest.raises(PolicyViolation, match="4 GPUs on n0, 0 free"):
+        Simulator(jobs, _Greedy(), uniform_pool(2, 4)).run()
 
 
 def test_trace_round_trip_and_errors(tmp_path: Path) -> None:
@@ -112,3 +117,82 @@ def test_trace_round_trip_and_errors(tmp_path: Path) -> None:
         read_trace(tmp_path / "bad.csv")
     with pytest.raises(TraceError, match="not found"):
         read_trace(tmp_path / "missing.csv")
+
+
+def test_a_gang_larger_than_a_node_spans_nodes_but_not_the_pool() -> None:
+    # every placement may span nodes: 16 GPUs run on 2 x 8 (0..100, no restart cost; small
+    # starts at the next round, 120, and ends at 220), but never on 1 x 8
+    jobs = [bulk("big", 0, 16, 100), bulk("small", 0, 2, 100)]
+    assert jcts(jobs, "gang", nodes=2, per=8) == {"big": 100.0, "small": 220.0}
+    with pytest.raises(UnplaceableJobs, match=r"big \(needs 16 GPUs; the pool has 8\)") as err:
+        Simulator(jobs, SCHEDULING_POLICIES.create("gang"), uniform_pool(1, 8))
+    assert err.value.jobs == {"big": "needs 16 GPUs; the pool has 8"}
+    elastic = [bulk("e", 0, 16, 100, min_gpus=12)]  # an elastic job: its minimum counts
+    with pytest.raises(UnplaceableJobs, match="needs at least 12 GPUs"):
+        Simulator(elastic, SCHEDULING_POLICIES.create("shared"), uniform_pool(1, 8))
+
+
+class _Never(SchedulingPolicy):
+    def decide(self, snapshot: Snapshot) -> list[Decision]:
+        return [Decision(DecisionKind.WAIT, q.job_id, reason="not today") for q in snapshot.queue]
+
+
+class _Flap(SchedulingPolicy):
+    """Starts every queued job and preempts every running one, every round."""
+
+    def decide(self, snapshot: Snapshot) -> list[Decision]:
+        stops = [Decision(DecisionKind.PREEMPT, r.job_id) for r in snapshot.running]
+        return stops + [
+            Decision(DecisionKind.START, q.job_id, nodes=("n0",) * q.gpus) for q in snapshot.queue
+        ]
+
+
+def test_a_run_without_progress_stops_naming_the_stuck_jobs() -> None:
+    # the rounds at 0, 60, ... 240 leave "a" queued with nothing running: 5 idle rounds
+    sim = Simulator(
+        [bulk("a", 0, 1, 100)], _Never(), uniform_pool(1, 4), config=SimConfig(stuck_rounds=5)
+    )
+    with pytest.raises(StuckSimulation, match=r"5 rounds \(since t=0 s\): a \(not today\)") as e:
+        sim.run()
+    assert e.value.jobs == {"a": "not today"} and e.value.rounds == 5
+    assert sim.now == 300.0
+
+
+def test_starting_and_stopping_without_work_is_no_progress() -> None:
+    # a start costs 60 s, a full round: the job never gets past its restart
+    cfg = SimConfig(restart_s=60.0, stuck_rounds=4)
+    sim = Simulator([bulk("a", 0, 1, 100)], _Flap(), uniform_pool(1, 1), config=cfg)
+    with pytest.raises(StuckSimulation) as e:
+        sim.run()
+    assert list(e.value.jobs) == ["a"]
+    # with a 30 s restart it works 30 s in every other round: done after 4 starts
+    # (rounds 0, 120, 240, 360: 30 s of work each time; completes at 360 + 30 + 10 = 400)
+    cfg = SimConfig(restart_s=30.0, stuck_rounds=2)
+    res = Simulator([bulk("a", 0, 1, 100)], _Flap(), uniform_pool(1, 1), config=cfg).run()
+    assert res.records[0].jct == 400.0 and res.records[0].preemptions == 3
+
+
+def test_waiting_for_arrivals_is_not_stuck() -> None:
+    # nothing queued and nothing running between the two jobs: 1,666 empty rounds, no error
+    jobs = [bulk("a", 0, 1, 60), bulk("b", 100_000, 1, 60)]
+    assert jcts(jobs, "gang", stuck_rounds=2) == {"a": 60.0, "b": 60.0 + 20.0}
+
+
+def test_interactive_attainment_counts_the_wait_after_a_preemption() -> None:
+    # 1 GPU, no restart cost, rounds every 60 s; Tiresias demotes a job after 60 GPU-s.
+    # 0: i (interactive, 300 s, target 30 s) starts at once: first wait 0.
+    # 60: i has 60 GPU-s -> demoted; b (submitted 10, queue 0) takes the GPU, i is preempted.
+    # 120: b has 60 GPU-s -> demoted behind i; i resumes: its second wait is 120 - 60 = 60 s,
+    #      over the 30 s target, so i misses its SLA although its first start was immediate.
+    jobs = [
+        TraceJob(
+            name="i", submit_time=0, job_class="interactive", gpus=1, duration=300, wait_target=30
+        ),
+        bulk("b", 10, 1, 600),
+    ]
+    pol = SCHEDULING_POLICIES.create("tiresias", threshold_gpu_s=60.0)
+    res = Simulator(jobs, pol, uniform_pool(1, 1), config=NO_RESTART).run()
+    rec = {r.name: r for r in res.records}
+    assert rec["i"].wait == 0.0 and rec["i"].waits == (0.0, 60.0)
+    assert rec["i"].preemptions == 1 and not rec["i"].waits_met
+    assert res.summary()["interactive_attainment"] == 0.0

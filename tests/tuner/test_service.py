@@ -10,16 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from orchestrator.spec import parse_spec
+from orchestrator.store import JobStore
 from orchestrator.tuner.evaluators import HarnessEvaluator
 from orchestrator.tuner.objective import Goal
-from orchestrator.tuner.profile import load_profile, record_outcome
-from orchestrator.tuner.service import load_report, tune_spec
+from orchestrator.tuner.profile import record_outcome
+from orchestrator.tuner.service import tune_spec
 from orchestrator.tuner.space import DeviceCaps, SearchSpace
 from orchestrator.tuner.strategies import SLASearchStrategy
-from orchestrator.tuner.study import journal_prefix
 from orchestrator.tuner.tuner import Tuner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,101 +69,84 @@ def test_oom_in_a_real_trial_is_infeasible_and_the_tuner_goes_on(kind: str) -> N
 
 
 def test_tune_spec_stores_study_cache_profile_and_a_repeat_is_a_cache_hit(
-    redis_client: redis.Redis, redis_url: str, namespace: str
+    store: JobStore, redis_url: str
 ) -> None:
     spec = _spec({"entry": "tests.tuner.oom_workload:build", "args": {"cap": 8}})
-    try:
-        first = tune_spec(
-            spec,
-            redis_client,
-            redis_url,
-            namespace,
-            evaluator=_harness("tests.tuner.oom_workload:build", {"cap": 8}),
-        )
-        assert first.cache == "miss" and first.result.trials > 0 and first.run
-        assert first.result.best is not None and first.result.best.config.micro_batch == 8
-        again = tune_spec(
-            spec,
-            redis_client,
-            redis_url,
-            namespace,
-            job="again",
-            evaluator=_harness("tests.tuner.oom_workload:build", {"cap": 8}),
-        )
-        assert again.cache == "hit" and again.result.trials == 0
-        assert again.result.best is not None
-        assert again.result.best.config == first.result.best.config
-        report = load_report(redis_client, namespace, "again")
-        assert report is not None and report["cache"] == "hit"
-        # A similar job (another cap) warm-starts from the cached best config.
-        other = _spec({"entry": "tests.tuner.oom_workload:build", "args": {"cap": 4}})
-        warm = tune_spec(
-            other,
-            redis_client,
-            redis_url,
-            namespace,
-            job="warm",
-            evaluator=_harness("tests.tuner.oom_workload:build", {"cap": 4}),
-        )
-        assert warm.cache == "warm"
-        assert warm.result.history.records[0].config.micro_batch == 8  # enqueued first
-        # The profile, and the prediction error once the job has run.
-        profile = load_profile(redis_client, namespace, spec.name)
-        assert profile is not None and profile["curves"]["fp32"]
-        assert profile["chosen"]["samples_per_s"] > 0
-        measured = profile["chosen"]["samples_per_s"] * 0.9
-        errors = record_outcome(redis_client, namespace, spec.name, {"samples_per_s": measured})
-        assert errors is not None and errors["samples_per_s"] == pytest.approx(1 / 0.9 - 1)
-    finally:
-        for key in redis_client.scan_iter(f"{namespace}:*"):
-            redis_client.delete(key)
+    first = tune_spec(
+        spec, store, redis_url, evaluator=_harness("tests.tuner.oom_workload:build", {"cap": 8})
+    )
+    assert first.cache == "miss" and first.result.trials > 0 and first.run
+    assert first.result.best is not None and first.result.best.config.micro_batch == 8
+    again = tune_spec(
+        spec,
+        store,
+        redis_url,
+        job="again",
+        evaluator=_harness("tests.tuner.oom_workload:build", {"cap": 8}),
+    )
+    assert again.cache == "hit" and again.result.trials == 0
+    assert again.result.best is not None
+    assert again.result.best.config == first.result.best.config
+    report = store.tune_reports.load("again")
+    assert report is not None and report["cache"] == "hit"
+    # A similar job (another cap) warm-starts from the cached best config.
+    other = _spec({"entry": "tests.tuner.oom_workload:build", "args": {"cap": 4}})
+    warm = tune_spec(
+        other,
+        store,
+        redis_url,
+        job="warm",
+        evaluator=_harness("tests.tuner.oom_workload:build", {"cap": 4}),
+    )
+    assert warm.cache == "warm"
+    assert warm.result.history.records[0].config.micro_batch == 8  # enqueued first
+    # The profile, and the prediction error once the job has run.
+    profile = store.profiles.load(spec.name)
+    assert profile is not None and profile["curves"]["fp32"]
+    assert profile["chosen"]["samples_per_s"] > 0
+    measured = profile["chosen"]["samples_per_s"] * 0.9
+    errors = record_outcome(store.profiles, spec.name, {"samples_per_s": measured})
+    assert errors is not None and errors["samples_per_s"] == pytest.approx(1 / 0.9 - 1)
 
 
-def test_study_is_read_back_by_a_separate_optuna_process(
-    redis_client: redis.Redis, redis_url: str, namespace: str
-) -> None:
+def test_study_is_read_back_by_a_separate_optuna_process(store: JobStore, redis_url: str) -> None:
     spec = _spec({"entry": "tests.tuner.oom_workload:build", "args": {"cap": 8}})
-    try:
-        report = tune_spec(
-            spec,
-            redis_client,
-            redis_url,
-            namespace,
-            use_cache=False,
-            evaluator=_harness("tests.tuner.oom_workload:build", {"cap": 8}),
-        )
-        code = (
-            "import json, sys, optuna\n"
-            "from optuna.storages import JournalStorage\n"
-            "from optuna.storages.journal import JournalRedisBackend\n"
-            "s = JournalStorage(JournalRedisBackend(sys.argv[1], prefix=sys.argv[2]))\n"
-            "names = [x.study_name for x in optuna.get_all_study_summaries(s)]\n"
-            "st = optuna.load_study(study_name=sys.argv[3], storage=s)\n"
-            "b = st.best_trial\n"
-            "print(json.dumps({'names': names, 'n': len(st.trials), 'params': b.params,\n"
-            "  'constraints': b.constraints, 'direction': st.direction.name}))\n"
-        )
-        out = subprocess.run(
-            [sys.executable, "-c", code, redis_url, journal_prefix(namespace), report.study],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        )
-        got = json.loads(out.stdout.strip().splitlines()[-1])
-        assert report.study in got["names"]
-        assert got["n"] == len(report.result.history.records)
-        assert report.result.best is not None
-        assert got["params"]["micro_batch"] == report.result.best.config.micro_batch
-        assert all(v <= 0 for v in got["constraints"].values())
-        assert got["direction"] == "MAXIMIZE"
-    finally:
-        for key in redis_client.scan_iter(f"{namespace}:*"):
-            redis_client.delete(key)
+    report = tune_spec(
+        spec,
+        store,
+        redis_url,
+        use_cache=False,
+        evaluator=_harness("tests.tuner.oom_workload:build", {"cap": 8}),
+    )
+    code = (
+        "import json, sys, optuna\n"
+        "from optuna.storages import JournalStorage\n"
+        "from optuna.storages.journal import JournalRedisBackend\n"
+        "s = JournalStorage(JournalRedisBackend(sys.argv[1], prefix=sys.argv[2]))\n"
+        "names = [x.study_name for x in optuna.get_all_study_summaries(s)]\n"
+        "st = optuna.load_study(study_name=sys.argv[3], storage=s)\n"
+        "b = st.best_trial\n"
+        "print(json.dumps({'names': names, 'n': len(st.trials), 'params': b.params,\n"
+        "  'constraints': b.constraints, 'direction': st.direction.name}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, redis_url, store.keys.optuna_journal, report.study],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report.study in got["names"]
+    assert got["n"] == len(report.result.history.records)
+    assert report.result.best is not None
+    assert got["params"]["micro_batch"] == report.result.best.config.micro_batch
+    assert all(v <= 0 for v in got["constraints"].values())
+    assert got["direction"] == "MAXIMIZE"
 
 
 def test_orch_tune_prints_the_trials_and_the_chosen_config(
-    redis_url: str, redis_client: redis.Redis, namespace: str, tmp_path: Path
+    redis_url: str, store: JobStore, tmp_path: Path
 ) -> None:
     import typer
     from typer.testing import CliRunner
@@ -175,17 +157,13 @@ def test_orch_tune_prints_the_trials_and_the_chosen_config(
     app.command(name="tune")(tune_command)
     app.command(name="noop")(lambda: None)
     job = ROOT / "tests" / "tuner" / "jobs" / "mlp-latency.yaml"
-    env = {"REDIS_URL": redis_url, "ORCH_NAMESPACE": namespace, "COLUMNS": "200"}
-    try:
-        result = CliRunner().invoke(app, ["tune", str(job)], env=env)
-        assert result.exit_code == 0, result.output
-        assert "meets SLA" in result.output and "chosen config: micro-batch" in result.output
-        assert "cache: miss" in result.output
-        again = CliRunner().invoke(app, ["tune", str(job)], env=env)
-        assert "cache: hit" in again.output and "trials: 0" in again.output
-    finally:
-        for key in redis_client.scan_iter(f"{namespace}:*"):
-            redis_client.delete(key)
+    env = {"REDIS_URL": redis_url, "ORCH_NAMESPACE": store.namespace, "COLUMNS": "200"}
+    result = CliRunner().invoke(app, ["tune", str(job)], env=env)
+    assert result.exit_code == 0, result.output
+    assert "meets SLA" in result.output and "chosen config: micro-batch" in result.output
+    assert "cache: miss" in result.output
+    again = CliRunner().invoke(app, ["tune", str(job)], env=env)
+    assert "cache: hit" in again.output and "trials: 0" in again.output
 
 
 def test_benchmark_runs_in_smoke_mode() -> None:

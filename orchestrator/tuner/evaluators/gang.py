@@ -20,6 +20,7 @@ import contextlib
 import time
 from typing import Any
 
+from orchestrator.runtime.harness_config import harness_config
 from orchestrator.tuner.evaluators.base import Evaluator, EvaluatorLost
 from orchestrator.tuner.objective import Measurement
 from orchestrator.tuner.space import Config, DeviceCaps
@@ -111,20 +112,14 @@ class GangEvaluator(Evaluator):
             raise EvaluatorLost(f"the tuning gang does not answer: {err}") from err
         if config.gpus > 1:
             init_method = f"tcp://{host}:{port}"
-        run = {
-            "workload": self.workload,
-            "workload_args": self.workload_args,
-            "micro_batch": config.micro_batch,
-            "grad_accum": config.grad_accum,
-            "precision": config.precision,
-            "activation_checkpointing": config.activation_checkpointing,
-            "compile": config.compile,
-            "sharding": config.sharding,
-            "steps": self.warmup_steps + self.measured_steps,
-            "warmup_steps": self.warmup_steps,
-            "checkpoint_every": 0,
-            "seed": self.seed,
-        }
+        run = harness_config(
+            self.workload,
+            self.workload_args,
+            config,
+            steps=self.warmup_steps + self.measured_steps,
+            warmup_steps=self.warmup_steps,
+            seed=self.seed,
+        )
         refs = [
             a.run.remote(run, init_method, None, rank=r, world_size=config.gpus)
             for r, a in enumerate(actors)
@@ -179,7 +174,7 @@ class GangEvaluator(Evaluator):
         """The actors, started on first use and after a failed trial."""
         if self._actors:
             return self._actors
-        from orchestrator.launcher import start_workers
+        from orchestrator.runtime.gang import start_workers
 
         self._actors = start_workers(
             self.placement_group, self.job_id, num_threads=self.num_threads
@@ -207,7 +202,7 @@ def telling_error(errors: list[BaseException]) -> BaseException:
     """Of the errors the ranks of one trial raised, the one that says why it failed: an
     out-of-memory error if any rank had one (it rules out larger micro-batches), else one that
     is not a peer's collective failing, else the first."""
-    from orchestrator.launcher import DISTRIBUTED_ERRORS
+    from orchestrator.runtime.gang import DISTRIBUTED_ERRORS
     from orchestrator.tuner.oom import is_oom
 
     for e in errors:

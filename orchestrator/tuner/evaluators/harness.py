@@ -4,7 +4,7 @@ The same :class:`workers.harness.Harness` that runs jobs runs the trial (rule 3:
 applies precision, accumulation, checkpointing and compile the same way for every workload):
 ``warmup_steps`` excluded, then ``measured_steps`` giving p50/p95/p99 step latency, throughput
 and peak memory. In-process, so one trial uses one device; multi-GPU trials need the pool
-(placement group of worker actors, as ``orchestrator.launcher`` runs jobs).
+(placement group of worker actors, as ``orchestrator.runtime.ray_gang`` runs jobs).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import gc
 import time
 from typing import Any
 
+from orchestrator.runtime.harness_config import harness_config
 from orchestrator.tuner.evaluators.base import Evaluator
 from orchestrator.tuner.objective import Measurement
 from orchestrator.tuner.space import Config, DeviceCaps
@@ -65,18 +66,15 @@ class HarnessEvaluator(Evaluator):
         from workers.config import HarnessConfig
         from workers.harness import Harness
 
-        hc = HarnessConfig(
-            workload=self.workload,
-            workload_args=self.workload_args,
-            micro_batch=config.micro_batch,
-            grad_accum=config.grad_accum,
-            precision=config.precision,
-            activation_checkpointing=config.activation_checkpointing,
-            compile=config.compile,
-            steps=self.warmup_steps + self.measured_steps,
-            warmup_steps=self.warmup_steps,
-            checkpoint_every=0,
-            seed=self.seed,
+        hc = HarnessConfig.from_dict(
+            harness_config(
+                self.workload,
+                self.workload_args,
+                config,
+                steps=self.warmup_steps + self.measured_steps,
+                warmup_steps=self.warmup_steps,
+                seed=self.seed,
+            )
         )
         t0 = time.perf_counter()
         try:

@@ -1,11 +1,12 @@
 """The scheduler lease: at most one scheduler drives a namespace.
 
-A Redis key holds the owner (``host:pid:tag``) with a time-to-live. A heartbeat thread renews it
-every third of the TTL, independently of how long a scheduling round takes, so a slow round
-(a stuck probe, a long stop) never lets the lease lapse while its holder is alive. If renewal
-is refused (someone else holds the key) or has not succeeded for a whole TTL (Redis was
-unreachable long enough for another scheduler to take over), the lease counts as lost and the
-scheduler must stop acting: every write it does after that could race its successor.
+A Redis key (``{ns}:scheduler:lease``) holds the owner (``host:pid:tag``) with a time-to-live.
+A heartbeat thread renews it every third of the TTL, independently of how long a scheduling
+round takes, so a slow round (a stuck probe, a long stop) never lets the lease lapse while its
+holder is alive. If renewal is refused (someone else holds the key) or has not succeeded for a
+whole TTL (Redis was unreachable long enough for another scheduler to take over), the lease
+counts as lost and the scheduler must stop acting: every write it does after that could race
+its successor.
 """
 
 from __future__ import annotations
@@ -18,11 +19,15 @@ import time
 import redis
 
 from orchestrator.errors import OrchError
+from orchestrator.store.keys import Keys
 from orchestrator.store.server import pid_alive
+
+__all__ = ["LEASE_MS", "Lease", "LeaseLost", "SchedulerBusy", "lease_holder"]
 
 log = logging.getLogger(__name__)
 
 LEASE_MS = 15_000
+"""How long a lease lives without renewal, by default."""
 
 _RENEW_LUA = """
 if redis.call("GET", KEYS[1]) == ARGV[1] then
@@ -55,18 +60,18 @@ class LeaseLost(OrchError):
 
 
 class Lease:
-    """One scheduler's hold on a namespace.
+    """One scheduler's hold on a namespace (built by ``JobStore.lease``).
 
     Args:
         client: the store's Redis client.
-        key: the lease key (under the namespace).
+        keys: the namespace's keys (the lease is ``keys.scheduler_lease``).
         owner: this holder's identity, ``host:pid:tag``.
         ttl_ms: how long the lease lives without renewal.
     """
 
-    def __init__(self, client: redis.Redis, key: str, owner: str, ttl_ms: int = LEASE_MS) -> None:
-        self.client = client
-        self.key = key
+    def __init__(self, client: redis.Redis, keys: Keys, owner: str, ttl_ms: int = LEASE_MS) -> None:
+        self._client = client
+        self.key = keys.scheduler_lease
         self.owner = owner
         self.ttl_ms = ttl_ms
         self._renew = client.register_script(_RENEW_LUA)
@@ -86,8 +91,8 @@ class Lease:
         Raises:
             SchedulerBusy: another live scheduler holds it.
         """
-        if not self.client.set(self.key, self.owner, nx=True, px=self.ttl_ms):
-            holder = str(self.client.get(self.key) or "")
+        if not self._client.set(self.key, self.owner, nx=True, px=self.ttl_ms):
+            holder = str(self._client.get(self.key) or "")
             if not (
                 _holder_is_dead(holder)
                 and self._takeover(keys=[self.key], args=[holder, self.owner, self.ttl_ms])
@@ -140,6 +145,12 @@ class Lease:
                 self._renewed_at = time.monotonic()
             except redis.RedisError as err:  # transient: `held` expires it after a full TTL
                 log.warning("lease renewal failed: %s", err)
+
+
+def lease_holder(client: redis.Redis, keys: Keys) -> str | None:
+    """Who holds the namespace's scheduler lease (``host:pid:tag``), or ``None``."""
+    holder = client.get(keys.scheduler_lease)
+    return str(holder) if holder else None
 
 
 def _holder_is_dead(holder: str) -> bool:

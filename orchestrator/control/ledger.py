@@ -1,0 +1,86 @@
+"""Who holds which GPUs: the loop's runs, physically and as far as the policy is concerned.
+
+The two views differ while runs stop: a preempted run holds its GPUs until its checkpoint is
+written and its gang is gone, but the policy already counts them as free (it gave them away);
+a resizing run holds its old GPUs and, as far as the policy goes, its new ones. A decision is
+applied (reserved) only when the GPUs it takes are physically free; otherwise it waits a round.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from orchestrator.control.transitions import StopReason
+from orchestrator.pool import NodeInfo
+from orchestrator.runtime.base import Launch
+from policies import NodeView
+
+__all__ = ["Run", "physically_free", "policy_nodes", "reserve"]
+
+
+@dataclass
+class Run:
+    """The loop's record of a run it launched (the runtime does the running).
+
+    Attributes:
+        launch: what was launched, where.
+        launched_at: when (wall clock).
+        started: its workers are up.
+        stop: why the loop asked it to stop (``None``: it did not).
+        stop_note: the reason given with the stop.
+        resize_to: the GPUs a resizing run restarts on.
+    """
+
+    launch: Launch
+    launched_at: float
+    started: bool = False
+    stop: StopReason | None = None
+    stop_note: str = ""
+    resize_to: tuple[str, ...] | None = None
+
+    @property
+    def job_id(self) -> str:
+        """The job."""
+        return self.launch.job_id
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The node of each GPU it holds."""
+        return self.launch.nodes
+
+    @property
+    def leaving(self) -> bool:
+        """Its GPUs are given away: preempted, cancelled or shutting down (not resizing)."""
+        return self.stop is not None and self.stop is not StopReason.RESIZE
+
+    @property
+    def policy_nodes(self) -> tuple[str, ...]:
+        """The GPUs it holds as far as the policy goes (its new ones while resizing)."""
+        return self.resize_to or self.launch.nodes
+
+
+def physically_free(nodes: Sequence[NodeInfo], runs: Iterable[Run]) -> dict[str, int]:
+    """GPUs per node that no run holds now: a resizing run holds its old and new GPUs."""
+    free = {n.node_id: n.gpus for n in nodes}
+    for run in runs:
+        for node, n in (Counter(run.nodes) | Counter(run.resize_to or ())).items():
+            free[node] = free.get(node, 0) - n
+    return free
+
+
+def policy_nodes(nodes: Sequence[NodeInfo], runs: Iterable[Run]) -> tuple[NodeView, ...]:
+    """The pool as the policy sees it: runs that are leaving hold nothing."""
+    held = Counter(n for run in runs if not run.leaving for n in run.policy_nodes)
+    return tuple(NodeView(n.node_id, n.gpus, n.gpus - held.get(n.node_id, 0)) for n in nodes)
+
+
+def reserve(free: dict[str, int], nodes: Iterable[str]) -> bool:
+    """Take ``nodes`` from ``free`` if every one is physically free (else take nothing)."""
+    need = Counter(nodes)
+    if any(free.get(node, 0) < n for node, n in need.items()):
+        return False
+    for node, n in need.items():
+        free[node] -= n
+    return True

@@ -1,0 +1,770 @@
+"""The control loop: one writer of job state, in named phases.
+
+Each round, after checking the lease:
+
+1. **reap**: the runtime's events since the last round become job transitions (a run's
+   workers came up: running or tuning; a run ended: the pure table in
+   :mod:`~orchestrator.control.transitions` says where its job goes); cancellations users asked
+   for reach their runs.
+2. **observe**: one snapshot, through the builder the simulator uses too
+   (:mod:`~orchestrator.control.snapshot`), with every fact a policy reads filled in: deadlines,
+   start-wait targets, attained service over all runs, last checkpoint and first step of each
+   run (from its worker's reports), remaining work, speedup curves.
+3. **decide**: the policy, inside the team caps; decisions that break the contract
+   (:mod:`~orchestrator.control.invariants`) are logged and dropped, never reshaped.
+4. **reserve** and **bind**: in apply order, each decision takes its GPUs in the ledger
+   (:mod:`~orchestrator.control.ledger`) when they are physically free, and the runtime starts
+   or stops gangs; a start whose GPUs are still being freed waits a round.
+5. **publish**: the pool view.
+
+Only one loop drives a namespace (its lease); on start it reconciles: jobs the store says are
+placed, tuning or running but that no live loop runs are requeued and resume from their last
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+import redis
+from pydantic import ValidationError
+
+from orchestrator import elastic
+from orchestrator.config import Settings
+from orchestrator.control.invariants import check_decisions, guarded
+from orchestrator.control.ledger import Run, physically_free, policy_nodes, reserve
+from orchestrator.control.pool_view import pool_view
+from orchestrator.control.snapshot import (
+    JobFacts,
+    RunFacts,
+    build_snapshot,
+    queued_view,
+    running_view,
+)
+from orchestrator.control.transitions import StopReason, Transition, run_ended
+from orchestrator.errors import IllegalTransition, JobNotFound
+from orchestrator.pool import NodeInfo
+from orchestrator.runtime.base import EventKind, Launch, Outcome, OutcomeKind, RunEvent, Runtime
+from orchestrator.runtime.harness_config import run_spec
+from orchestrator.sla import evaluate_sla
+from orchestrator.spec import JobSpec
+from orchestrator.store import JobStore
+from orchestrator.store.records import JobRecord
+from orchestrator.store.states import TERMINAL, JobState
+from policies import (
+    Decision,
+    DecisionKind,
+    QueuedJob,
+    RunningJob,
+    SchedulingPolicy,
+    Snapshot,
+    TeamView,
+)
+from policies.scheduling.resize import drop_gpus
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ACTIVE", "ControlLoop"]
+
+ACTIVE = (JobState.PLACED, JobState.TUNING, JobState.RUNNING, JobState.CANCELLING)
+"""States of a job that a loop holds GPUs for."""
+
+PROGRESS: tuple[str, ...] = ("first_step_at", "checkpoint_at", "step", "total_steps")
+PROGRESS += ("global_batch", "samples_per_s")
+"""The worker's reports a snapshot reads for each running job."""
+
+
+class ControlLoop:
+    """Drives one namespace's jobs on one runtime (see the module doc).
+
+    Args:
+        settings: where the store is, the round interval, the checkpoint directory.
+        store: the job store.
+        runtime: runs the gangs (Ray, or in-process for tests).
+        policy: the scheduling policy (see ``policies.SCHEDULING_POLICIES``).
+        restart_cost_s: what a start, resume or resize costs a job (the policies weigh it).
+        clock: wall clock (seconds); a test may pass its own.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: JobStore,
+        runtime: Runtime,
+        policy: SchedulingPolicy,
+        *,
+        restart_cost_s: float = 30.0,
+        clock: Any = time.time,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.runtime = runtime
+        self.policy = guarded(policy)
+        self.policy_name = type(policy).__name__
+        self.restart_cost_s = restart_cost_s
+        self.clock = clock
+        self.runs: dict[str, Run] = {}
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.lease = store.lease(self.owner)
+        self.violations = 0  # decisions dropped for breaking the contract
+        self._serial = 0
+        self._waits: dict[str, str] = {}
+        self._queued: dict[str, QueuedJob] = {}
+        self._facts: dict[str, JobFacts] = {}  # running jobs' facts, read when they started
+        self._nodes: list[NodeInfo] = []
+        self._queue_ids: tuple[int, list[str]] = (-1, [])  # (queue version, ids) last read
+        self._published: tuple[float, object] = (0.0, None)  # when, and what the pool view was
+        self._elastic: dict[str, tuple[JobSpec, tuple[float, ...]]] = {}
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def acquire(self) -> None:
+        """Take the namespace's lease and reconcile with what the store says.
+
+        Raises:
+            SchedulerBusy: another live scheduler holds the lease.
+        """
+        self.lease.acquire(self.settings.namespace)
+        self.reconcile()
+
+    def release(self, grace_s: float | None = None) -> None:
+        """Stop running jobs (they requeue and resume later) and give the lease back.
+
+        If the lease was lost, another scheduler owns the jobs now: ours are stopped (so no job
+        runs twice) but their state is left to the new owner.
+        """
+        for run in self.runs.values():
+            self._stop(run, StopReason.SHUTDOWN, "the scheduler stopped")
+        wait = self.settings.stop_grace_s + 10 if grace_s is None else grace_s
+        deadline = time.monotonic() + wait
+        while self.runs and time.monotonic() < deadline:
+            events = self.runtime.poll()
+            if self.lease.held:
+                try:
+                    self.reap(events)
+                except redis.RedisError as err:
+                    log.warning("cannot record stopped jobs yet: %s", err)
+            else:
+                for e in events:
+                    if e.kind is EventKind.ENDED:
+                        self.runs.pop(e.job_id, None)
+            time.sleep(0.05)
+        self.lease.release()
+
+    def reconcile(self) -> None:
+        """Requeue jobs left placed, tuning or running by a scheduler that is gone.
+
+        Worker actors belong to the scheduler process that made them (they are not detached),
+        so when it is gone they are gone: requeueing starts each job exactly once more, from
+        its last checkpoint. Jobs being cancelled become cancelled.
+        """
+        for rec in self.store.list(states=ACTIVE):
+            if rec.id in self.runs:
+                continue
+            if rec.state is JobState.CANCELLING:
+                target, msg = JobState.CANCELLED, "cancelled (its scheduler had stopped)"
+            else:
+                target, msg = JobState.QUEUED, "requeued: its scheduler stopped; resumes"
+            try:
+                self.store.transition(
+                    rec.id, target, expect=rec.state, message=msg, fields={"placement": ""}
+                )
+            except (IllegalTransition, JobNotFound):
+                continue
+
+    def serve(self, stop: threading.Event) -> None:
+        """Run rounds until ``stop`` is set, then stop the jobs (they requeue) and release.
+
+        Call :meth:`acquire` first (so a busy namespace is reported before serving). A round
+        that fails on Redis or Ray being briefly unreachable is retried with back-off while the
+        lease holds; running jobs go on meanwhile.
+
+        Raises:
+            LeaseLost: the lease was lost; this scheduler stopped its jobs.
+        """
+        from ray.exceptions import RayError
+
+        backoff = self.settings.scheduler_interval_s
+        try:
+            while not stop.is_set():
+                try:
+                    self.round()
+                    backoff = self.settings.scheduler_interval_s
+                except (redis.RedisError, RayError, OSError) as err:
+                    backoff = min(backoff * 2, 10.0)
+                    log.warning("scheduling round failed (%s); retrying in %.1f s", err, backoff)
+                stop.wait(backoff)
+        finally:
+            self.release()
+
+    # ---- one round -------------------------------------------------------------------------
+
+    def round(self) -> list[Decision]:
+        """One round: reap, observe, decide, reserve and bind, publish (see the module doc).
+
+        Returns:
+            The decisions the policy made that kept the contract.
+
+        Raises:
+            LeaseLost: the lease is no longer ours; nothing was written.
+        """
+        self.lease.check()
+        self.reap(self.runtime.poll())
+        self.forward_cancels()
+        snapshot = self.observe()
+        decisions = self.decide(snapshot)
+        free = physically_free(self._nodes, self.runs.values())
+        for d in decisions:
+            self.lease.check()
+            self.bind(d, free)
+        self.publish(snapshot)
+        return decisions
+
+    # ---- 1. reap ---------------------------------------------------------------------------
+
+    def reap(self, events: list[RunEvent]) -> None:
+        """Turn the runtime's events into job transitions, in the order they happened."""
+        for event in events:
+            run = self.runs.get(event.job_id)
+            if run is None or run.launch.serial != event.launch:
+                continue  # an earlier run of the job, already settled
+            if event.kind is EventKind.STARTED:
+                self._started(run, event.at)
+            else:
+                del self.runs[event.job_id]
+                self._ended(run, event.outcome or Outcome(OutcomeKind.LOST, "no outcome"), event.at)
+
+    def _started(self, run: Run, at: float) -> None:
+        """A run's workers are up: the job is running (or tuning); a job cancelled meanwhile
+        has its run stopped."""
+        if run.started:
+            return
+        run.started = True
+        target = JobState.TUNING if run.launch.kind == "tune" else JobState.RUNNING
+        try:
+            self.store.transition(
+                run.job_id, target, expect=JobState.PLACED, fields={"started_at": at}
+            )
+        except (IllegalTransition, JobNotFound):  # cancelled (or deleted) meanwhile
+            self._stop(run, StopReason.CANCEL, "cancelled")
+            return
+        if target is JobState.RUNNING:
+            self.store.incr_attempts(run.job_id)
+
+    def _ended(self, run: Run, outcome: Outcome, at: float) -> None:
+        """Record how a run ended: the job's next state (re-deciding if a cancel races in),
+        its attained service, metrics and measured throughput; a resized run goes on."""
+        job_id = run.job_id
+        self._note_throughput(job_id, outcome.result)
+        if outcome.result:
+            self.store.put_metrics(job_id, _metrics_of(outcome.result))
+        for _ in range(3):
+            try:
+                rec = self.store.get(job_id)
+            except JobNotFound:
+                return
+            if rec.state not in ACTIVE:
+                return
+            t = run_ended(
+                rec.state,
+                run.launch.kind,
+                outcome,
+                run.stop,
+                started=run.started,
+                losses=int(rec.fields.get("losses", 0)),
+                stop_note=run.stop_note,
+            )
+            fields = self._ended_fields(rec, run, t, outcome, at)
+            try:
+                self._settle(job_id, t, rec, fields, outcome)
+            except IllegalTransition:
+                continue  # the state moved (a cancel): decide again on the new one
+            self._queued.pop(job_id, None)
+            self._facts.pop(job_id, None)
+            if t.relaunch and run.resize_to:
+                self._relaunch(rec, run)
+            return
+        log.warning("%s: could not record its outcome %s", job_id, outcome.kind.value)
+
+    def _ended_fields(
+        self, rec: JobRecord, run: Run, t: Transition, outcome: Outcome, at: float
+    ) -> dict[str, Any]:
+        """The fields written with an ended run's transition: the pure table's, plus its
+        attained service, and for a requeued job its remaining work and preemption time."""
+        fields = dict(t.fields)
+        held_s = max(0.0, at - run.launched_at) * len(run.nodes)
+        fields["attained_gpu_s"] = float(rec.fields.get("attained_gpu_s", 0) or 0) + held_s
+        if t.target is JobState.QUEUED:
+            progress = self.store.latest_metrics([rec.id], PROGRESS).get(rec.id, {})
+            remaining = _remaining_s(progress)
+            fields["remaining_s"] = "" if remaining is None else remaining
+            fields["preempted_at"] = at if run.stop is StopReason.PREEMPT else ""
+        if t.relaunch and run.resize_to:
+            fields["placement"] = {"nodes": list(run.resize_to), "strategy": run.launch.strategy}
+        if t.target in TERMINAL:
+            fields["finished_at"] = at
+            if outcome.result:
+                fields["result"] = outcome.result
+        return fields
+
+    def _settle(
+        self,
+        job_id: str,
+        t: Transition,
+        rec: JobRecord,
+        fields: dict[str, Any],
+        outcome: Outcome,
+    ) -> None:
+        message = t.message
+        if t.target is JobState.FINISHED:
+            message = self._sla_message(rec) + self._prediction_error(rec, outcome.result)
+        self.store.transition(job_id, t.target, expect=rec.state, message=message, fields=fields)
+        log.info("%s: %s%s", job_id, t.target.value, f" ({message})" if message else "")
+
+    def forward_cancels(self) -> None:
+        """Cancellations users asked for (the store says cancelling) reach their runs."""
+        for job_id in self.store.cancelling(self.runs):
+            self._stop(self.runs[job_id], StopReason.CANCEL, "cancelled")
+
+    def _stop(self, run: Run, reason: StopReason, note: str) -> None:
+        """Ask a run to stop, remembering why (a cancel or shutdown overrides a preemption or
+        resize: the job is not restarted then)."""
+        if run.stop in (StopReason.CANCEL, StopReason.SHUTDOWN):
+            return
+        if reason is not StopReason.RESIZE:
+            run.resize_to = None
+        run.stop, run.stop_note = reason, note
+        self.runtime.stop(run.job_id)
+
+    # ---- 2. observe ------------------------------------------------------------------------
+
+    def observe(self) -> Snapshot:
+        """The immutable view the policy decides on (see the module doc)."""
+        # the runtime first: it may be slow (a node probe), and the store reads after it must
+        # be close together, or a snapshot mixes an old team config with a newer queue
+        self._nodes = self.runtime.nodes()
+        config = self.store.teams()
+        teams: tuple[TeamView, ...] = config.views() if config is not None else ()
+        now = self.clock()
+        return build_snapshot(
+            policy_nodes(self._nodes, self.runs.values()),
+            self._queue_views(),
+            self._running_views(),
+            now=now,
+            teams=teams,
+            restart_cost_s=self.restart_cost_s,
+            interval_s=self.settings.scheduler_interval_s,
+        )
+
+    def _queue_views(self) -> list[QueuedJob]:
+        """Queued jobs' views: read once per stay in the queue (the loop alone requeues a job,
+        and forgets its view when it does), re-read only for new ids."""
+        version = self.store.queue_version()
+        if version != self._queue_ids[0]:  # most rounds nothing joined or left the queue
+            ids = [j for c in ("interactive", "bulk") for j in self.store.queued(c)]
+            self._queue_ids = (version, ids)
+            if len(self._queued) > 2 * len(ids) + 1000:  # forget jobs that left the queue
+                self._queued = {j: self._queued[j] for j in ids if j in self._queued}
+                live = set(ids) | set(self.runs)
+                self._elastic = {j: v for j, v in self._elastic.items() if j in live}
+        ids = self._queue_ids[1]
+        missing = [j for j in ids if j not in self._queued]
+        for raw in self.store.queue_facts(missing):
+            facts = _job_facts(raw)
+            if facts.min_gpus != facts.max_gpus and facts.job_class == "bulk":
+                info = self._elastic_info(facts.job_id)
+                if info is not None:
+                    facts = _with_speedup(facts, info[1])
+            self._queued[facts.job_id] = queued_view(facts)
+        return [self._queued[j] for j in ids if j in self._queued]
+
+    def _running_views(self) -> list[RunningJob]:
+        """Running jobs' views: their facts (read at start) and their current run's progress
+        as their workers last reported it."""
+        staying = [r for r in self.runs.values() if not r.leaving]
+        progress = self.store.latest_metrics([r.job_id for r in staying], PROGRESS)
+        views = []
+        for run in staying:
+            facts = self._facts.get(run.job_id)
+            if facts is None:
+                continue
+            p = progress.get(run.job_id, {})
+            started = run.launched_at
+            first = _at_or_after(p.get("first_step_at"), started)
+            views.append(
+                running_view(
+                    _with_remaining(facts, _remaining_s(p)),
+                    RunFacts(
+                        run.policy_nodes,
+                        started_at=started,
+                        checkpoint_at=_at_or_after(p.get("checkpoint_at"), started),
+                        first_step_at=first if run.launch.kind == "run" else started,
+                    ),
+                )
+            )
+        return views
+
+    # ---- 3. decide -------------------------------------------------------------------------
+
+    def decide(self, snapshot: Snapshot) -> list[Decision]:
+        """The policy's decisions that keep the contract; the others are logged and dropped."""
+        kept, broken = check_decisions(snapshot, self.policy.decide(snapshot))
+        for _, problem in broken:
+            self.violations += 1
+            log.error("policy %s broke its contract; dropped: %s", self.policy_name, problem)
+        return kept
+
+    # ---- 4. reserve and bind ---------------------------------------------------------------
+
+    def bind(self, d: Decision, free: dict[str, int]) -> None:
+        """Apply one decision: reserve its GPUs in the ledger (``free``), then act."""
+        if d.kind is DecisionKind.PREEMPT:
+            run = self.runs.get(d.job_id)
+            if run is not None and not run.leaving:
+                log.info("%s: preempting (%s)", d.job_id, d.reason)
+                self._stop(run, StopReason.PREEMPT, d.reason)
+                self.store.annotate(d.job_id, f"preempting: {d.reason}")
+        elif d.kind is DecisionKind.START:
+            self._start(d, free)
+        elif d.kind is DecisionKind.WAIT:
+            self._wait(d.job_id, d.reason)
+        else:
+            self._resize(d, free)
+
+    def _wait(self, job_id: str, reason: str) -> None:
+        """Tell the user why a queued job waits (once per distinct reason)."""
+        if self._waits.get(job_id) != reason:
+            self._waits[job_id] = reason
+            try:
+                self.store.annotate(job_id, f"waiting: {reason}")
+            except JobNotFound:
+                self._waits.pop(job_id, None)
+
+    def _start(self, d: Decision, free: dict[str, int]) -> None:
+        """Place a queued job on the decision's GPUs and launch it (tuning first if it asks to
+        be tuned and is not yet)."""
+        job_id, nodes = d.job_id, tuple(d.nodes)
+        if job_id in self.runs:  # never two runs of one job
+            return
+        cached = self._queued.get(job_id)
+        if cached is not None and cached.lo != cached.hi and not cached.interactive:
+            # An elastic job runs on the largest size in what it was given that keeps its
+            # global batch (its speedup curve makes the others worth no more than that one).
+            info = self._elastic_info(job_id)
+            if info is not None and not (nodes := self._fit(info[0], nodes)):
+                self._wait(job_id, "no size in its GPU range keeps its global batch here")
+                return
+        if not reserve(free, nodes):
+            self._wait(job_id, "its GPUs are being freed by a preemption")
+            return
+        try:
+            rec = self.store.transition(
+                job_id,
+                JobState.PLACED,
+                expect=JobState.QUEUED,
+                message=f"placed on {len(set(nodes))} node(s)",
+                fields={"placement": {"nodes": list(nodes), "strategy": d.strategy}},
+            )
+        except (IllegalTransition, JobNotFound):
+            free.update({n: free[n] + 1 for n in nodes})  # cancelled since the snapshot
+            return
+        self._waits.pop(job_id, None)
+        self._queued.pop(job_id, None)
+        self._launch(rec, nodes, d.strategy)
+
+    def _launch(self, rec: JobRecord, nodes: tuple[str, ...], strategy: str) -> None:
+        """Launch a placed job's gang (a tuning gang when it is still to be tuned); a job that
+        cannot start is requeued or failed with the reason, never left placed."""
+        job_id = rec.id
+        try:
+            spec = rec.spec
+        except ValidationError as err:  # stored under an older version, no longer valid
+            first = err.errors()[0]
+            self._fail_placed(job_id, JobState.FAILED, f"the stored job is invalid: {first}")
+            return
+        tune = spec.tuning.enabled and "tuned" not in rec.fields
+        try:
+            if not tune:
+                tuned = rec.fields.get("tuned")
+                spec = run_spec(spec, _json(tuned) if tuned else None, len(nodes))
+            self._serial += 1
+            launch = Launch(
+                job_id,
+                "tune" if tune else "run",
+                spec,
+                nodes,
+                strategy,
+                self._serial,
+                self.settings.checkpoint_dir / job_id,
+                self._virtual(nodes),
+            )
+            self.runtime.launch(launch)
+        except Exception as err:  # never leave a job placed with nothing running it
+            log.exception("%s: could not start", job_id)
+            self._fail_placed(job_id, JobState.QUEUED, f"requeued: could not start: {err}")
+            return
+        self.runs[job_id] = Run(launch, self.clock())
+        self._facts[job_id] = self._running_facts(rec, launch)
+        if tune:
+            gpus = len(nodes)
+            self.store.annotate(job_id, f"tuning: profiling configs on up to {gpus} GPU(s)")
+        if spec.job_class == "bulk" and spec.resources.gpus.min != spec.resources.gpus.upper:
+            self._elastic.pop(job_id, None)  # re-read: tuned settings or a new profile
+            self._elastic_info(job_id)
+        log.info("%s: %s on %s", job_id, "tuning" if tune else "placed", _where(nodes))
+
+    def _fail_placed(self, job_id: str, target: JobState, message: str) -> None:
+        fields: dict[str, Any] = {"placement": ""}
+        if target in TERMINAL:
+            fields["finished_at"] = self.clock()
+        try:
+            self.store.transition(
+                job_id, target, expect=JobState.PLACED, message=message, fields=fields
+            )
+        except (IllegalTransition, JobNotFound):  # cancelled meanwhile: it is cancelled now
+            with contextlib.suppress(IllegalTransition, JobNotFound):
+                self.store.transition(
+                    job_id, JobState.CANCELLED, expect=JobState.CANCELLING, fields=fields
+                )
+
+    def _relaunch(self, rec: JobRecord, run: Run) -> None:
+        """A run stopped for a resize has ended and its job is placed on its new GPUs: go on
+        there (from its checkpoint)."""
+        nodes = run.resize_to or ()
+        try:
+            fresh = self.store.get(rec.id)
+        except JobNotFound:
+            return
+        self._launch(fresh, nodes, run.launch.strategy)
+
+    def _resize(self, d: Decision, free: dict[str, int]) -> None:
+        """Restart a running elastic job on the decision's GPUs (checkpoint, stop, start the new
+        gang once the old one is gone), at a size that keeps its global batch."""
+        run = self.runs.get(d.job_id)
+        base = self._elastic.get(d.job_id, (None, ()))[0]
+        if run is None or run.stop is not None or run.launch.kind == "tune" or base is None:
+            return
+        nodes = self._fit(base, tuple(d.nodes))
+        if not nodes or len(nodes) == len(run.nodes):
+            return
+        extra = [n for n in nodes]
+        for n in run.nodes:
+            if n in extra:
+                extra.remove(n)
+        if not reserve(free, extra):
+            return  # its new GPUs are still being freed: the policy asks again next round
+        note = f"resized from {len(run.nodes)} to {len(nodes)} GPUs; resumes"
+        log.info("%s: resizing %d -> %d GPUs (%s)", d.job_id, len(run.nodes), len(nodes), d.reason)
+        run.resize_to = nodes
+        self._stop(run, StopReason.RESIZE, note)
+        self.store.annotate(d.job_id, f"resizing to {len(nodes)} GPUs: {d.reason}")
+
+    @staticmethod
+    def _fit(spec: JobSpec, nodes: tuple[str, ...]) -> tuple[str, ...]:
+        """``nodes`` cut to the largest size the job can keep its global batch on (empty if
+        none fits)."""
+        sizes = [n for n in elastic.feasible_sizes(spec) if n <= len(nodes)]
+        if not sizes:
+            return ()
+        kept = list(nodes)
+        drop_gpus(kept, len(kept) - sizes[-1])
+        return tuple(kept)
+
+    def _virtual(self, nodes: tuple[str, ...]) -> bool:
+        """Whether the job's GPUs are CPU-backed slots."""
+        virtual = {n.node_id for n in self._nodes if n.virtual}
+        return all(n in virtual for n in nodes)
+
+    # ---- 5. publish ------------------------------------------------------------------------
+
+    def publish(self, snapshot: Snapshot) -> None:
+        """Publish the pool view for `orch pool`: when the jobs holding GPUs changed, else at
+        most once a second (it is read by people, and costs a serialisation per round)."""
+        holding = {
+            j: (self._facts[j].team if j in self._facts else "", r.nodes)
+            for j, r in self.runs.items()
+        }
+        now = time.monotonic()
+        if holding == self._published[1] and now - self._published[0] < 1.0:
+            return
+        self._published = (now, holding)
+        view = pool_view(
+            self._nodes,
+            holding,
+            snapshot,
+            at=self.clock(),
+            scheduler=self.owner,
+            policy=self.policy_name,
+        )
+        self.store.pool_view.publish(view, ttl_ms=self.lease.ttl_ms)
+
+    # ---- facts about jobs ------------------------------------------------------------------
+
+    def _running_facts(self, rec: JobRecord, launch: Launch) -> JobFacts:
+        """A job's facts while this launch runs: an elastic job with the sizes its running
+        settings can keep their global batch on and its speedup curve; a tuning gang rigid."""
+        (raw,) = self.store.queue_facts([rec.id]) or [_record_fields(rec)]
+        facts = _job_facts(raw)
+        info = self._elastic_info(rec.id) if launch.kind == "run" else None
+        if info is None or facts.min_gpus == facts.max_gpus:
+            return JobFacts(**{**facts.__dict__, "min_gpus": 0, "max_gpus": 0, "speedup": ()})
+        sizes = elastic.feasible_sizes(info[0])
+        lo_hi = {"min_gpus": sizes[0], "max_gpus": sizes[-1], "speedup": info[1]}
+        return JobFacts(**{**facts.__dict__, **lo_hi})
+
+    def _elastic_info(self, job_id: str) -> tuple[JobSpec, tuple[float, ...]] | None:
+        """An elastic job's spec (as it runs, at its requested size) and speedup curve: from
+        its profile (tuner prediction, throughput seen on each size), read once and refreshed
+        when a run of it reports a new throughput."""
+        if job_id not in self._elastic:
+            try:
+                rec = self.store.get(job_id)
+                tuned = rec.fields.get("tuned")
+                spec = run_spec(rec.spec, _json(tuned) if tuned else None)
+            except (JobNotFound, ValidationError, ValueError):
+                return None
+            measured = self._profile_throughputs(job_id)
+            self._elastic[job_id] = (spec, elastic.speedup_curve(spec, measured))
+        return self._elastic[job_id]
+
+    def _profile_throughputs(self, job_id: str) -> dict[int, float]:
+        """Samples/s per GPU count: what runs of the job measured, else what the tuner
+        predicted (its profile)."""
+        measured = self.store.scaling.read(job_id)
+        chosen = (self.store.profiles.load(job_id) or {}).get("chosen", {})
+        for point in chosen.get("by_gpus", []):
+            measured.setdefault(int(point["gpus"]), float(point["samples_per_s"]))
+        if chosen.get("measured_samples_per_s"):
+            gpus = int((chosen.get("config") or {}).get("gpus", 1))
+            measured.setdefault(gpus, float(chosen["measured_samples_per_s"]))
+        return measured
+
+    def _note_throughput(self, job_id: str, result: dict[str, Any]) -> None:
+        """Keep the throughput a run of an elastic job showed on its GPU count (its profile)."""
+        info = self._elastic.get(job_id)
+        sps, world = result.get("samples_per_s"), result.get("world_size")
+        if info is None or not sps or not world:
+            return
+        self.store.scaling.record(job_id, int(world), float(sps))
+        measured = self._profile_throughputs(job_id)
+        self._elastic[job_id] = (info[0], elastic.speedup_curve(info[0], measured))
+        running = self._facts.get(job_id)
+        if running is not None:
+            self._facts[job_id] = _with_speedup(running, self._elastic[job_id][1])
+
+    def _prediction_error(self, rec: JobRecord, result: dict[str, Any]) -> str:
+        """For a tuned job that ran as tuned: how far the tuner's prediction was from what the
+        run measured (kept in its profile). A run resized to another GPU count ran another
+        config (its micro-batch was re-derived), so its figures are not compared."""
+        if "tuned" not in rec.fields or not result:
+            return ""
+        tuned = _json(rec.fields["tuned"])
+        if int(tuned.get("gpus", 1)) != int(result.get("world_size", 1)):
+            return ""
+        from orchestrator.tuner.profile import record_outcome
+
+        errors = record_outcome(self.store.profiles, rec.id, result)
+        if not errors:
+            return ""
+        parts = [f"{k.removesuffix('_ms').replace('_', ' ')} {v:+.0%}" for k, v in errors.items()]
+        return f"; tuner prediction error: {', '.join(parts)}"
+
+    def _sla_message(self, rec: JobRecord) -> str:
+        verdict = evaluate_sla(
+            rec.spec,
+            self.store.metrics(rec.id),
+            elapsed_s=self.clock() - rec.submitted_at,
+            finished=True,
+        )
+        met = {True: "SLA met", False: "SLA missed", None: "SLA not measured"}[verdict.met]
+        return f"{met}: {verdict.measured} (target {verdict.target})"
+
+
+def _job_facts(raw: dict[str, str]) -> JobFacts:
+    """A job's facts from its stored fields (see ``JobStore.queue_facts``)."""
+
+    def num(name: str) -> float | None:
+        v = raw.get(name)
+        return float(v) if v not in (None, "") else None
+
+    wait = num("wait_target_s")
+    facts = JobFacts(
+        raw["id"],
+        raw["class"],
+        raw["team"],
+        int(raw["gpus"]),
+        int(raw["seq"]),
+        float(raw["submitted_at"]),
+        min_gpus=int(raw.get("gpus_min") or 0),
+        max_gpus=int(raw.get("gpus_max") or 0),
+        deadline_s=num("deadline_s"),
+        attained_gpu_s=num("attained_gpu_s") or 0.0,
+        remaining_s=num("remaining_s"),
+        preempted_at=num("preempted_at"),
+    )
+    if wait is not None:
+        facts = JobFacts(**{**facts.__dict__, "wait_target_s": wait})
+    return facts
+
+
+def _record_fields(rec: JobRecord) -> dict[str, str]:
+    """The facts a record carries itself (a job deleted meanwhile: no stored facts left)."""
+    return {
+        "id": rec.id,
+        "class": rec.job_class,
+        "team": rec.team,
+        "gpus": str(rec.gpus),
+        "seq": str(rec.seq),
+        "submitted_at": str(rec.submitted_at),
+    }
+
+
+def _with_speedup(facts: JobFacts, speedup: tuple[float, ...]) -> JobFacts:
+    return JobFacts(**{**facts.__dict__, "speedup": speedup})
+
+
+def _with_remaining(facts: JobFacts, remaining: float | None) -> JobFacts:
+    if remaining is None or remaining == facts.remaining_s:
+        return facts
+    return JobFacts(**{**facts.__dict__, "remaining_s": remaining})
+
+
+def _remaining_s(progress: dict[str, Any]) -> float | None:
+    """Seconds of work left at the rate last measured: steps left x global batch / samples/s
+    (``None`` when the run reported no rate or no total)."""
+    total, step = progress.get("total_steps"), progress.get("step")
+    batch, rate = progress.get("global_batch"), progress.get("samples_per_s")
+    if not total or step is None or not batch or not rate:
+        return None
+    return max(0.0, (float(total) - float(step)) * float(batch) / float(rate))
+
+
+def _at_or_after(value: Any, start: float) -> float | None:
+    """A reported time if it belongs to the run that started at ``start`` (else ``None``)."""
+    if isinstance(value, int | float) and value >= start - 1.0:
+        return float(value)
+    return None
+
+
+def _json(raw: str) -> dict[str, Any]:
+    import json
+
+    value = json.loads(raw)
+    return value if isinstance(value, dict) else {}
+
+
+def _where(nodes: tuple[str, ...]) -> str:
+    """``"2 GPU(s) on 1a2b3c4d"`` style summary of a gang's nodes."""
+    return ", ".join(f"{nodes.count(n)} GPU(s) on {n[:8]}" for n in dict.fromkeys(nodes))
+
+
+def _metrics_of(result: dict[str, object]) -> dict[str, object]:
+    """The scalar metrics of a harness result (``p95_ms``, ``samples_per_s``...)."""
+    return {k: v for k, v in result.items() if isinstance(v, int | float | str)}

@@ -1,0 +1,130 @@
+"""What the control loop asks of a runtime, and what a runtime reports back.
+
+A runtime runs gangs: :meth:`Runtime.launch` starts one for a job on the nodes a decision
+named, :meth:`Runtime.stop` asks it to checkpoint and stop, and :meth:`Runtime.poll` hands back
+what happened since the last poll as :class:`RunEvent` values. A runtime never writes job
+state: the control loop turns its events into store transitions (one writer per fact).
+
+Two implementations: :class:`~orchestrator.runtime.ray_gang.RayRuntime` (a placement group and
+one worker actor per GPU, the real thing) and :class:`~orchestrator.runtime.local.LocalRuntime`
+(runs that exist only in this process, driven by a test).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from orchestrator.pool import NodeInfo
+from orchestrator.spec import JobSpec
+
+__all__ = [
+    "EventKind",
+    "Launch",
+    "Outcome",
+    "OutcomeKind",
+    "RunEvent",
+    "RunKind",
+    "Runtime",
+]
+
+RunKind = Literal["run", "tune"]
+
+
+class OutcomeKind(enum.Enum):
+    """How a run ended."""
+
+    FINISHED = "finished"  # the harness completed its steps (a tuning run: it has an answer)
+    STOPPED = "stopped"  # stopped on request; a checkpoint was written
+    FAILED = "failed"  # the workload or harness raised: do not retry
+    LOST = "lost"  # a worker or node died, or placement timed out: retry from checkpoint
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended, with the harness result (or the tuner's answer) when there is one."""
+
+    kind: OutcomeKind
+    message: str = ""
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+class EventKind(enum.Enum):
+    """What a runtime reports about a run."""
+
+    STARTED = "started"  # its workers exist (the job is running, or tuning)
+    ENDED = "ended"  # it is over and its GPUs are free again; ``outcome`` says how
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """One thing that happened to a job's run, in the order it happened.
+
+    Attributes:
+        job_id: the job.
+        kind: started or ended.
+        at: wall-clock time of the event.
+        outcome: how the run ended (``ENDED`` only).
+        launch: the launch this event belongs to (``Launch.serial``), so an event of an
+            earlier run of the same job is never taken for the current one.
+    """
+
+    job_id: str
+    kind: EventKind
+    at: float
+    launch: int
+    outcome: Outcome | None = None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything a runtime needs to start one gang.
+
+    Attributes:
+        job_id: the job.
+        kind: ``run`` (the job's training or inference) or ``tune`` (profiling trials).
+        spec: the job as it runs (tuned settings, sized to ``len(nodes)`` GPUs).
+        nodes: the node id of each GPU, from the policy's decision.
+        strategy: the Ray placement-group strategy the placement policy asks for.
+        serial: increases with every launch of the loop (see :attr:`RunEvent.launch`).
+        checkpoint_dir: where the job's checkpoints live (kept across runs).
+        virtual: the GPUs are CPU-backed slots (one torch thread per worker then).
+    """
+
+    job_id: str
+    kind: RunKind
+    spec: JobSpec
+    nodes: tuple[str, ...]
+    strategy: str
+    serial: int
+    checkpoint_dir: Path
+    virtual: bool
+
+
+class Runtime(Protocol):
+    """Starts and stops gangs; reports what happened to them (see the module doc)."""
+
+    def nodes(self) -> list[NodeInfo]:
+        """The pool's nodes with GPU slots, in a stable order."""
+        ...
+
+    def launch(self, launch: Launch) -> None:
+        """Start a gang; returns at once (a ``STARTED`` then an ``ENDED`` event follow, or
+        only ``ENDED`` if it never started)."""
+        ...
+
+    def stop(self, job_id: str) -> None:
+        """Ask the job's run to checkpoint and stop (idempotent; returns at once). A run that
+        does not stop within the runtime's grace period is killed."""
+        ...
+
+    def poll(self) -> list[RunEvent]:
+        """The events since the last poll, oldest first."""
+        ...
+
+    def alive(self) -> set[str]:
+        """Jobs whose gang still holds GPUs (launched and not yet ended, or ended but not
+        yet polled)."""
+        ...

@@ -1,0 +1,62 @@
+"""Worker actors on a placement group: shared by job runs and the tuner's gang evaluator.
+
+Kept apart from :mod:`orchestrator.runtime.ray_gang` so that the tuner, which the Ray runtime
+starts for a tuning run, can use the same actors without importing the runtime back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["DISTRIBUTED_ERRORS", "failure_message", "start_workers"]
+
+# torch.distributed's own error types: a collective failed because of a peer or the network.
+DISTRIBUTED_ERRORS = frozenset(
+    {"DistError", "DistBackendError", "DistNetworkError", "DistStoreError"}
+)
+
+
+def start_workers(
+    pg: Any,
+    job_id: str,
+    *,
+    num_threads: int | None,
+    reporter_factory: Callable[[], Callable[[dict[str, Any]], None]] | None = None,
+) -> list[Any]:
+    """One :class:`workers.actor.WorkerActor` per bundle of ``pg``, rank ``i`` in bundle ``i``
+    (a job's gang, or a tuning gang); only rank 0 gets the report sink."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from workers.actor import WorkerActor
+
+    world = len(pg.bundle_specs)
+    remote_cls = ray.remote(WorkerActor)
+    return [
+        remote_cls.options(
+            num_cpus=0,
+            num_gpus=1,
+            max_concurrency=2,  # request_stop runs while run is busy
+            max_restarts=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=rank
+            ),
+        ).remote(
+            job_id=job_id,
+            rank=rank,
+            world_size=world,
+            reporter_factory=reporter_factory if rank == 0 else None,
+            num_threads=num_threads,
+        )
+        for rank in range(world)
+    ]
+
+
+def failure_message(err: BaseException) -> str:
+    """The user-facing line of a worker failure: the original exception, not Ray's wrapper."""
+    cause = getattr(err, "cause", None)
+    if isinstance(cause, BaseException):
+        err = cause
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"[:500]

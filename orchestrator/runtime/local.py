@@ -1,0 +1,94 @@
+"""A runtime whose runs exist only in this process: a test decides when each starts and ends.
+
+It lets the control loop be tested on a real store without Ray or torch: launches are recorded,
+``STARTED`` is reported at once (or when the test says), and a run ends when the test calls
+:meth:`LocalRuntime.end` (or, by default, as soon as it is asked to stop, having written its
+checkpoint).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from orchestrator.pool import NodeInfo
+from orchestrator.runtime.base import EventKind, Launch, Outcome, OutcomeKind, RunEvent
+
+__all__ = ["LocalRuntime"]
+
+
+class LocalRuntime:
+    """A :class:`~orchestrator.runtime.base.Runtime` driven by its caller.
+
+    Args:
+        nodes: ``(node_id, gpus)`` per node (virtual slots).
+        auto_start: report ``STARTED`` as soon as a gang is launched.
+        stop_ends: a stop request ends the run at once (``STOPPED``, checkpoint written).
+
+    Attributes:
+        launches: every launch, in order.
+        stops: job ids in the order stops were asked for.
+    """
+
+    def __init__(
+        self, nodes: Sequence[tuple[str, int]], *, auto_start: bool = True, stop_ends: bool = True
+    ) -> None:
+        self._nodes = [NodeInfo(n, "127.0.0.1", g, virtual=True) for n, g in nodes]
+        self.auto_start = auto_start
+        self.stop_ends = stop_ends
+        self.launches: list[Launch] = []
+        self.stops: list[str] = []
+        self._live: dict[str, Launch] = {}
+        self._events: list[RunEvent] = []
+
+    # ---- the Runtime protocol --------------------------------------------------------------
+
+    def nodes(self) -> list[NodeInfo]:
+        """See :meth:`Runtime.nodes`."""
+        return list(self._nodes)
+
+    def launch(self, launch: Launch) -> None:
+        """See :meth:`Runtime.launch`."""
+        if launch.job_id in self._live:
+            raise RuntimeError(f"{launch.job_id} launched twice")
+        self.launches.append(launch)
+        self._live[launch.job_id] = launch
+        if self.auto_start:
+            self.start(launch.job_id)
+
+    def stop(self, job_id: str) -> None:
+        """See :meth:`Runtime.stop`."""
+        if job_id not in self._live:
+            return
+        self.stops.append(job_id)
+        if self.stop_ends:
+            self.end(job_id, OutcomeKind.STOPPED, "stopped on request", {"status": "stopped"})
+
+    def poll(self) -> list[RunEvent]:
+        """See :meth:`Runtime.poll`."""
+        events, self._events = self._events, []
+        return events
+
+    def alive(self) -> set[str]:
+        """See :meth:`Runtime.alive`."""
+        return set(self._live)
+
+    # ---- driving runs ----------------------------------------------------------------------
+
+    def start(self, job_id: str) -> None:
+        """Report that the job's workers are up."""
+        launch = self._live[job_id]
+        self._events.append(RunEvent(job_id, EventKind.STARTED, time.time(), launch.serial))
+
+    def end(
+        self,
+        job_id: str,
+        kind: OutcomeKind = OutcomeKind.FINISHED,
+        message: str = "",
+        result: dict[str, Any] | None = None,
+    ) -> None:
+        """End the job's run with this outcome (its GPUs are free from now on)."""
+        launch = self._live.pop(job_id)
+        outcome = Outcome(kind, message, dict(result or {}))
+        self._events.append(RunEvent(job_id, EventKind.ENDED, time.time(), launch.serial, outcome))

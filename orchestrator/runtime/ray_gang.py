@@ -1,0 +1,312 @@
+"""The Ray runtime: one placement group per job, one worker actor per GPU, in a thread per run.
+
+Why not Ray Train's ``TorchTrainer``: it creates and owns its own placement group and its own
+failure handling. The control loop must own the placement group itself (the policy picks the
+nodes, preemption removes the group, a resize is a restart on a new group), and a second
+controller under it would make two layers decide about the same GPUs. The harness sets up
+``torch.distributed`` itself (see ``workers.distributed``), which is all Ray Train would add.
+
+Each run is a thread that blocks on Ray; it reports ``STARTED`` and ``ENDED`` events into a
+queue that :meth:`RayRuntime.poll` drains. It never writes job state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator.pool import GPUPool, NodeInfo
+from orchestrator.runtime.base import EventKind, Launch, Outcome, OutcomeKind, RunEvent
+from orchestrator.runtime.gang import DISTRIBUTED_ERRORS, failure_message, start_workers
+from orchestrator.runtime.harness_config import job_harness_config
+
+log = logging.getLogger(__name__)
+
+__all__ = ["GangRun", "RayRuntime", "TuneRun"]
+
+Emit = Callable[[EventKind, Outcome | None], None]
+
+
+class GangRun(threading.Thread):
+    """One attempt at running a job on the nodes the policy chose (see the module doc).
+
+    Args:
+        launch: what to run and where.
+        emit: reports ``STARTED`` (workers up) and, exactly once, ``ENDED`` with the outcome
+            after the gang's GPUs are free again.
+        reporter_factory: picklable; builds rank 0's metrics sink on the worker.
+        placement_timeout_s: give the GPUs back if Ray cannot place the gang in this time.
+        stop_grace_s: how long a stop request waits for the checkpoint before killing.
+    """
+
+    def __init__(
+        self,
+        launch: Launch,
+        emit: Emit,
+        reporter_factory: Callable[[], Callable[[dict[str, Any]], None]] | None,
+        *,
+        placement_timeout_s: float = 60.0,
+        stop_grace_s: float = 30.0,
+    ) -> None:
+        super().__init__(name=f"{launch.kind}-{launch.job_id}", daemon=True)
+        self.launch = launch
+        self.job_id = launch.job_id
+        self.emit = emit
+        self.reporter_factory = reporter_factory
+        self.num_threads = 1 if launch.virtual else None
+        self.placement_timeout_s = placement_timeout_s
+        self.stop_grace_s = stop_grace_s
+        self._stop_requested = threading.Event()
+        self._actors: list[Any] = []
+
+    def request_stop(self) -> None:
+        """Ask the workers to checkpoint and stop (idempotent; returns at once)."""
+        self._stop_requested.set()
+
+    def run(self) -> None:
+        """Thread body: never raises; always frees the GPUs, then reports how the run ended."""
+        import ray
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        pg = None
+        outcome = Outcome(OutcomeKind.LOST, "no outcome")
+        try:
+            pg = placement_group(
+                [{"GPU": 1} for _ in self.launch.nodes],
+                strategy=self.launch.strategy,
+                name=f"orch-{self.job_id}",
+                bundle_label_selector=[{"ray.io/node-id": n} for n in self.launch.nodes],
+            )
+            ready = self._wait_placed(pg)
+            if self._stop_requested.is_set():
+                outcome = Outcome(OutcomeKind.STOPPED, "stopped before it started")
+            elif not ready:
+                outcome = Outcome(
+                    OutcomeKind.LOST,
+                    f"Ray could not place the gang in {self.placement_timeout_s:g} s",
+                )
+            else:
+                outcome = self._run_gang(pg)
+        except Exception as err:  # the thread must report, never die silently
+            log.exception("job %s: launcher error", self.job_id)
+            outcome = Outcome(OutcomeKind.LOST, failure_message(err))
+        finally:
+            for actor in self._actors:
+                with contextlib.suppress(Exception):  # already dead
+                    ray.kill(actor)
+            if pg is not None:
+                with contextlib.suppress(Exception):  # already removed (cluster shutting down)
+                    remove_placement_group(pg)
+            self.emit(EventKind.ENDED, outcome)
+
+    def _wait_placed(self, pg: Any) -> bool:
+        """Wait for Ray to place the gang, in short slices so a stop request is seen at once."""
+        import ray
+
+        deadline = time.monotonic() + self.placement_timeout_s
+        ref = pg.ready()
+        while time.monotonic() < deadline and not self._stop_requested.is_set():
+            ready, _ = ray.wait([ref], timeout=0.25)
+            if ready:
+                return True
+        return False
+
+    def _lost_peer(self, failed: Any) -> bool:
+        """After a rank raised: whether a distributed error or a dead peer caused it. A peer
+        dying (a node lost) makes the others fail in their collectives within milliseconds,
+        long before Ray reports the dead actor, so the error alone would blame the workload."""
+        import ray
+
+        cause = getattr(failed, "cause", None)
+        if type(cause).__name__ in DISTRIBUTED_ERRORS:
+            return True
+        pings = [a.__ray_ready__.remote() for a in self._actors]
+        try:
+            ray.get(pings, timeout=5)
+        except Exception:  # a dead actor, or one too stuck to answer: treat as lost
+            return True
+        return False
+
+    def _run_gang(self, pg: Any) -> Outcome:
+        import ray
+        from ray.exceptions import RayActorError, RayTaskError
+
+        world = len(self.launch.nodes)
+        self._actors = start_workers(
+            pg, self.job_id, num_threads=self.num_threads, reporter_factory=self.reporter_factory
+        )
+        init_method = None
+        if world > 1:
+            host, port = ray.get(self._actors[0].node_address.remote(), timeout=120)
+            init_method = f"tcp://{host}:{port}"
+        self.emit(EventKind.STARTED, None)
+        cfg = job_harness_config(self.launch.spec)
+        ckpt = str(self.launch.checkpoint_dir)
+        refs = [a.run.remote(cfg, init_method, ckpt) for a in self._actors]
+        pending = list(refs)
+        stop_sent_at: float | None = None
+        while pending:
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.25)
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except RayTaskError as err:
+                    if len(self._actors) > 1 and self._lost_peer(err):
+                        return Outcome(OutcomeKind.LOST, f"gang broken: {failure_message(err)}")
+                    return Outcome(OutcomeKind.FAILED, failure_message(err))
+                except RayActorError as err:
+                    return Outcome(OutcomeKind.LOST, f"worker lost: {failure_message(err)}")
+            if self._stop_requested.is_set():
+                if stop_sent_at is None:
+                    stop_sent_at = time.monotonic()
+                    for actor in self._actors:
+                        actor.request_stop.remote()
+                elif time.monotonic() - stop_sent_at > self.stop_grace_s:
+                    return Outcome(OutcomeKind.STOPPED, "stopped (grace period over, killed)")
+        result = dict(ray.get(refs[0]))
+        if result.get("status") == "stopped":
+            return Outcome(OutcomeKind.STOPPED, "stopped on request", result)
+        return Outcome(OutcomeKind.FINISHED, "", result)
+
+
+class TuneRun(GangRun):
+    """Tuning a job on a gang of pool GPUs (see ``orchestrator.tuner.remote``).
+
+    Placed and cleaned up like a job run (a placement group on the policy's nodes); the tuner
+    runs in a Ray task beside it and profiles trials on worker actors in its bundles. The
+    outcome's ``result`` is the tuner's answer.
+    """
+
+    def __init__(self, launch: Launch, emit: Emit, redis_url: str, namespace: str, **kw: Any):
+        super().__init__(launch, emit, None, **kw)
+        self.redis_url = redis_url
+        self.namespace = namespace
+
+    def _run_gang(self, pg: Any) -> Outcome:
+        import ray
+        from ray.exceptions import RayError, RayTaskError
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from orchestrator.tuner.remote import tune_job
+
+        # The driver needs no GPU of its own: the trials run in the gang's actors. It sits in
+        # bundle 0 so it lives (and dies) with the gang.
+        task = ray.remote(tune_job).options(
+            num_cpus=0,
+            num_gpus=0,
+            max_retries=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=0
+            ),
+        )
+        spec_data = self.launch.spec.model_dump(mode="json", by_alias=True)
+        ref = task.remote(
+            spec_data,
+            self.redis_url,
+            self.namespace,
+            self.job_id,
+            pg,
+            self.launch.nodes,
+            self.num_threads,
+        )
+        self.emit(EventKind.STARTED, None)
+        while True:
+            done, _ = ray.wait([ref], timeout=0.25)
+            if done:
+                break
+            if self._stop_requested.is_set():
+                # The study is in Redis: tuning resumes from it. The gang's actors belong to the
+                # task and die with it (and with the placement group, removed in run()).
+                ray.cancel(ref, force=True)
+                return Outcome(OutcomeKind.STOPPED, "tuning stopped")
+        try:
+            answer: dict[str, Any] = ray.get(ref)
+            return Outcome(OutcomeKind.FINISHED, "tuned", answer)
+        except RayTaskError as err:
+            if type(getattr(err, "cause", None)).__name__ == "EvaluatorLost":
+                return Outcome(OutcomeKind.LOST, f"tuning gang lost: {failure_message(err)}")
+            return Outcome(OutcomeKind.FAILED, f"tuning failed: {failure_message(err)}")
+        except RayError as err:  # the worker or its node died
+            return Outcome(OutcomeKind.LOST, f"tuning worker lost: {failure_message(err)}")
+
+
+class RayRuntime:
+    """Runs gangs on a Ray pool (see the module doc); a :class:`~.base.Runtime`.
+
+    Args:
+        pool: the started GPU pool.
+        redis_url: the URL workers stream their metrics to (and the tuner keeps its study in).
+        namespace: the store's namespace.
+        placement_timeout_s: Ray must place a gang within this, or the run ends as lost.
+        stop_grace_s: how long a stopping run may take to checkpoint before it is killed.
+    """
+
+    def __init__(
+        self,
+        pool: GPUPool,
+        redis_url: str,
+        namespace: str,
+        *,
+        placement_timeout_s: float = 60.0,
+        stop_grace_s: float = 30.0,
+    ) -> None:
+        self.pool = pool
+        self.redis_url = redis_url
+        self.namespace = namespace
+        self.placement_timeout_s = placement_timeout_s
+        self.stop_grace_s = stop_grace_s
+        self._runs: dict[str, GangRun] = {}
+        self._events: queue.SimpleQueue[RunEvent] = queue.SimpleQueue()
+
+    def nodes(self) -> list[NodeInfo]:
+        """See :meth:`Runtime.nodes`."""
+        return self.pool.nodes()
+
+    def launch(self, launch: Launch) -> None:
+        """See :meth:`Runtime.launch`."""
+        from orchestrator.store import MetricsSink
+
+        emit = functools.partial(self._emit, launch.job_id, launch.serial)
+        kw: dict[str, Any] = {
+            "placement_timeout_s": self.placement_timeout_s,
+            "stop_grace_s": self.stop_grace_s,
+        }
+        run: GangRun
+        if launch.kind == "tune":
+            run = TuneRun(launch, emit, self.redis_url, self.namespace, **kw)
+        else:
+            sink = functools.partial(MetricsSink, self.redis_url, self.namespace, launch.job_id)
+            run = GangRun(launch, emit, sink, **kw)
+        self._runs[launch.job_id] = run
+        run.start()
+
+    def _emit(self, job_id: str, serial: int, kind: EventKind, outcome: Outcome | None) -> None:
+        self._events.put(RunEvent(job_id, kind, time.time(), serial, outcome))
+
+    def stop(self, job_id: str) -> None:
+        """See :meth:`Runtime.stop`."""
+        run = self._runs.get(job_id)
+        if run is not None:
+            run.request_stop()
+
+    def poll(self) -> list[RunEvent]:
+        """See :meth:`Runtime.poll`."""
+        events: list[RunEvent] = []
+        while not self._events.empty():
+            event = self._events.get_nowait()
+            run = self._runs.get(event.job_id)
+            ended = event.kind is EventKind.ENDED
+            if ended and run is not None and run.launch.serial == event.launch:
+                del self._runs[event.job_id]
+            events.append(event)
+        return events
+
+    def alive(self) -> set[str]:
+        """See :meth:`Runtime.alive`."""
+        return set(self._runs)

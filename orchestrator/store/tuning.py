@@ -1,0 +1,135 @@
+"""What the tuner keeps in Redis: profiles, reports, the tuning cache and the Optuna journal.
+
+Per job (id, or name when tuned by ``orch tune FILE``): its performance profile
+(``{ns}:profile:{job}``) and its tuning report (``{ns}:tune:{job}``), JSON documents. The
+tuning cache: entries ``{ns}:tune-cache:{fingerprint}`` (JSON) and their index
+``{ns}:tune-cache`` (fingerprint -> similarity group). The studies: one Optuna journal per
+namespace under the prefix ``{ns}:optuna``, written by Optuna's own Redis backend, which
+:class:`StudyJournal` builds.
+
+These stores hold JSON data; what it means (``build_profile``, ``CacheEntry``...) is the
+tuner's business (``orchestrator.tuner``).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+import redis
+
+from orchestrator.store.keys import Keys
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["ProfileStore", "StudyJournal", "TuneCacheStore", "TuneReportStore"]
+
+
+class _JobDocuments:
+    """One JSON document per job, under the key ``key(job)``."""
+
+    def __init__(self, client: redis.Redis, key: Callable[[str], str]) -> None:
+        self._client = client
+        self._key = key
+
+    def save(self, job: str, document: Mapping[str, Any]) -> None:
+        """Store the job's document (replacing the previous one)."""
+        self._client.set(self._key(job), json.dumps(document))
+
+    def load(self, job: str) -> dict[str, Any] | None:
+        """The job's document, or ``None`` when none was stored."""
+        raw = cast(str | None, self._client.get(self._key(job)))
+        return json.loads(raw) if raw else None
+
+
+class ProfileStore(_JobDocuments):
+    """The tuner's performance profiles (``{ns}:profile:{job}``; see
+    ``orchestrator.tuner.profile``).
+
+    Args:
+        client: the store's Redis client (``decode_responses=True``).
+        keys: the namespace's keys.
+    """
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        super().__init__(client, keys.profile)
+
+
+class TuneReportStore(_JobDocuments):
+    """The tuning reports ``orch show`` prints (``{ns}:tune:{job}``; see
+    ``orchestrator.tuner.service.TuneReport``).
+
+    Args:
+        client: the store's Redis client (``decode_responses=True``).
+        keys: the namespace's keys.
+    """
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        super().__init__(client, keys.tune_report)
+
+
+class TuneCacheStore:
+    """The tuning cache's entries, by fingerprint, and their similarity index (see
+    ``orchestrator.tuner.cache.TuneCache``, which gives them meaning).
+
+    Args:
+        client: the store's Redis client (``decode_responses=True``).
+        keys: the namespace's keys.
+    """
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self._client = client
+        self._keys = keys
+
+    def get(self, fingerprint: str) -> dict[str, Any] | None:
+        """The entry stored under ``fingerprint``, or ``None``."""
+        raw = cast(str | None, self._client.get(self._keys.tune_cache_entry(fingerprint)))
+        return json.loads(raw) if raw else None
+
+    def put(self, fingerprint: str, entry: Mapping[str, Any], group: str) -> None:
+        """Store the entry of ``fingerprint`` (replacing it) and index it under ``group``, in
+        one transaction."""
+        pipe = self._client.pipeline()
+        pipe.set(self._keys.tune_cache_entry(fingerprint), json.dumps(entry))
+        pipe.hset(self._keys.tune_cache_index, fingerprint, group)
+        pipe.execute()
+
+    def fingerprints(self, group: str) -> list[str]:
+        """The fingerprints indexed under ``group``."""
+        index = cast(dict[str, str], self._client.hgetall(self._keys.tune_cache_index))
+        return [fp for fp, g in index.items() if g == group]
+
+
+@dataclass(frozen=True)
+class StudyJournal:
+    """Where a namespace's Optuna studies live: one Optuna journal in the orchestrator's Redis,
+    its keys under ``prefix`` (built by ``JobStore.study_journal``).
+
+    Any tool that opens ``JournalStorage(JournalRedisBackend(url, prefix=prefix))`` sees every
+    study of the namespace (optuna-dashboard, a separate process).
+
+    Attributes:
+        url: the orchestrator's Redis (Optuna opens its own connection).
+        prefix: the journal's key prefix, ``{ns}:optuna``.
+    """
+
+    url: str
+    prefix: str
+
+    @classmethod
+    def of(cls, url: str, keys: Keys) -> StudyJournal:
+        """The journal of the namespace of ``keys`` on the Redis at ``url``."""
+        return cls(url, keys.optuna_journal)
+
+    def storage(self) -> optuna.storages.BaseStorage:
+        """``JournalStorage(JournalRedisBackend(url, prefix=prefix))`` (imports Optuna)."""
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalRedisBackend
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the Redis journal backend is marked experimental
+            return JournalStorage(JournalRedisBackend(self.url, prefix=self.prefix))

@@ -1,0 +1,250 @@
+"""The control loop on the in-process runtime, against the real Redis: each phase's effect on
+job state, the ledger, and the regressions of runs interrupted by a new decision."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.config import Settings
+from orchestrator.control.loop import ControlLoop
+from orchestrator.control.transitions import MAX_ATTEMPTS
+from orchestrator.runtime.base import OutcomeKind
+from orchestrator.runtime.local import LocalRuntime
+from orchestrator.services import make_policy
+from orchestrator.spec import JobSpec, parse_spec
+from orchestrator.store import JobStore
+from orchestrator.store.states import JobState
+from policies import Decision, DecisionKind
+
+S = JobState
+
+
+def job(name: str, cls: str = "bulk", gpus: Any = 1, **extra: Any) -> JobSpec:
+    sla = {"throughput": {"min_samples_per_s": 1}} if cls == "bulk" else {"latency": {"max_ms": 50}}
+    data = {
+        "name": name,
+        "team": "t",
+        "class": cls,
+        "workload": "mlp",
+        "sla": sla,
+        "resources": {"gpus": gpus},
+        "run": {"steps": 20, "micro_batch": 8},
+    }
+    return parse_spec({**data, **extra})
+
+
+@pytest.fixture
+def make_loop(store: JobStore, tmp_path: Path) -> Iterator[Any]:
+    loops: list[ControlLoop] = []
+
+    def make(
+        nodes: list[tuple[str, int]], policy: str = "gang", **runtime: bool
+    ) -> tuple[ControlLoop, LocalRuntime]:
+        settings = Settings(redis_url="unused", namespace=store.namespace, data_dir=tmp_path)
+        rt = LocalRuntime(nodes, **runtime)
+        loop = ControlLoop(settings, store, rt, make_policy(policy))
+        loop.lease.acquire(store.namespace)
+        loops.append(loop)
+        return loop, rt
+
+    yield make
+    for loop in loops:
+        loop.lease.release()
+
+
+def events(store: JobStore, job_id: str) -> list[str]:
+    return [e["event"] for e in store.events(job_id)]
+
+
+def test_a_job_is_placed_runs_and_finishes_with_its_service_recorded(
+    store: JobStore, make_loop: Any
+) -> None:
+    loop, rt = make_loop([("n0", 2)])
+    job_id = store.submit(job("a", gpus=2)).id
+    loop.round()
+    assert [launch.job_id for launch in rt.launches] == [job_id]
+    assert rt.launches[0].nodes == ("n0", "n0") and rt.launches[0].kind == "run"
+    assert store.get(job_id).state is S.PLACED  # the loop records "running" when it reaps
+    loop.round()
+    rec = store.get(job_id)
+    assert rec.state is S.RUNNING and rec.attempts == 1
+    rt.end(job_id, OutcomeKind.FINISHED, result={"samples_per_s": 10.0, "world_size": 2})
+    loop.round()
+    rec = store.get(job_id)
+    assert rec.state is S.FINISHED and rec.message.startswith("SLA")
+    assert events(store, job_id)[-4:] == ["queued", "placed", "running", "finished"]
+    assert float(rec.fields["attained_gpu_s"]) >= 0.0 and rec.placement is None
+    assert not loop.runs and not rt.alive()
+
+
+def test_only_runs_lost_after_starting_count_towards_giving_up(
+    store: JobStore, make_loop: Any
+) -> None:
+    loop, rt = make_loop([("n0", 1)], auto_start=False)
+    job_id = store.submit(job("lossy")).id
+    loop.round()
+    rt.end(job_id, OutcomeKind.LOST, "Ray could not place the gang")  # never started
+    loop.reap(rt.poll())
+    rec = store.get(job_id)
+    assert rec.state is S.QUEUED and "losses" not in rec.fields
+    for n in range(1, MAX_ATTEMPTS + 1):
+        loop.round()  # placed again
+        rt.start(job_id)
+        loop.round()
+        assert store.get(job_id).state is S.RUNNING
+        rt.end(job_id, OutcomeKind.LOST, "worker lost")
+        loop.reap(rt.poll())
+        rec = store.get(job_id)
+        if n < MAX_ATTEMPTS:
+            assert (rec.state, rec.fields["losses"]) == (S.QUEUED, str(n))
+    assert rec.state is S.FAILED
+    assert rec.message == f"gave up after {MAX_ATTEMPTS} attempts: worker lost"
+
+
+def test_a_cancel_reaches_the_run_and_frees_its_gpus(store: JobStore, make_loop: Any) -> None:
+    loop, rt = make_loop([("n0", 1)])
+    first = store.submit(job("first")).id
+    second = store.submit(job("second")).id
+    loop.round()
+    loop.round()
+    store.transition(first, S.CANCELLING, message="cancelled by someone")
+    loop.round()  # forwards the cancel: the run stops (at once here) and ends
+    assert rt.stops == [first]
+    loop.round()  # reaps it; the freed GPU goes to the next job
+    assert store.get(first).state is S.CANCELLED
+    assert store.get(second).state in (S.PLACED, S.RUNNING)
+
+
+def test_a_job_cancelled_before_its_workers_start_is_stopped_not_run(
+    store: JobStore, make_loop: Any
+) -> None:
+    loop, rt = make_loop([("n0", 1)], auto_start=False, stop_ends=False)
+    job_id = store.submit(job("quick")).id
+    loop.round()
+    store.transition(job_id, S.CANCELLING)
+    rt.start(job_id)  # the workers came up after the cancel
+    loop.round()
+    assert rt.stops == [job_id]
+    rt.end(job_id, OutcomeKind.STOPPED, "stopped on request")
+    loop.round()
+    assert store.get(job_id).state is S.CANCELLED
+
+
+def test_a_start_waits_while_its_gpus_are_still_being_freed(
+    store: JobStore, make_loop: Any
+) -> None:
+    loop, rt = make_loop([("n0", 1)], policy="shared", stop_ends=False)
+    victim = store.submit(job("victim")).id
+    loop.round()
+    loop.round()
+    other = store.submit(job("other")).id
+    free = {"n0": 0}
+    loop.bind(Decision(DecisionKind.PREEMPT, victim, reason="test"), free)
+    loop.bind(Decision(DecisionKind.START, other, nodes=("n0",)), free)
+    assert store.get(other).state is S.QUEUED  # the victim still holds the GPU
+    assert "being freed" in store.get(other).message
+    rt.end(victim, OutcomeKind.STOPPED, "stopped", {"status": "stopped"})
+    loop.reap(rt.poll())
+    rec = store.get(victim)
+    assert rec.state is S.QUEUED and rec.message.startswith("requeued: preempted: test")
+    assert float(rec.fields["preempted_at"]) > 0
+    loop.round()  # the job preempted to make room is not placed again in its room
+    assert [launch.job_id for launch in rt.launches] == [victim, other]
+
+
+def elastic(name: str) -> JobSpec:
+    return job(name, gpus={"min": 1, "max": 4})
+
+
+def test_a_grow_then_a_shrink_before_the_new_gang_starts_ends_in_a_legal_state(
+    store: JobStore, make_loop: Any
+) -> None:
+    """Live, this left an elastic job placed for good (4 GPUs idle): a resize to 4, and before
+    the 4-GPU gang had started, a resize back to 2."""
+    loop, rt = make_loop([("n0", 4)], auto_start=False)
+    job_id = store.submit(elastic("stretchy")).id
+    loop.bind(Decision(DecisionKind.START, job_id, nodes=("n0", "n0")), {"n0": 4})
+    rt.start(job_id)
+    loop.round()
+    assert store.get(job_id).state is S.RUNNING
+    loop.bind(Decision(DecisionKind.RESIZE, job_id, nodes=("n0",) * 4), {"n0": 2})
+    loop.reap(rt.poll())  # the 2-GPU run stopped; the 4-GPU gang is launched, not started
+    assert store.get(job_id).state is S.PLACED and rt.launches[-1].nodes == ("n0",) * 4
+    loop.bind(Decision(DecisionKind.RESIZE, job_id, nodes=("n0", "n0")), {"n0": 0})
+    loop.reap(rt.poll())
+    rec = store.get(job_id)
+    assert rec.state is S.QUEUED and rec.message == "requeued: resized before it started"
+    assert not loop.runs and not rt.alive()  # nothing holds GPUs for it
+    loop.round()
+    assert store.get(job_id).state is S.PLACED  # and it is placed again
+
+
+def test_stopping_the_loop_requeues_its_jobs(store: JobStore, make_loop: Any) -> None:
+    loop, _ = make_loop([("n0", 2)])
+    a = store.submit(job("a")).id
+    b = store.submit(job("b")).id
+    loop.round()
+    loop.round()
+    loop.release(grace_s=5)
+    for job_id in (a, b):
+        rec = store.get(job_id)
+        assert rec.state is S.QUEUED and "scheduler stopped" in rec.message
+    assert store.lease_holder() is None
+
+
+def test_a_tuning_run_is_a_state_and_its_answer_requeues_the_job_tuned(
+    store: JobStore, make_loop: Any
+) -> None:
+    loop, rt = make_loop([("n0", 1)])
+    spec = job("tuned", tuning={"enabled": True})
+    job_id = store.submit(spec).id
+    loop.round()
+    assert rt.launches[-1].kind == "tune"
+    loop.round()
+    assert store.get(job_id).state is S.TUNING
+    answer = {"run": True, "config": {"micro_batch": 32, "gpus": 1}, "cache": "miss", "trials": 3}
+    rt.end(job_id, OutcomeKind.FINISHED, "tuned", answer)
+    loop.round()  # requeued with its settings, and started again as a run
+    rec = store.get(job_id)
+    assert "tuned" in rec.fields
+    assert [e["event"] for e in store.events(job_id)][2:5] == ["placed", "tuning", "queued"]
+    loop.round()
+    launch = rt.launches[-1]
+    assert launch.kind == "run" and launch.spec.run.micro_batch == 32
+
+
+def test_a_job_preempted_for_an_interactive_one_does_not_preempt_another_bulk_job(
+    store: JobStore, make_loop: Any
+) -> None:
+    """Live regression: the interactive job's victim (the 4-GPU job, which had lost the least
+    work) was requeued and, two rounds later, preempted the young 2-GPU job of its own team to
+    get back in: two preemptions for one interactive start."""
+    import time
+
+    from orchestrator.runtime.base import OutcomeKind as K
+
+    loop, rt = make_loop([("A", 4), ("B", 2)], policy="shared", stop_ends=False)
+    big = store.submit(job("big", gpus=4)).id
+    small = store.submit(job("small", gpus=2)).id
+    loop.round()
+    loop.round()
+    time.sleep(1.0)  # both have run a while
+    for job_id, since_ckpt in ((big, 0.01), (small, 0.5)):  # big has less work to lose
+        now = time.time()
+        progress = {"step": 40, "total_steps": 2000, "global_batch": 8, "samples_per_s": 100.0}
+        store.put_metrics(
+            job_id, {"first_step_at": now - 1, "checkpoint_at": now - since_ckpt, **progress}
+        )
+    store.submit(job("notebook", cls="interactive"))
+    loop.round()
+    assert rt.stops == [big]
+    rt.end(big, K.STOPPED, "stopped", {"status": "stopped"})
+    for _ in range(6):
+        loop.round()
+        time.sleep(0.1)
+    assert rt.stops == [big]  # small kept its GPUs
+    assert store.get(small).state is S.RUNNING and store.get(big).state is S.QUEUED

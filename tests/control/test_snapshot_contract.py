@@ -1,0 +1,106 @@
+"""The live snapshot fills every field a policy reads, for a job that has that fact.
+
+The check walks the snapshot dataclasses' fields, so a field added to the policy snapshot later
+fails here until the live loop fills it (and the simulator's twin test covers the other side).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.config import Settings
+from orchestrator.control.loop import ControlLoop
+from orchestrator.runtime.local import LocalRuntime
+from orchestrator.services import make_policy
+from orchestrator.spec import parse_spec
+from orchestrator.store import JobStore
+from orchestrator.store.states import JobState
+from policies import Decision, DecisionKind, QueuedJob, RunningJob
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+    return out
+
+
+def _report(store: JobStore, job_id: str) -> None:
+    """What a job's worker reports while it trains (first step, checkpoint, progress)."""
+    now = time.time()
+    store.put_metrics(
+        job_id,
+        {
+            "first_step_at": now,
+            "checkpoint_at": now,
+            "step": 5,
+            "total_steps": 125,
+            "global_batch": 8,
+            "samples_per_s": 80.0,
+        },
+    )
+
+
+def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
+    store: JobStore, tmp_path: Path
+) -> None:
+    bulk = parse_spec(
+        {
+            "name": "deadline",
+            "team": "t",
+            "class": "bulk",
+            "workload": "mlp",
+            "sla": {"throughput": {"work_samples": 1000, "deadline_s": 3600}},
+            "resources": {"gpus": {"min": 1, "max": 2}},
+            "run": {"micro_batch": 8},
+        }
+    )
+    inter = parse_spec(
+        {
+            "name": "notebook",
+            "team": "t",
+            "class": "interactive",
+            "workload": "mlp",
+            "sla": {"latency": {"max_ms": 50, "start_within_s": 5}},
+            "run": {"steps": 10},
+        }
+    )
+    settings = Settings(redis_url="unused", namespace=store.namespace, data_dir=tmp_path)
+    rt = LocalRuntime([("n0", 4)])
+    loop = ControlLoop(settings, store, rt, make_policy("shared"))
+    loop.lease.acquire(store.namespace)
+    try:
+        job_id = store.submit(bulk).id
+        loop.round()
+        loop.round()
+        assert store.get(job_id).state is JobState.RUNNING
+        _report(store, job_id)
+        loop.bind(Decision(DecisionKind.PREEMPT, job_id, reason="contract"), {})
+        loop.reap(rt.poll())
+        inter_id = store.submit(inter).id
+        snap = loop.observe()
+        queued = {q.job_id: q for q in snap.queue}
+        # every defaulted field of a queued job: filled for the job that has the fact
+        facts = {"wait_target_s": queued[inter_id]} | {
+            f: queued[job_id] for f in _defaults(QueuedJob) if f != "wait_target_s"
+        }
+        for name, default in _defaults(QueuedJob).items():
+            assert getattr(facts[name], name) != default, f"queued {name} left at {default!r}"
+        assert queued[inter_id].wait_target_s == 5
+        assert queued[job_id].deadline == queued[job_id].submitted_at + 3600
+        assert queued[job_id].remaining_work == (125 - 5) * 8 / 80.0
+
+        loop.round()  # placed again (the pool is free), then running
+        loop.round()
+        _report(store, job_id)
+        snap = loop.observe()
+        (running,) = [r for r in snap.running if r.job_id == job_id]
+        for name, default in _defaults(RunningJob).items():
+            assert getattr(running, name) != default, f"running {name} left at {default!r}"
+        assert running.attained_service > 0 and running.checkpoint_at >= running.started_at
+    finally:
+        loop.release(grace_s=5)
