@@ -210,7 +210,8 @@ class Snapshot:
         seed: for policies that break ties randomly; same snapshot and seed, same decisions.
         teams: the team config (empty: every team is equal and has no guarantee).
         restart_cost_s: seconds a job loses when it is started, resized or resumed.
-        interval_s: seconds between scheduling rounds (``0.0``: unknown, which turns off the
+        interval_s: seconds since the previous round's ``now`` (the gap as it was, not the
+            nominal interval: a live round may start late; ``0.0``: unknown, which turns off the
             rules about the previous round, e.g. :meth:`QueuedJob.just_preempted`).
     """
 

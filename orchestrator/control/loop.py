@@ -115,6 +115,7 @@ class ControlLoop:
         self.lease = store.lease(self.owner)
         self.violations = 0  # decisions dropped for breaking the contract
         self._serial = 0
+        self._last_round = 0.0  # the previous round's clock
         self._waits: dict[str, str] = {}
         self._queued: dict[str, QueuedJob] = {}
         self._facts: dict[str, JobFacts] = {}  # running jobs' facts, read when they started
@@ -353,6 +354,10 @@ class ControlLoop:
         config = self.store.teams()
         teams: tuple[TeamView, ...] = config.views() if config is not None else ()
         now = self.clock()
+        # the gap since the previous round as it was (a round can start late): a job requeued
+        # since then was stopped "in the previous round" whatever the nominal interval
+        gap = now - self._last_round if self._last_round else self.settings.scheduler_interval_s
+        self._last_round = now
         return build_snapshot(
             policy_nodes(self._nodes, self.runs.values()),
             self._queue_views(),
@@ -360,7 +365,7 @@ class ControlLoop:
             now=now,
             teams=teams,
             restart_cost_s=self.restart_cost_s,
-            interval_s=self.settings.scheduler_interval_s,
+            interval_s=gap,
         )
 
     def _queue_views(self) -> list[QueuedJob]:

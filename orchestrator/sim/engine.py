@@ -188,6 +188,7 @@ class Simulator:
         self.usage = Usage(self.total_gpus)
         self.decision_s: list[tuple[int, float]] = []
         self.applied: list[tuple[float, Decision]] = []
+        self._last_round: float | None = None
         self.rounds = 0
         # kept up to date instead of recomputed every round (a round must cost little more
         # than the policy's decision, for 100,000-job traces)
@@ -388,8 +389,15 @@ class Simulator:
             seed=self.config.seed,
             teams=self.teams,
             restart_cost_s=self.config.restart_s,
-            interval_s=self.config.interval_s,
+            interval_s=self._gap(),
         )
+
+    def _gap(self) -> float:
+        """Seconds since the previous round (the configured interval before the first one):
+        a job stopped in that round was stopped within this gap, exactly."""
+        gap = self.now - self._last_round if self._last_round is not None else None
+        self._last_round = self.now
+        return self.config.interval_s if gap is None else gap
 
     def _speedup(self, job: _Job) -> tuple[float, ...]:
         if job.speedup_final:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,24 @@ def test_interactive_attainment_counts_the_wait_after_a_preemption() -> None:
     assert rec["i"].wait == 0.0 and rec["i"].waits == (0.0, 60.0)
     assert rec["i"].preemptions == 1 and not rec["i"].waits_met
     assert res.summary()["interactive_attainment"] == 0.0
+
+
+def test_each_snapshot_carries_the_gap_since_the_previous_round() -> None:
+    """The "preempted in the previous round" rule compares with the gap as it was: skipped
+    idle rounds and float sums of the interval must not switch it off."""
+    from policies.scheduling import GangSchedulingPolicy
+
+    seen: list[tuple[float, float]] = []
+
+    class Recording(GangSchedulingPolicy):
+        def decide(self, snapshot: Snapshot) -> list[Decision]:
+            seen.append((snapshot.now, snapshot.interval_s))
+            return super().decide(snapshot)
+
+    jobs = [TraceJob("a", 0.0, duration=0.5), TraceJob("b", 3.0, duration=0.5)]
+    config = SimConfig(interval_s=0.2, restart_s=0.0, every_round=False)
+    Simulator(jobs, Recording(), [("n0", 1)], config=config).run()
+    assert seen[0][1] == 0.2  # the first round: the configured interval
+    for (before, _), (now, gap) in itertools.pairwise(seen):
+        assert gap == now - before
+    assert any(gap > 0.2 + 1e-9 for _, gap in seen[1:])  # an idle stretch was skipped
