@@ -37,14 +37,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from orchestrator.config import Settings
-from orchestrator.services import Running, serve_in_background
+from orchestrator.services import serve_in_background
 from orchestrator.sim.engine import SimConfig, Simulator
 from orchestrator.sim.trace import TraceJob
 from orchestrator.spec import JobSpec, parse_spec
-from orchestrator.store import JobStore
 from orchestrator.store.states import JobState
 from orchestrator.teams import parse_teams
 from policies import DecisionKind
+from tests.e2e.conftest import Orch  # the live orchestrator the end-to-end tests drive
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -125,7 +125,7 @@ def _spec(job: Job) -> JobSpec:
     )
 
 
-def _run_live(o: Live) -> dict[str, str]:
+def _run_live(o: Orch) -> dict[str, str]:
     t0 = time.monotonic()
     ids: dict[str, str] = {}
     for job in sorted(TRACE, key=lambda j: j.at):
@@ -140,7 +140,7 @@ def _run_live(o: Live) -> dict[str, str]:
     return ids
 
 
-def _timeline(o: Live, ids: dict[str, str]) -> tuple[list[tuple[float, str, str]], dict]:
+def _timeline(o: Orch, ids: dict[str, str]) -> tuple[list[tuple[float, str, str]], dict]:
     """The live run as (time, what, job), and per job: submission, the length of each run
     (first step to its end, as the simulator counts work) and each start's latency (placed to
     first step, the simulator's restart cost)."""
@@ -175,7 +175,7 @@ def _timeline(o: Live, ids: dict[str, str]) -> tuple[list[tuple[float, str, str]
 
 
 def _simulate(
-    o: Live, facts: dict[str, dict[str, Any]], restart_s: float
+    o: Orch, facts: dict[str, dict[str, Any]], restart_s: float
 ) -> list[tuple[float, str, str]]:
     t0 = min(f["submitted"] for f in facts.values())
     trace = []
@@ -264,7 +264,7 @@ def main() -> int:
         policy="shared",
     )
     running = serve_in_background(settings)
-    o = Live(settings, running.scheduler.store, running)
+    o = Orch(settings, running.scheduler.store, running)
     try:
         o.running.scheduler.restart_cost_s = RESTART_S
         o.store.put_teams(parse_teams(TEAMS, "twin teams"))
@@ -306,28 +306,6 @@ def main() -> int:
         )
     )
     return 0
-
-
-@dataclass
-class Live:
-    """The live orchestrator of the run (what the end-to-end tests call ``Orch``)."""
-
-    settings: Settings
-    store: JobStore
-    running: Running
-
-    def wait(self, job_id: str, states: set[JobState], timeout_s: float = 300) -> Any:
-        """Poll until the job is in one of ``states``."""
-        deadline = time.monotonic() + timeout_s
-        rec = self.store.get(job_id)
-        while rec.state not in states:
-            if self.running.errors:
-                raise self.running.errors[0]
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{job_id} stayed {rec.state.value} ({rec.message})")
-            time.sleep(0.2)
-            rec = self.store.get(job_id)
-        return rec
 
 
 if __name__ == "__main__":

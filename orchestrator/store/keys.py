@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["Keys"]
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["KeyFamily", "Keys"]
 
 # Characters that glob-style MATCH patterns treat specially.
 _GLOB = re.compile(r"([*?\[\]\\])")
@@ -147,3 +151,17 @@ class Keys:
         """The key prefix of the namespace's Optuna journal (Optuna's ``JournalRedisBackend``
         writes its keys under it)."""
         return self.key("optuna")
+
+
+class KeyFamily:
+    """Base of a typed store that owns one family of a namespace's keys: it holds the
+    client and the namespace's :class:`Keys` (the subclasses say which keys are theirs).
+
+    Args:
+        client: the store's Redis client (``decode_responses=True``).
+        keys: the namespace's keys.
+    """
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self._client = client
+        self._keys = keys

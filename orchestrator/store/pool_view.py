@@ -11,24 +11,13 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast
 
-import redis
-
-from orchestrator.store.keys import Keys
+from orchestrator.store.keys import KeyFamily
 
 __all__ = ["PoolViewStore"]
 
 
-class PoolViewStore:
-    """The published pool view of one namespace.
-
-    Args:
-        client: the store's Redis client (``decode_responses=True``).
-        keys: the namespace's keys.
-    """
-
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
-        self._client = client
-        self._keys = keys
+class PoolViewStore(KeyFamily):
+    """The published pool view of one namespace."""
 
     def publish(self, view: Mapping[str, Any], ttl_ms: int) -> None:
         """Replace the view; it expires after ``ttl_ms`` unless published again."""

@@ -8,24 +8,13 @@ from __future__ import annotations
 
 from typing import cast
 
-import redis
-
-from orchestrator.store.keys import Keys
+from orchestrator.store.keys import KeyFamily
 
 __all__ = ["ScalingStore"]
 
 
-class ScalingStore:
-    """Throughput per GPU count of the jobs of one namespace.
-
-    Args:
-        client: the store's Redis client (``decode_responses=True``).
-        keys: the namespace's keys.
-    """
-
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
-        self._client = client
-        self._keys = keys
+class ScalingStore(KeyFamily):
+    """Throughput per GPU count of the jobs of one namespace."""
 
     def record(self, job_id: str, gpus: int, samples_per_s: float) -> None:
         """Remember the throughput the job showed on ``gpus`` GPUs (the latest replaces older);

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
-from orchestrator.store.keys import Keys
+from orchestrator.store.keys import KeyFamily, Keys
 
 if TYPE_CHECKING:
     import optuna
@@ -72,18 +72,10 @@ class TuneReportStore(_JobDocuments):
         super().__init__(client, keys.tune_report)
 
 
-class TuneCacheStore:
+class TuneCacheStore(KeyFamily):
     """The tuning cache's entries, by fingerprint, and their similarity index (see
     ``orchestrator.tuner.cache.TuneCache``, which gives them meaning).
-
-    Args:
-        client: the store's Redis client (``decode_responses=True``).
-        keys: the namespace's keys.
     """
-
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
-        self._client = client
-        self._keys = keys
 
     def get(self, fingerprint: str) -> dict[str, Any] | None:
         """The entry stored under ``fingerprint``, or ``None``."""
