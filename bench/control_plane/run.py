@@ -119,7 +119,7 @@ def round_times(url: str, queued: int, rounds: int, policy: str) -> dict[str, fl
         runtime = LocalRuntime([(f"node-{i}", 8) for i in range(8)])
         settings = Settings(redis_url=url, namespace=store.namespace)
         sched = ControlLoop(settings, store, runtime, make_policy(policy))
-        sched.lease.acquire(store.namespace)
+        sched.acquire()  # as `orch up` does: the lease, reconcile, and the start-up freeze
         held = store.submit_many([_spec("interactive") for _ in range(64)])
         sched.round()  # starts the 64
         sched.round()  # records them running

@@ -25,6 +25,7 @@ checkpoint.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import socket
@@ -134,6 +135,10 @@ class ControlLoop:
         """
         self.lease.acquire(self.settings.namespace)
         self.reconcile()
+        # Everything alive after start-up (modules, clients, Ray's state) lives as long as the
+        # loop: moved out of the collector's reach, a full collection scans only what rounds
+        # made, instead of pausing a round for 24-36 ms (measured, bench/control_plane).
+        gc.freeze()
 
     def release(self, grace_s: float | None = None) -> None:
         """Stop running jobs (they requeue and resume later) and give the lease back.
@@ -223,7 +228,8 @@ class ControlLoop:
         decisions = self.decide(snapshot)
         free = physically_free(self._nodes, self.runs.values())
         for d in decisions:
-            self.lease.check()
+            if d.kind is not DecisionKind.WAIT:  # a wait writes at most a note
+                self.lease.check()
             self.bind(d, free)
         self.publish(snapshot)
         return decisions
@@ -394,7 +400,14 @@ class ControlLoop:
         """Running jobs' views: their facts (read at start) and their current run's progress
         as their workers last reported it."""
         staying = [r for r in self.runs.values() if not r.leaving]
-        progress = self.store.latest_metrics([r.job_id for r in staying], PROGRESS)
+        # only bulk job runs: what a policy reads of progress (first step, last checkpoint,
+        # work left) is about bulk jobs; interactive jobs are never stopped for others
+        bulk = [
+            r.job_id
+            for r in staying
+            if r.launch.kind == "run" and r.launch.spec.job_class == "bulk"
+        ]
+        progress = self.store.latest_metrics(bulk, PROGRESS) if bulk else {}
         views = []
         for run in staying:
             facts = self._facts.get(run.job_id)
