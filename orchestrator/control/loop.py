@@ -25,6 +25,7 @@ checkpoint.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import logging
 import os
@@ -32,6 +33,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -39,6 +41,13 @@ from pydantic import ValidationError
 
 from orchestrator import elastic
 from orchestrator.config import Settings
+from orchestrator.control.facts import (
+    PROGRESS,
+    JobFactsReader,
+    at_or_after,
+    remaining_s,
+    tuned_of,
+)
 from orchestrator.control.invariants import check_decisions, guarded
 from orchestrator.control.ledger import Run, physically_free, policy_nodes, reserve
 from orchestrator.control.pool_view import pool_view
@@ -77,10 +86,6 @@ __all__ = ["ACTIVE", "ControlLoop"]
 ACTIVE = (JobState.PLACED, JobState.TUNING, JobState.RUNNING, JobState.CANCELLING)
 """States of a job that a loop holds GPUs for."""
 
-PROGRESS: tuple[str, ...] = ("first_step_at", "checkpoint_at", "step", "total_steps")
-PROGRESS += ("global_batch", "samples_per_s")
-"""The worker's reports a snapshot reads for each running job."""
-
 
 class ControlLoop:
     """Drives one namespace's jobs on one runtime (see the module doc).
@@ -102,7 +107,7 @@ class ControlLoop:
         policy: SchedulingPolicy,
         *,
         restart_cost_s: float = 30.0,
-        clock: Any = time.time,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -123,7 +128,7 @@ class ControlLoop:
         self._nodes: list[NodeInfo] = []
         self._queue_ids: tuple[int, list[str]] = (-1, [])  # (queue version, ids) last read
         self._published: tuple[float, object] = (0.0, None)  # when, and what the pool view was
-        self._elastic: dict[str, tuple[JobSpec, tuple[float, ...]]] = {}
+        self.facts = JobFactsReader(store)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -269,7 +274,9 @@ class ControlLoop:
         """Record how a run ended: the job's next state (re-deciding if a cancel races in),
         its attained service, metrics and measured throughput; a resized run goes on."""
         job_id = run.job_id
-        self._note_throughput(job_id, outcome.result)
+        curve = self.facts.note_throughput(job_id, outcome.result)
+        if curve is not None and job_id in self._facts:
+            self._facts[job_id] = dataclasses.replace(self._facts[job_id], speedup=curve)
         if outcome.result:
             self.store.put_metrics(job_id, _metrics_of(outcome.result))
         for _ in range(3):
@@ -310,7 +317,7 @@ class ControlLoop:
         fields["attained_gpu_s"] = float(rec.fields.get("attained_gpu_s", 0) or 0) + held_s
         if t.target is JobState.QUEUED:
             progress = self.store.latest_metrics([rec.id], PROGRESS).get(rec.id, {})
-            remaining = _remaining_s(progress)
+            remaining = remaining_s(progress)
             fields["remaining_s"] = "" if remaining is None else remaining
             fields["preempted_at"] = at if run.stop is StopReason.PREEMPT else ""
         if t.relaunch and run.resize_to:
@@ -384,15 +391,11 @@ class ControlLoop:
             if len(self._queued) > 2 * len(ids) + 1000:  # forget jobs that left the queue
                 self._queued = {j: self._queued[j] for j in ids if j in self._queued}
                 live = set(ids) | set(self.runs)
-                self._elastic = {j: v for j, v in self._elastic.items() if j in live}
+                self.facts.keep_only(live)
         ids = self._queue_ids[1]
         missing = [j for j in ids if j not in self._queued]
         for raw in self.store.queue_facts(missing):
-            facts = _job_facts(raw)
-            if facts.min_gpus != facts.max_gpus and facts.job_class == "bulk":
-                info = self._elastic_info(facts.job_id)
-                if info is not None:
-                    facts = _with_speedup(facts, info[1])
+            facts = self.facts.queued(raw)
             self._queued[facts.job_id] = queued_view(facts)
         return [self._queued[j] for j in ids if j in self._queued]
 
@@ -415,14 +418,14 @@ class ControlLoop:
                 continue
             p = progress.get(run.job_id, {})
             started = run.launched_at
-            first = _at_or_after(p.get("first_step_at"), started)
+            first = at_or_after(p.get("first_step_at"), started)
             views.append(
                 running_view(
-                    _with_remaining(facts, _remaining_s(p)),
+                    _with_remaining(facts, remaining_s(p)),
                     RunFacts(
                         run.policy_nodes,
                         started_at=started,
-                        checkpoint_at=_at_or_after(p.get("checkpoint_at"), started),
+                        checkpoint_at=at_or_after(p.get("checkpoint_at"), started),
                         first_step_at=first if run.launch.kind == "run" else started,
                     ),
                 )
@@ -475,7 +478,7 @@ class ControlLoop:
         if cached is not None and cached.lo != cached.hi and not cached.interactive:
             # An elastic job runs on the largest size in what it was given that keeps its
             # global batch (its speedup curve makes the others worth no more than that one).
-            info = self._elastic_info(job_id)
+            info = self.facts.elastic(job_id)
             if info is not None and not (nodes := self._fit(info[0], nodes)):
                 self._wait(job_id, "no size in its GPU range keeps its global batch here")
                 return
@@ -491,7 +494,8 @@ class ControlLoop:
                 fields={"placement": {"nodes": list(nodes), "strategy": d.strategy}},
             )
         except (IllegalTransition, JobNotFound):
-            free.update({n: free[n] + 1 for n in nodes})  # cancelled since the snapshot
+            for n in nodes:  # cancelled since the snapshot: its GPUs stay free
+                free[n] += 1
             return
         self._waits.pop(job_id, None)
         self._queued.pop(job_id, None)
@@ -510,8 +514,7 @@ class ControlLoop:
         tune = spec.tuning.enabled and "tuned" not in rec.fields
         try:
             if not tune:
-                tuned = rec.fields.get("tuned")
-                spec = run_spec(spec, _json(tuned) if tuned else None, len(nodes))
+                spec = run_spec(spec, tuned_of(rec), len(nodes))
             self._serial += 1
             launch = Launch(
                 job_id,
@@ -529,13 +532,13 @@ class ControlLoop:
             self._fail_placed(job_id, JobState.QUEUED, f"requeued: could not start: {err}")
             return
         self.runs[job_id] = Run(launch, self.clock())
-        self._facts[job_id] = self._running_facts(rec, launch)
+        self._facts[job_id] = self.facts.running(rec, launch.kind)
         if tune:
             gpus = len(nodes)
             self.store.annotate(job_id, f"tuning: profiling configs on up to {gpus} GPU(s)")
         if spec.job_class == "bulk" and spec.resources.gpus.min != spec.resources.gpus.upper:
-            self._elastic.pop(job_id, None)  # re-read: tuned settings or a new profile
-            self._elastic_info(job_id)
+            self.facts.forget(job_id)  # re-read: tuned settings or a new profile
+            self.facts.elastic(job_id)
         log.info("%s: %s on %s", job_id, "tuning" if tune else "placed", _where(nodes))
 
     def _fail_placed(self, job_id: str, target: JobState, message: str) -> None:
@@ -566,7 +569,7 @@ class ControlLoop:
         """Restart a running elastic job on the decision's GPUs (checkpoint, stop, start the new
         gang once the old one is gone), at a size that keeps its global batch."""
         run = self.runs.get(d.job_id)
-        base = self._elastic.get(d.job_id, (None, ()))[0]
+        base = (self.facts.cached(d.job_id) or (None, ()))[0]
         if run is None or run.stop is not None or run.launch.kind == "tune" or base is None:
             return
         nodes = self._fit(base, tuple(d.nodes))
@@ -623,59 +626,7 @@ class ControlLoop:
         )
         self.store.pool_view.publish(view, ttl_ms=self.lease.ttl_ms)
 
-    # ---- facts about jobs ------------------------------------------------------------------
-
-    def _running_facts(self, rec: JobRecord, launch: Launch) -> JobFacts:
-        """A job's facts while this launch runs: an elastic job with the sizes its running
-        settings can keep their global batch on and its speedup curve; a tuning gang rigid."""
-        (raw,) = self.store.queue_facts([rec.id]) or [_record_fields(rec)]
-        facts = _job_facts(raw)
-        info = self._elastic_info(rec.id) if launch.kind == "run" else None
-        if info is None or facts.min_gpus == facts.max_gpus:
-            return JobFacts(**{**facts.__dict__, "min_gpus": 0, "max_gpus": 0, "speedup": ()})
-        sizes = elastic.feasible_sizes(info[0])
-        lo_hi = {"min_gpus": sizes[0], "max_gpus": sizes[-1], "speedup": info[1]}
-        return JobFacts(**{**facts.__dict__, **lo_hi})
-
-    def _elastic_info(self, job_id: str) -> tuple[JobSpec, tuple[float, ...]] | None:
-        """An elastic job's spec (as it runs, at its requested size) and speedup curve: from
-        its profile (tuner prediction, throughput seen on each size), read once and refreshed
-        when a run of it reports a new throughput."""
-        if job_id not in self._elastic:
-            try:
-                rec = self.store.get(job_id)
-                tuned = rec.fields.get("tuned")
-                spec = run_spec(rec.spec, _json(tuned) if tuned else None)
-            except (JobNotFound, ValidationError, ValueError):
-                return None
-            measured = self._profile_throughputs(job_id)
-            self._elastic[job_id] = (spec, elastic.speedup_curve(spec, measured))
-        return self._elastic[job_id]
-
-    def _profile_throughputs(self, job_id: str) -> dict[int, float]:
-        """Samples/s per GPU count: what runs of the job measured, else what the tuner
-        predicted (its profile)."""
-        measured = self.store.scaling.read(job_id)
-        chosen = (self.store.profiles.load(job_id) or {}).get("chosen", {})
-        for point in chosen.get("by_gpus", []):
-            measured.setdefault(int(point["gpus"]), float(point["samples_per_s"]))
-        if chosen.get("measured_samples_per_s"):
-            gpus = int((chosen.get("config") or {}).get("gpus", 1))
-            measured.setdefault(gpus, float(chosen["measured_samples_per_s"]))
-        return measured
-
-    def _note_throughput(self, job_id: str, result: dict[str, Any]) -> None:
-        """Keep the throughput a run of an elastic job showed on its GPU count (its profile)."""
-        info = self._elastic.get(job_id)
-        sps, world = result.get("samples_per_s"), result.get("world_size")
-        if info is None or not sps or not world:
-            return
-        self.store.scaling.record(job_id, int(world), float(sps))
-        measured = self._profile_throughputs(job_id)
-        self._elastic[job_id] = (info[0], elastic.speedup_curve(info[0], measured))
-        running = self._facts.get(job_id)
-        if running is not None:
-            self._facts[job_id] = _with_speedup(running, self._elastic[job_id][1])
+    # ---- messages of ended jobs ----------------------------------------------------------
 
     def _prediction_error(self, rec: JobRecord, result: dict[str, Any]) -> str:
         """For a tuned job that ran as tuned: how far the tuner's prediction was from what the
@@ -683,7 +634,7 @@ class ControlLoop:
         config (its micro-batch was re-derived), so its figures are not compared."""
         if "tuned" not in rec.fields or not result:
             return ""
-        tuned = _json(rec.fields["tuned"])
+        tuned = tuned_of(rec) or {}
         if int(tuned.get("gpus", 1)) != int(result.get("world_size", 1)):
             return ""
         from orchestrator.tuner.profile import record_outcome
@@ -705,77 +656,10 @@ class ControlLoop:
         return f"{met}: {verdict.measured} (target {verdict.target})"
 
 
-def _job_facts(raw: dict[str, str]) -> JobFacts:
-    """A job's facts from its stored fields (see ``JobStore.queue_facts``)."""
-
-    def num(name: str) -> float | None:
-        v = raw.get(name)
-        return float(v) if v not in (None, "") else None
-
-    wait = num("wait_target_s")
-    facts = JobFacts(
-        raw["id"],
-        raw["class"],
-        raw["team"],
-        int(raw["gpus"]),
-        int(raw["seq"]),
-        float(raw["submitted_at"]),
-        min_gpus=int(raw.get("gpus_min") or 0),
-        max_gpus=int(raw.get("gpus_max") or 0),
-        deadline_s=num("deadline_s"),
-        attained_gpu_s=num("attained_gpu_s") or 0.0,
-        remaining_s=num("remaining_s"),
-        preempted_at=num("preempted_at"),
-    )
-    if wait is not None:
-        facts = JobFacts(**{**facts.__dict__, "wait_target_s": wait})
-    return facts
-
-
-def _record_fields(rec: JobRecord) -> dict[str, str]:
-    """The facts a record carries itself (a job deleted meanwhile: no stored facts left)."""
-    return {
-        "id": rec.id,
-        "class": rec.job_class,
-        "team": rec.team,
-        "gpus": str(rec.gpus),
-        "seq": str(rec.seq),
-        "submitted_at": str(rec.submitted_at),
-    }
-
-
-def _with_speedup(facts: JobFacts, speedup: tuple[float, ...]) -> JobFacts:
-    return JobFacts(**{**facts.__dict__, "speedup": speedup})
-
-
 def _with_remaining(facts: JobFacts, remaining: float | None) -> JobFacts:
     if remaining is None or remaining == facts.remaining_s:
         return facts
-    return JobFacts(**{**facts.__dict__, "remaining_s": remaining})
-
-
-def _remaining_s(progress: dict[str, Any]) -> float | None:
-    """Seconds of work left at the rate last measured: steps left x global batch / samples/s
-    (``None`` when the run reported no rate or no total)."""
-    total, step = progress.get("total_steps"), progress.get("step")
-    batch, rate = progress.get("global_batch"), progress.get("samples_per_s")
-    if not total or step is None or not batch or not rate:
-        return None
-    return max(0.0, (float(total) - float(step)) * float(batch) / float(rate))
-
-
-def _at_or_after(value: Any, start: float) -> float | None:
-    """A reported time if it belongs to the run that started at ``start`` (else ``None``)."""
-    if isinstance(value, int | float) and value >= start - 1.0:
-        return float(value)
-    return None
-
-
-def _json(raw: str) -> dict[str, Any]:
-    import json
-
-    value = json.loads(raw)
-    return value if isinstance(value, dict) else {}
+    return dataclasses.replace(facts, remaining_s=remaining)
 
 
 def _where(nodes: tuple[str, ...]) -> str:

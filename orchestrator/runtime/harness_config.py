@@ -11,11 +11,14 @@ runs with.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.spec import JobSpec
 
-__all__ = ["Knobs", "harness_config", "job_harness_config", "run_spec"]
+if TYPE_CHECKING:
+    from orchestrator.tuner.space import Config
+
+__all__ = ["Knobs", "harness_config", "job_harness_config", "run_spec", "tuned_spec"]
 
 
 class Knobs(Protocol):
@@ -102,7 +105,6 @@ def run_spec(spec: JobSpec, tuned: Mapping[str, Any] | None, gpus: int | None = 
         ValueError: the job cannot keep its global batch on ``gpus`` GPUs.
     """
     if tuned:
-        from orchestrator.tuner.service import tuned_spec
         from orchestrator.tuner.space import Config
 
         spec = tuned_spec(spec, Config.from_dict(dict(tuned)))
@@ -114,3 +116,25 @@ def run_spec(spec: JobSpec, tuned: Mapping[str, Any] | None, gpus: int | None = 
     if sized is None:
         raise ValueError(f"cannot keep the global batch on {gpus} GPUs")
     return sized
+
+
+def tuned_spec(spec: JobSpec, config: Config) -> JobSpec:
+    """``spec`` with its run settings replaced by a tuned config (what the control loop runs).
+
+    The data-parallel degree becomes ``config.gpus`` and ``run.sharding`` becomes
+    ``config.sharding`` (DDP or FSDP). A one-GPU config says nothing about sharding (it is always
+    ``ddp`` there), so the spec's own ``run.sharding`` stays: it applies if the job is resized.
+    """
+    sharding = config.sharding if config.gpus > 1 else spec.run.sharding
+    run = spec.run.model_copy(
+        update={
+            "micro_batch": config.micro_batch,
+            "grad_accum": config.grad_accum,
+            "precision": config.precision,
+            "activation_checkpointing": config.activation_checkpointing,
+            "compile": config.compile,
+            "data_parallel": config.gpus,
+            "sharding": sharding,
+        }
+    )
+    return JobSpec.model_validate({**spec.model_dump(by_alias=True), "run": run.model_dump()})

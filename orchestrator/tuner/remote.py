@@ -40,7 +40,7 @@ def tune_job(
     Returns:
         ``{"run": bool, "config": dict | None, "reason": str, "closest": str, "cache": str,
         "trials": int, "gpus": int}``; ``config`` is the chosen config (its GPU count and
-        sharding included), ready for :func:`orchestrator.tuner.service.tuned_spec`.
+        sharding included), ready for :func:`orchestrator.runtime.harness_config.tuned_spec`.
     """
     from orchestrator.store import JobStore
     from orchestrator.tuner.evaluators.gang import GangEvaluator

@@ -23,7 +23,7 @@ from orchestrator.tuner.tuner import OnTrial, Tuner, TuneResult, summary
 if TYPE_CHECKING:
     from orchestrator.store.jobs import JobStore
 
-__all__ = ["TuneReport", "tune_spec", "tuned_spec"]
+__all__ = ["TuneReport", "tune_spec"]
 
 CacheStatus = Literal["hit", "warm", "miss", "off"]
 
@@ -159,25 +159,3 @@ def tune_spec(
     )
     store.tune_reports.save(job, report.to_dict())
     return report
-
-
-def tuned_spec(spec: JobSpec, config: Config) -> JobSpec:
-    """``spec`` with its run settings replaced by a tuned config (what the scheduler runs).
-
-    The data-parallel degree becomes ``config.gpus`` and ``run.sharding`` becomes
-    ``config.sharding`` (DDP or FSDP). A one-GPU config says nothing about sharding (it is always
-    ``ddp`` there), so the spec's own ``run.sharding`` stays: it applies if the job is resized.
-    """
-    sharding = config.sharding if config.gpus > 1 else spec.run.sharding
-    run = spec.run.model_copy(
-        update={
-            "micro_batch": config.micro_batch,
-            "grad_accum": config.grad_accum,
-            "precision": config.precision,
-            "activation_checkpointing": config.activation_checkpointing,
-            "compile": config.compile,
-            "data_parallel": config.gpus,
-            "sharding": sharding,
-        }
-    )
-    return JobSpec.model_validate({**spec.model_dump(by_alias=True), "run": run.model_dump()})

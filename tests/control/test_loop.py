@@ -248,3 +248,14 @@ def test_a_job_preempted_for_an_interactive_one_does_not_preempt_another_bulk_jo
         time.sleep(0.1)
     assert rt.stops == [big]  # small kept its GPUs
     assert store.get(small).state is S.RUNNING and store.get(big).state is S.QUEUED
+
+
+def test_a_start_cancelled_since_the_snapshot_gives_all_its_gpus_back(
+    store: JobStore, make_loop: Any
+) -> None:
+    loop, rt = make_loop([("n0", 4)])
+    gone = store.submit(job("gone", gpus=2)).id
+    store.transition(gone, S.CANCELLED)
+    free = {"n0": 4}
+    loop.bind(Decision(DecisionKind.START, gone, nodes=("n0", "n0")), free)
+    assert free == {"n0": 4} and not rt.launches

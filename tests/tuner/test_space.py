@@ -90,7 +90,7 @@ def test_one_gpu_configs_have_no_sharding_and_appear_once() -> None:
 
 
 def test_tuned_spec_runs_the_chosen_config() -> None:
-    from orchestrator.tuner.service import tuned_spec
+    from orchestrator.runtime.harness_config import tuned_spec
 
     spec = _spec(resources={"gpus": {"min": 1, "max": 4}})
     out = tuned_spec(spec, Config(48, grad_accum=2, gpus=2, precision="bf16", compile=True))
@@ -108,7 +108,7 @@ def test_tuned_spec_runs_the_chosen_config() -> None:
 
 
 def test_tuned_spec_keeps_the_jobs_sharding_for_a_one_gpu_config() -> None:
-    from orchestrator.tuner.service import tuned_spec
+    from orchestrator.runtime.harness_config import tuned_spec
 
     spec = _spec(resources={"gpus": {"min": 1, "max": 4}}, run={"steps": 5, "sharding": "fsdp"})
     out = tuned_spec(spec, Config(8, gpus=1))

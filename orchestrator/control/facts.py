@@ -1,0 +1,175 @@
+"""What the control loop knows about jobs beyond their records, for the snapshot.
+
+The stored fields of a job (``JobStore.queue_facts``) become :class:`JobFacts`; an elastic
+job's sizes and speedup curve come from its running settings and its profile (the tuner's
+prediction, then what its runs measured on each size), read once and refreshed when a run
+reports a new throughput; a run's progress reports give its first step, last checkpoint and
+remaining work. Store reads only: nothing here writes job state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from orchestrator import elastic
+from orchestrator.control.snapshot import JobFacts
+from orchestrator.errors import JobNotFound
+from orchestrator.runtime.base import RunKind
+from orchestrator.runtime.harness_config import run_spec
+from orchestrator.spec import JobSpec
+from orchestrator.store import JobStore
+from orchestrator.store.records import JobRecord
+
+__all__ = ["PROGRESS", "JobFactsReader", "at_or_after", "remaining_s", "tuned_of"]
+
+PROGRESS: tuple[str, ...] = ("first_step_at", "checkpoint_at", "step", "total_steps")
+PROGRESS += ("global_batch", "samples_per_s")
+"""The worker's reports a snapshot reads for each running bulk job."""
+
+Elastic = tuple[JobSpec, tuple[float, ...]]
+
+
+class JobFactsReader:
+    """Builds :class:`JobFacts` from the store, caching each elastic job's spec and curve.
+
+    Args:
+        store: the job store.
+    """
+
+    def __init__(self, store: JobStore) -> None:
+        self.store = store
+        self._elastic: dict[str, Elastic] = {}
+
+    def queued(self, raw: dict[str, str]) -> JobFacts:
+        """A queued job's facts from its stored fields, an elastic one with its curve."""
+        facts = job_facts(raw)
+        if facts.min_gpus != facts.max_gpus and facts.job_class == "bulk":
+            info = self.elastic(facts.job_id)
+            if info is not None:
+                facts = dataclasses.replace(facts, speedup=info[1])
+        return facts
+
+    def running(self, rec: JobRecord, kind: RunKind) -> JobFacts:
+        """A job's facts while a run of it holds GPUs: an elastic job with the sizes its
+        running settings can keep their global batch on and its curve; a tuning gang rigid."""
+        (raw,) = self.store.queue_facts([rec.id]) or [_record_fields(rec)]
+        facts = job_facts(raw)
+        info = self.elastic(rec.id) if kind == "run" else None
+        if info is None or facts.min_gpus == facts.max_gpus:
+            return dataclasses.replace(facts, min_gpus=0, max_gpus=0, speedup=())
+        sizes = elastic.feasible_sizes(info[0])
+        return dataclasses.replace(facts, min_gpus=sizes[0], max_gpus=sizes[-1], speedup=info[1])
+
+    def elastic(self, job_id: str) -> Elastic | None:
+        """An elastic job's spec (as it runs, at its requested size) and speedup curve."""
+        if job_id not in self._elastic:
+            try:
+                rec = self.store.get(job_id)
+                spec = run_spec(rec.spec, tuned_of(rec))
+            except (JobNotFound, ValidationError, ValueError):
+                return None
+            self._elastic[job_id] = (spec, elastic.speedup_curve(spec, self._measured(job_id)))
+        return self._elastic[job_id]
+
+    def cached(self, job_id: str) -> Elastic | None:
+        """The elastic spec and curve already read for the job (no store read)."""
+        return self._elastic.get(job_id)
+
+    def forget(self, job_id: str) -> None:
+        """Read the job afresh next time (tuned settings or a new profile)."""
+        self._elastic.pop(job_id, None)
+
+    def keep_only(self, job_ids: set[str]) -> None:
+        """Forget every job not in ``job_ids`` (those that left the queue and the pool)."""
+        self._elastic = {j: v for j, v in self._elastic.items() if j in job_ids}
+
+    def note_throughput(self, job_id: str, result: dict[str, Any]) -> tuple[float, ...] | None:
+        """Keep the throughput a run of an elastic job showed on its GPU count; returns its
+        new speedup curve (``None``: not an elastic job, or nothing measured)."""
+        info = self._elastic.get(job_id)
+        sps, world = result.get("samples_per_s"), result.get("world_size")
+        if info is None or not sps or not world:
+            return None
+        self.store.scaling.record(job_id, int(world), float(sps))
+        curve = elastic.speedup_curve(info[0], self._measured(job_id))
+        self._elastic[job_id] = (info[0], curve)
+        return curve
+
+    def _measured(self, job_id: str) -> dict[int, float]:
+        """Samples/s per GPU count: what runs of the job measured, else what the tuner
+        predicted (its profile)."""
+        measured = self.store.scaling.read(job_id)
+        chosen = (self.store.profiles.load(job_id) or {}).get("chosen", {})
+        for point in chosen.get("by_gpus", []):
+            measured.setdefault(int(point["gpus"]), float(point["samples_per_s"]))
+        if chosen.get("measured_samples_per_s"):
+            gpus = int((chosen.get("config") or {}).get("gpus", 1))
+            measured.setdefault(gpus, float(chosen["measured_samples_per_s"]))
+        return measured
+
+
+def job_facts(raw: dict[str, str]) -> JobFacts:
+    """A job's facts from its stored fields (see ``JobStore.queue_facts``)."""
+
+    def num(name: str) -> float | None:
+        v = raw.get(name)
+        return float(v) if v not in (None, "") else None
+
+    facts = JobFacts(
+        raw["id"],
+        raw["class"],
+        raw["team"],
+        int(raw["gpus"]),
+        int(raw["seq"]),
+        float(raw["submitted_at"]),
+        min_gpus=int(raw.get("gpus_min") or 0),
+        max_gpus=int(raw.get("gpus_max") or 0),
+        deadline_s=num("deadline_s"),
+        attained_gpu_s=num("attained_gpu_s") or 0.0,
+        remaining_s=num("remaining_s"),
+        preempted_at=num("preempted_at"),
+    )
+    wait = num("wait_target_s")
+    return facts if wait is None else dataclasses.replace(facts, wait_target_s=wait)
+
+
+def _record_fields(rec: JobRecord) -> dict[str, str]:
+    """The facts a record carries itself (a job deleted meanwhile: no stored facts left)."""
+    return {
+        "id": rec.id,
+        "class": rec.job_class,
+        "team": rec.team,
+        "gpus": str(rec.gpus),
+        "seq": str(rec.seq),
+        "submitted_at": str(rec.submitted_at),
+    }
+
+
+def tuned_of(rec: JobRecord) -> dict[str, Any] | None:
+    """The tuner's chosen config of a job (``None``: not tuned)."""
+    raw = rec.fields.get("tuned")
+    if not raw:
+        return None
+    value = json.loads(raw)
+    return value if isinstance(value, dict) else None
+
+
+def remaining_s(progress: dict[str, Any]) -> float | None:
+    """Seconds of work left at the rate last measured: steps left x global batch / samples/s
+    (``None`` when the run reported no rate or no total)."""
+    total, step = progress.get("total_steps"), progress.get("step")
+    batch, rate = progress.get("global_batch"), progress.get("samples_per_s")
+    if not total or step is None or not batch or not rate:
+        return None
+    return max(0.0, (float(total) - float(step)) * float(batch) / float(rate))
+
+
+def at_or_after(value: Any, start: float) -> float | None:
+    """A reported time if it belongs to the run that started at ``start`` (else ``None``)."""
+    if isinstance(value, int | float) and value >= start - 1.0:
+        return float(value)
+    return None
