@@ -225,9 +225,15 @@ class Snapshot:
     interval_s: float = 0.0
     total_gpus: int = field(init=False)
 
+    _free: dict[str, int] = field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "total_gpus", sum(n.total_gpus for n in self.nodes))
+        # read by the policy and by the decision check every round: built once per snapshot
+        free = {n.node_id: max(0, n.free_gpus) for n in self.nodes}
+        object.__setattr__(self, "_free", free)
 
     def free(self) -> dict[str, int]:
-        """Free GPUs per node id, in the pool's node order."""
-        return {n.node_id: max(0, n.free_gpus) for n in self.nodes}
+        """Free GPUs per node id, in the pool's node order (a fresh dict: the caller's to
+        change)."""
+        return dict(self._free)

@@ -27,7 +27,7 @@ from orchestrator.store.records import JobRecord
 __all__ = ["PROGRESS", "JobFactsReader", "at_or_after", "remaining_s", "tuned_of"]
 
 PROGRESS: tuple[str, ...] = ("first_step_at", "checkpoint_at", "step", "total_steps")
-PROGRESS += ("global_batch", "samples_per_s")
+PROGRESS += ("global_batch", "samples_per_s", "time_left_s")
 """The worker's reports a snapshot reads for each running bulk job."""
 
 Elastic = tuple[JobSpec, tuple[float, ...]]
@@ -159,8 +159,12 @@ def tuned_of(rec: JobRecord) -> dict[str, Any] | None:
 
 
 def remaining_s(progress: dict[str, Any]) -> float | None:
-    """Seconds of work left at the rate last measured: steps left x global batch / samples/s
-    (``None`` when the run reported no rate or no total)."""
+    """Seconds of work left: for a run for a set time, what is left of it; else at the rate
+    last measured, steps left x global batch / samples/s (``None`` when the run reported no
+    rate or no total)."""
+    left = progress.get("time_left_s")
+    if isinstance(left, int | float):
+        return max(0.0, float(left))
     total, step = progress.get("total_steps"), progress.get("step")
     batch, rate = progress.get("global_batch"), progress.get("samples_per_s")
     if not total or step is None or not batch or not rate:

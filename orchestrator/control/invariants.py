@@ -35,13 +35,23 @@ def check_decisions(
     Returns:
         ``(kept, broken)``, ``broken`` pairing each bad decision with what is wrong with it.
     """
+    kept: list[Decision] = []
+    broken: list[tuple[Decision, str]] = []
+    decisions = list(decisions)
+    if all(d.kind is DecisionKind.WAIT for d in decisions):
+        # most rounds of a long simulation: nothing but waits, which only name known jobs
+        known = {q.job_id for q in snapshot.queue} | {r.job_id for r in snapshot.running}
+        for d in decisions:
+            if d.job_id in known:
+                kept.append(d)
+            else:
+                broken.append((d, f"WAIT for {d.job_id}, which is not in the snapshot"))
+        return kept, broken
     queued = {q.job_id: q for q in snapshot.queue}
     running = {r.job_id: r for r in snapshot.running}
     free = Counter(snapshot.free())
     holding = {r.job_id: r.nodes for r in snapshot.running}
     started: set[str] = set()
-    kept: list[Decision] = []
-    broken: list[tuple[Decision, str]] = []
     for d in decisions:
         problem = _problem(d, queued, running, holding, started, free)
         if problem:

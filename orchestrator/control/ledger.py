@@ -31,6 +31,7 @@ class Run:
         stop: why the loop asked it to stop (``None``: it did not).
         stop_note: the reason given with the stop.
         resize_to: the GPUs a resizing run restarts on.
+        stepped: its workers reported a first step (a run that has not is stopped at once).
     """
 
     launch: Launch
@@ -39,6 +40,7 @@ class Run:
     stop: StopReason | None = None
     stop_note: str = ""
     resize_to: tuple[str, ...] | None = None
+    stepped: bool = False
 
     @property
     def job_id(self) -> str:

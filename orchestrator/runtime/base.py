@@ -115,9 +115,12 @@ class Runtime(Protocol):
         only ``ENDED`` if it never started)."""
         ...
 
-    def stop(self, job_id: str) -> None:
+    def stop(self, job_id: str, *, at_once: bool = False) -> None:
         """Ask the job's run to checkpoint and stop (idempotent; returns at once). A run that
-        does not stop within the runtime's grace period is killed."""
+        does not stop within the runtime's grace period is killed. ``at_once``: kill it now,
+        for a run that has done no step (nothing to checkpoint: a resumed run's checkpoint is
+        still there), whose set-up would otherwise delay the stop by seconds while the GPUs
+        it holds are wanted."""
         ...
 
     def poll(self) -> list[RunEvent]:

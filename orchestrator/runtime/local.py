@@ -29,6 +29,7 @@ class LocalRuntime:
     Attributes:
         launches: every launch, in order.
         stops: job ids in the order stops were asked for.
+        killed: those of them asked to stop at once (no step done).
     """
 
     def __init__(
@@ -39,6 +40,7 @@ class LocalRuntime:
         self.stop_ends = stop_ends
         self.launches: list[Launch] = []
         self.stops: list[str] = []
+        self.killed: list[str] = []
         self._live: dict[str, Launch] = {}
         self._events: list[RunEvent] = []
 
@@ -57,11 +59,13 @@ class LocalRuntime:
         if self.auto_start:
             self.start(launch.job_id)
 
-    def stop(self, job_id: str) -> None:
-        """See :meth:`Runtime.stop`."""
+    def stop(self, job_id: str, *, at_once: bool = False) -> None:
+        """See :meth:`Runtime.stop` (``at_once`` is recorded in :attr:`killed`)."""
         if job_id not in self._live:
             return
         self.stops.append(job_id)
+        if at_once:
+            self.killed.append(job_id)
         if self.stop_ends:
             self.end(job_id, OutcomeKind.STOPPED, "stopped on request", {"status": "stopped"})
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import gc
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -44,6 +44,7 @@ from orchestrator.sim.errors import PolicyViolation, StuckSimulation, Unplaceabl
 from orchestrator.sim.metrics import JobRecord, SimResult, Usage
 from orchestrator.sim.models import JobModel, ParametricJobModel, ProfileJobModel
 from orchestrator.sim.trace import TraceJob
+from orchestrator.sim.wallclock import WallClockJobModel
 from policies import Decision, DecisionKind, NodeView, QueuedJob, RunningJob, Snapshot
 from policies.scheduling import SchedulingPolicy
 from policies.snapshot import TeamView
@@ -92,6 +93,7 @@ class _Job:
     nodes: tuple[str, ...] = ()
     placement: tuple[int, ...] = ()
     restart_left: float = 0.0
+    start_s: float = 0.0  # the current run's start-up (the restart cost, or measured)
     started_at: float = 0.0
     since_ckpt: float = 0.0
     ckpt: tuple[float, int] = (0.0, 0)
@@ -138,6 +140,8 @@ class Simulator:
         teams: the team config as plain views (see :mod:`orchestrator.teams`).
         config: simulator settings.
         traces_root: the Pollux data folder for ``app`` jobs (default: the standard lookup).
+        models: a job model per job name, in place of the one its trace row implies (a
+            :class:`~orchestrator.sim.wallclock.WallClockJobModel` to replay a live run).
     """
 
     def __init__(
@@ -148,6 +152,7 @@ class Simulator:
         teams: Sequence[TeamView] = (),
         config: SimConfig | None = None,
         traces_root: str | None = None,
+        models: Mapping[str, ParametricJobModel] | None = None,
     ) -> None:
         self.config = config or SimConfig()
         self.policy = guarded(policy)  # inside the team caps, as the live loop runs it
@@ -167,7 +172,9 @@ class Simulator:
         self.jobs: list[_Job] = []
         for seq, spec in enumerate(sorted(jobs, key=lambda j: j.submit_time)):
             model: JobModel
-            if spec.app:
+            if models and spec.name in models:
+                model = models[spec.name]
+            elif spec.app:
                 model = ProfileJobModel(spec.app, spec.batch_size, traces_root)
             else:
                 model = ParametricJobModel(spec.duration, spec.gpus, self.config.sigma)
@@ -423,7 +430,8 @@ class Simulator:
         if s.app == "":
             m = job.model
             assert isinstance(m, ParametricJobModel)
-            remaining = (m.work - m.done) / m.rate(s.gpus)
+            # at the rate of the GPUs it holds (as the live loop measures it), else asked for
+            remaining = (m.work - m.done) / m.rate(len(job.nodes) or s.gpus)
         running = job.state != _QUEUED
         facts = JobFacts(
             s.name,
@@ -453,7 +461,7 @@ class Simulator:
                 started_at=job.started_at,
                 checkpoint_at=self._checkpoint_at(job),
                 # its first step comes once the restart is paid
-                first_step_at=job.started_at + self.config.restart_s,
+                first_step_at=job.started_at + job.start_s,
             )
             view = running_view(facts, run)
         if job.state == _QUEUED or job.spec.checkpoint <= 0:
@@ -492,9 +500,7 @@ class Simulator:
                 return
             before = job.lost_gpu_s
             self._lose_work(job)
-            job.preempt_lost_gpu_s += (
-                job.lost_gpu_s - before + self.config.restart_s * len(job.nodes)
-            )
+            job.preempt_lost_gpu_s += job.lost_gpu_s - before + job.start_s * len(job.nodes)
             self._release(job)
             job.state = _QUEUED
             job.queued_since = job.preempted_at = self.now
@@ -537,7 +543,13 @@ class Simulator:
         self._changed.update(need)
         job.nodes = tuple(d.nodes)
         job.placement = _placement(job.nodes)
-        job.restart_left = self.config.restart_s
+        model = job.model
+        job.start_s = (
+            model.start_s(self.config.restart_s)
+            if isinstance(model, WallClockJobModel)
+            else self.config.restart_s
+        )
+        job.restart_left = job.start_s
         job.started_at = self.now
         job.since_ckpt = 0.0
         job.view = None

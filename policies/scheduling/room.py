@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from policies.preemption import Preemption, VictimIndex
 from policies.scheduling.resize import drop_gpus
@@ -18,7 +18,11 @@ class Room:
     (most to spare first, then submission order), never taking a team below its guarantee that
     way, then preempts whole bulk jobs: borrowed capacity (teams above their entitlement)
     first, then capacity above a team's guarantee, then the rest; within a tier,
-    victims are chosen by the ``preemption`` policy. Bulk jobs only lose GPUs during a round,
+    victims are chosen by the ``preemption`` policy. A team's use, for the tiers, counts its
+    interactive jobs too, the one being started included: an interactive start that puts its
+    own team over its entitlement takes that team's bulk jobs first, rather than a job of a
+    team within its guarantee that would then reclaim its GPUs from the starting team (two
+    preemptions for one start). Bulk jobs only lose GPUs during a round,
     so the shrink order and the victims' index are built once, when first needed, and
     consumed: a job shrunk to its minimum or preempted drops out of them. Each call then costs
     about the jobs it disturbs, not every running job.
@@ -31,6 +35,8 @@ class Room:
         ent: each team's entitlement this round.
         preempted: jobs preempted so far this round (appended to, in order).
         touched: jobs shrunk this round (updated).
+        inter_held: GPUs each team's interactive jobs hold, those started this round
+            included (read, kept up to date by the caller).
     """
 
     def __init__(
@@ -42,6 +48,7 @@ class Room:
         ent: dict[str, int],
         preempted: list[str],
         touched: set[str],
+        inter_held: Mapping[str, int],
     ) -> None:
         self.preemption = preemption
         self.now = snapshot.now
@@ -53,6 +60,7 @@ class Room:
         self.preempted = preempted
         self.gone = set(preempted)
         self.touched = touched
+        self.inter_held = inter_held
         self.running: dict[str, RunningJob] = {}  # by id, once needed
         self._spare: list[tuple[int, int, str]] | None = None  # heap: (-spare, seq, job id)
         self._victims: VictimIndex | None = None
@@ -60,8 +68,9 @@ class Room:
         self._above: Counter[str] | None = None  # GPUs per team above its guarantee, to shrink
         self._bulk: int | None = None  # GPUs bulk jobs hold, once needed
 
-    def make(self, short: int) -> int:
-        """Free at least ``short`` GPUs; return the GPUs freed.
+    def make(self, short: int, team: str, gpus: int) -> int:
+        """Free at least ``short`` GPUs for an interactive job of ``team`` asking for ``gpus``;
+        return the GPUs freed.
 
         When bulk jobs hold fewer than ``short``, nothing is freed (0): the interactive job
         cannot start this round, and GPUs taken from bulk jobs would only go to other bulk
@@ -73,7 +82,7 @@ class Room:
             return 0
         left = self._shrink(short)
         if left > 0:
-            left = self._preempt(left)
+            left = self._preempt(left, team, gpus)
         self._bulk -= short - left
         return short - left
 
@@ -126,8 +135,11 @@ class Room:
                 heapq.heappush(self._spare, (take - spare, seq, job_id))
         return short
 
-    def _preempt(self, short: int) -> int:
+    def _preempt(self, short: int, team: str, gpus: int) -> int:
         """Preempt bulk jobs, tier by tier; return the GPUs still short.
+
+        A team's tier is judged by its use once ``gpus`` more run for ``team``: its bulk jobs,
+        its interactive jobs and the one starting.
 
         Only called once no job has GPUs to spare, so from here on jobs keep their sizes
         and the victims' index stays valid; jobs leave it as they are preempted.
@@ -153,13 +165,14 @@ class Room:
                     held[self.running[k].team] += len(nodes)
         victims_index = self._victims
         tiers: tuple[list[str], list[str], list[str]] = ([], [], [])
-        for team, gpus in held.items():
-            if gpus > self.ent.get(team, 0):
-                tiers[0].append(team)
-            elif gpus > self.guarantee.get(team, 0):
-                tiers[1].append(team)
+        for t, bulk in held.items():
+            use = bulk + self.inter_held.get(t, 0) + (gpus if t == team else 0)
+            if use > self.ent.get(t, 0):
+                tiers[0].append(t)
+            elif use > self.guarantee.get(t, 0):
+                tiers[1].append(t)
             else:
-                tiers[2].append(team)
+                tiers[2].append(t)
         victims: list[RunningJob] = []
         need = short
         for tier in tiers:

@@ -3,6 +3,7 @@ job state, the ledger, and the regressions of runs interrupted by a new decision
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -259,3 +260,20 @@ def test_a_start_cancelled_since_the_snapshot_gives_all_its_gpus_back(
     free = {"n0": 4}
     loop.bind(Decision(DecisionKind.START, gone, nodes=("n0", "n0")), free)
     assert free == {"n0": 4} and not rt.launches
+
+
+def test_a_bulk_run_with_no_step_is_stopped_at_once_and_one_that_stepped_checkpoints(
+    store: JobStore, make_loop: Any
+) -> None:
+    loop, rt = make_loop([("n0", 2)], policy="shared", stop_ends=False)
+    fresh = store.submit(job("fresh")).id
+    stepped = store.submit(job("stepped")).id
+    loop.round()
+    loop.round()
+    now = time.time()
+    store.put_metrics(stepped, {"first_step_at": now, "checkpoint_at": now, "step": 1})
+    loop.observe()  # reads the runs' progress
+    for job_id in (fresh, stepped):
+        loop.bind(Decision(DecisionKind.PREEMPT, job_id, reason="test"), {"n0": 0})
+    assert rt.stops == [fresh, stepped]
+    assert rt.killed == [fresh]  # nothing to save: no set-up to wait for

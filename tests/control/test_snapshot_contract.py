@@ -104,3 +104,38 @@ def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
         assert running.attained_service > 0 and running.checkpoint_at >= running.started_at
     finally:
         loop.release(grace_s=5)
+
+
+def test_a_run_for_a_set_time_has_its_time_left_as_remaining_work(
+    store: JobStore, tmp_path: Path
+) -> None:
+    spec = parse_spec(
+        {
+            "name": "timed",
+            "team": "t",
+            "class": "bulk",
+            "workload": "mlp",
+            "sla": {"throughput": {"min_samples_per_s": 1}},
+            "run": {"micro_batch": 8, "duration_s": 30},
+        }
+    )
+    settings = Settings(redis_url="unused", namespace=store.namespace, data_dir=tmp_path)
+    rt = LocalRuntime([("n0", 4)])
+    loop = ControlLoop(settings, store, rt, make_policy("shared"))
+    loop.lease.acquire(store.namespace)
+    try:
+        job_id = store.submit(spec).id
+        loop.round()
+        loop.round()
+        now = time.time()
+        store.put_metrics(
+            job_id, {"first_step_at": now, "checkpoint_at": now, "step": 3, "time_left_s": 12.5}
+        )
+        (running,) = loop.observe().running
+        assert running.remaining_work == 12.5
+        loop.bind(Decision(DecisionKind.PREEMPT, job_id, reason="contract"), {})
+        loop.reap(rt.poll())
+        (queued,) = loop.observe().queue
+        assert queued.remaining_work == 30  # its clock starts again when it resumes
+    finally:
+        loop.release(grace_s=5)

@@ -92,9 +92,10 @@ class Orch:
 
 
 def start_orch(
-    ray_address: str, redis_url: str, namespace: str, data_dir: Path, policy: str = "gang"
+    ray_address: str, redis_url: str | None, namespace: str, data_dir: Path, policy: str = "gang"
 ) -> Orch:
-    """A scheduler on the shared cluster, in its own namespace and data directory."""
+    """A scheduler on the shared cluster, in its own namespace and data directory (Redis at
+    ``redis_url``; ``None``: the embedded server)."""
     settings = Settings(
         redis_url=redis_url,
         ray_address=ray_address,

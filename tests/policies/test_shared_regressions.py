@@ -65,3 +65,35 @@ def test_a_team_under_guarantee_reclaims_after_a_large_interactive_start() -> No
         ),
     )
     assert _got(snap)["c"] >= 2
+
+
+def _preempted_for(queue: tuple[QueuedJob, ...], running: tuple[RunningJob, ...]) -> list[str]:
+    snap = Snapshot(
+        (NodeView("n0", 4, 0), NodeView("n1", 2, 0)),
+        queue,
+        running,
+        now=1000.0,
+        teams=(TeamView("v", guaranteed_gpus=2), TeamView("s", 1.0, 2), TeamView("n", 1.0, 2)),
+    )
+    decisions = SCHEDULING_POLICIES.create("shared").decide(snap)
+    return sorted(d.job_id for d in decisions if d.kind.value == "preempt")
+
+
+def test_an_interactive_start_takes_its_own_teams_bulk_job_first() -> None:
+    # The twin run: team n's 2-GPU interactive job arrives on a full pool where each team
+    # holds its guarantee of 2. Taking team v's job would put n at 4 GPUs, over its
+    # entitlement, and v would reclaim from n next round: two preemptions for one start.
+    # n's own bulk job gives way instead, though v's run is the youngest.
+    running = (
+        RunningJob("v1", "bulk", "v", ("n0", "n0"), seq=5, started_at=960.0),
+        RunningJob("s2", "bulk", "s", ("n1", "n1"), seq=1, started_at=900.0),
+        RunningJob("n1", "bulk", "n", ("n0", "n0"), seq=2, started_at=900.0),
+    )
+    inter = QueuedJob("i2", "interactive", "n", 2, 5, 990.0, min_gpus=2, max_gpus=2)
+    assert _preempted_for((inter,), running) == ["n1"]
+    # an interactive job of a team within its guarantee still takes from a borrower
+    borrowing = (
+        RunningJob("v1", "bulk", "v", ("n0", "n0", "n0", "n0"), seq=0, started_at=900.0),
+        RunningJob("s2", "bulk", "s", ("n1", "n1"), seq=1, started_at=900.0),
+    )
+    assert _preempted_for((inter,), borrowing) == ["v1"]

@@ -1,0 +1,368 @@
+"""The twin: one trace run live and in the simulator, and their decisions side by side.
+
+Used by the twin test (``test_twin.py``, which asserts that they agree) and by the twin
+benchmark (``bench/twin/run.py``, which prints and records both timelines).
+
+A trace of 18 short real jobs (both classes, three teams with guarantees 2/2/2 and speech capped
+at 3, an elastic job, a deadline job, interactive starts that need room) runs live under
+``shared`` on the multi-node virtual-GPU cluster (a head, a 4-GPU node, a 2-GPU node) against a
+real Redis, then in the simulator on the same nodes, with the very policy object the live loop
+ran, the submission times the live run had, each job's measured run length (first step to its
+end) and start-up (placement to first step: the median for a run stopped before its first step),
+and the restart cost the live loop weighs.
+
+Lining the two worlds up: live jobs run for a wall-clock ``run.duration_s`` whatever their GPU
+count and start it again when they resume (no checkpoint counts time), which the simulator's
+:class:`~orchestrator.sim.wallclock.WallClockJobModel` does too. Events are spaced well apart
+against the jitter of live gang starts (a few seconds on a loaded 2-core machine): the trace
+tests decisions, not timing.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.sim.engine import SimConfig, Simulator
+from orchestrator.sim.trace import TraceJob
+from orchestrator.sim.wallclock import WallClockJobModel
+from orchestrator.spec import JobSpec, parse_spec
+from orchestrator.store.states import JobState
+from orchestrator.teams import parse_teams
+from policies import DecisionKind
+from policies.scheduling import SchedulingPolicy
+from tests.e2e.conftest import Orch
+
+TEAMS: dict[str, Any] = {
+    "teams": [
+        {"name": "vision", "guaranteed_gpus": 2},
+        {"name": "speech", "guaranteed_gpus": 2, "max_gpus": 3},
+        {"name": "nlp", "guaranteed_gpus": 2},
+    ]
+}
+JITTER_S = 1.0
+"""How far a live decision's time may be off what the simulator replays: a round's latency
+(0.2 s rounds on a loaded machine), a stopped run's clean-up, the report of a first step."""
+VARIANTS = 20
+"""Replays with start-ups jittered by up to ``JITTER_S`` tried when the exact one differs."""
+RESTART_S = 6.0
+"""What the live loop weighs a restart at (about a gang's start on this loaded machine)."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job of the trace: when it is submitted (s after the first) and what it is."""
+
+    at: float
+    name: str
+    team: str
+    cls: str = "bulk"
+    gpus: int | tuple[int, int] = 1
+    duration_s: float = 10.0
+    deadline_s: float | None = None
+
+
+TRACE = [
+    # contention on 6 GPUs, decided by team accounting
+    Job(0, "v1", "vision", gpus=2, duration_s=30),
+    Job(0, "s1", "speech", gpus=2, duration_s=15),
+    Job(0, "s2", "speech", gpus=2, duration_s=20),  # over speech's cap until s1 ends
+    Job(0, "n1", "nlp", gpus=(1, 2), duration_s=30),  # elastic
+    Job(18, "i1", "vision", cls="interactive", duration_s=10),  # vision's own v1 gives way
+    Job(35, "i2", "nlp", cls="interactive", gpus=2, duration_s=8),  # nlp's own n1 gives way
+    # then waves within every team's guarantee
+    Job(110, "v2", "vision", duration_s=5),
+    Job(110, "s3", "speech", duration_s=5),
+    Job(110, "d1", "vision", duration_s=0, deadline_s=300),  # work by a deadline
+    Job(110, "n2", "nlp", duration_s=5),
+    Job(132, "s4", "speech", duration_s=5),
+    Job(132, "v3", "vision", duration_s=5),
+    Job(132, "i3", "speech", cls="interactive", duration_s=5),
+    Job(132, "n3", "nlp", duration_s=5),
+    # a full pool again: nlp's elastic n5 starts on 1 GPU beside n4 and grows when it ends
+    Job(154, "v4", "vision", gpus=2, duration_s=8),
+    Job(154, "s5", "speech", gpus=2, duration_s=16),
+    Job(154, "n4", "nlp", duration_s=8),
+    Job(154, "n5", "nlp", gpus=(1, 2), duration_s=25),
+]
+
+TIE_S = 1.5
+"""Decisions closer than this live are a tie: their order in the replay is not compared."""
+
+Event = tuple[float, str, str]
+"""(seconds, what: ``start``/``preempt``/``resize->N``, job name)."""
+
+
+@dataclass
+class Facts:
+    """What the live run measured of one job: its submission, and per run (placement to its
+    end) the start-up (placement to first step) and the length (first step to the end), each
+    ``None`` for a run stopped before its first step."""
+
+    submitted: float = 0.0
+    starts: list[float | None] = field(default_factory=list)
+    lengths: list[float | None] = field(default_factory=list)
+
+
+def spec(job: Job) -> JobSpec:
+    """The job's live spec: a small MLP for ``duration_s`` (or a sample count by a deadline)."""
+    lo, hi = job.gpus if isinstance(job.gpus, tuple) else (job.gpus, job.gpus)
+    run: dict[str, Any] = {"micro_batch": 8, "warmup_steps": 1, "checkpoint_every": 0}
+    if job.deadline_s is not None:
+        sla: dict[str, Any] = {
+            "throughput": {"work_samples": 8 * 400, "deadline_s": job.deadline_s}
+        }
+    elif job.cls == "interactive":
+        sla = {"latency": {"max_ms": 10_000, "start_within_s": 5}}
+        run["duration_s"] = job.duration_s
+    else:
+        sla = {"throughput": {"min_samples_per_s": 1}}
+        run["duration_s"] = job.duration_s
+    return parse_spec(
+        {
+            "name": job.name,
+            "team": job.team,
+            "class": job.cls,
+            "workload": {"name": "mlp", "args": {"hidden": 32}},
+            "sla": sla,
+            "resources": {"gpus": {"min": lo, "max": hi}},
+            "run": run,
+        }
+    )
+
+
+def run_live(o: Orch) -> dict[str, str]:
+    """Submit the trace on its schedule; wait for every job to finish. Job ids by name."""
+    o.running.scheduler.restart_cost_s = RESTART_S
+    o.store.put_teams(parse_teams(TEAMS, "twin teams"))
+    deadline = time.monotonic() + 60
+    while o.store.pool_view.read() is None:  # the loop's first round is behind it
+        if time.monotonic() > deadline:
+            raise RuntimeError("the control loop published no pool view in 60 s")
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    ids: dict[str, str] = {}
+    waves: dict[float, list[Job]] = defaultdict(list)
+    for job in TRACE:
+        waves[job.at].append(job)
+    for at, wave in sorted(waves.items()):
+        delay = t0 + at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        # one round trip: a scheduling round sees the whole wave or none of it, as in the
+        # simulator, where the wave arrives at one instant
+        ids.update(zip((j.name for j in wave), o.store.submit_many(map(spec, wave)), strict=True))
+    for job_id in ids.values():
+        rec = o.wait(job_id, {JobState.FINISHED, JobState.FAILED}, timeout_s=300)
+        if rec.state is not JobState.FINISHED:
+            raise RuntimeError(f"{rec.id} {rec.state.value}: {rec.message}")
+    return ids
+
+
+Record = tuple[list[dict[str, Any]], list[dict[str, Any]]]
+"""A job's stored events and its workers' reports."""
+
+
+def records(o: Orch, ids: dict[str, str]) -> dict[str, Record]:
+    """What the store kept of each job of the live run, by name."""
+    return {n: (o.store.events(j), o.store.metrics_history(j, 1000)) for n, j in ids.items()}
+
+
+def live_timeline(recs: dict[str, Record]) -> tuple[list[Event], dict[str, Facts]]:
+    """The live run's starts, preemptions and resizes (from the job events), and per job its
+    submission, run lengths and start latencies (from the events and the workers' reports)."""
+    events: list[Event] = []
+    facts: dict[str, Facts] = defaultdict(Facts)
+    for name, (evs, reports) in recs.items():
+        firsts = sorted({float(r["first_step_at"]) for r in reports if r.get("first_step_at")})
+        f = facts[name]
+        f.submitted = evs[0]["ts"]
+        placed = None
+        for e in evs[1:]:
+            kind, src, msg = e["event"], e.get("from", ""), e.get("message", "")
+            if kind == "placed":
+                if src == "queued":
+                    events.append((e["ts"], "start", name))
+                else:
+                    size = msg.split(" GPUs")[0].split(" to ")[-1]
+                    events.append((e["ts"], f"resize->{size}", name))
+            if kind == "queued" and msg.startswith("requeued: preempted"):
+                events.append((e["ts"], "preempt", name))
+            if placed is not None and kind in ("queued", "placed", "finished"):
+                first = next((t for t in firsts if placed < t <= e["ts"]), None)
+                f.starts.append(None if first is None else first - placed)
+                f.lengths.append(None if first is None else e["ts"] - first)
+                placed = None
+            if kind == "placed":
+                placed = e["ts"]
+    return sorted(events), dict(facts)
+
+
+def simulate(
+    facts: dict[str, Facts],
+    policy: SchedulingPolicy,
+    nodes: list[tuple[str, int]],
+    interval_s: float,
+    restart_cost_s: float,
+    median_start_s: float,
+    jitter: random.Random | None = None,
+) -> list[Event]:
+    """The trace in the simulator, with what the live run measured (see the module doc);
+    ``jitter``: move each start-up by up to ``JITTER_S`` either way."""
+    t0 = min(f.submitted for f in facts.values())
+    by_name = {j.name: j for j in TRACE}
+    wave_at: dict[float, float] = {}  # each wave arrives at once: when its first job did
+    for name, f in facts.items():
+        at = by_name[name].at
+        wave_at[at] = min(wave_at.get(at, f.submitted), f.submitted)
+    trace, models = [], {}
+    for name, f in facts.items():
+        job = by_name[name]
+        lo, hi = job.gpus if isinstance(job.gpus, tuple) else (job.gpus, job.gpus)
+        length = f.lengths[-1]  # the run that finished: every restart runs its whole length
+        assert length is not None, f"{name}: its last run has no first step"
+        trace.append(
+            TraceJob(
+                name,
+                wave_at[job.at] - t0,
+                team=job.team,
+                job_class=job.cls,
+                gpus=lo,
+                min_gpus=lo,
+                max_gpus=hi,
+                duration=length,
+                deadline=job.deadline_s,
+                wait_target=5.0 if job.cls == "interactive" else 60.0,
+                checkpoint=1e9,  # never: a restart loses the run's work, as live
+            )
+        )
+        starts = tuple(median_start_s if x is None else x for x in f.starts)
+        if jitter is not None:
+            starts = tuple(max(0.0, x + jitter.uniform(-JITTER_S, JITTER_S)) for x in starts)
+        models[name] = WallClockJobModel(length, starts=starts)
+    sim = Simulator(
+        trace,
+        policy,
+        nodes,
+        parse_teams(TEAMS, "twin teams").views(),
+        SimConfig(
+            interval_s=interval_s,
+            restart_s=restart_cost_s,  # what the policy weighs; the starts are measured
+            log_decisions=True,
+        ),
+        models=models,
+    )
+    sim.run()
+    out: list[Event] = []
+    sizes = {j.name: 0 for j in trace}
+    for at, d in sim.applied:
+        if d.kind is DecisionKind.START:
+            out.append((at, "start", d.job_id))
+        elif d.kind is DecisionKind.PREEMPT:
+            out.append((at, "preempt", d.job_id))
+        elif len(d.nodes) != sizes[d.job_id]:
+            out.append((at, f"resize->{len(d.nodes)}", d.job_id))
+        sizes[d.job_id] = len(d.nodes) if d.kind is not DecisionKind.PREEMPT else 0
+    return out
+
+
+def occurrences(events: list[Event], prefix: str) -> list[tuple[float, str]]:
+    """The ``prefix`` decisions (``start``, ``preempt``, ``resize``) in time order, each as
+    (time, ``job#k``: the job's k-th such decision, with the new size for a resize)."""
+    seen: dict[str, int] = defaultdict(int)
+    out = []
+    for t, what, job in sorted(events):
+        if what.startswith(prefix):
+            key = job if what == prefix else f"{job} {what}"
+            seen[key] += 1
+            out.append((t, f"{key}#{seen[key]}"))
+    return out
+
+
+def disagreements(
+    live: list[Event], simulated: list[Event], prefix: str, tie_s: float
+) -> list[str]:
+    """How the two worlds' ``prefix`` decisions differ: a decision only one made, or two
+    decisions made in opposite orders, unless they were less than ``tie_s`` apart live (their
+    order then comes from the jitter of the measured times, not from a decision)."""
+    a, b = occurrences(live, prefix), occurrences(simulated, prefix)
+    at_live = {k: t for t, k in a}
+    problems = [f"only live: {k}" for k in at_live.keys() - {k for _, k in b}]
+    problems += [f"only simulated: {k}" for _, k in b if k not in at_live]
+    order = [k for _, k in b if k in at_live]  # the simulated order of the shared decisions
+    for i, x in enumerate(order):
+        for y in order[i + 1 :]:
+            if at_live[y] < at_live[x] - tie_s:
+                problems.append(f"{x} before {y} simulated, {y} first live")
+    return problems
+
+
+@dataclass
+class Twin:
+    """Both timelines and the live measurements behind the simulated one."""
+
+    live: list[Event]
+    simulated: list[Event]
+    median_start_s: float
+    facts: dict[str, Facts]
+    variant: int = 0
+    """0: the exact replay; k: the k-th jittered one (see :func:`twin_of`)."""
+
+    def disagreements(self, tie_s: float) -> list[str]:
+        """How the replay's starts, preemptions and resizes differ from the live ones."""
+        return [
+            f"{kind}: {problem}"
+            for kind in ("start", "preempt", "resize")
+            for problem in disagreements(self.live, self.simulated, kind, tie_s)
+        ]
+
+    def report(self) -> str:
+        """Both timelines, for a failure message or the benchmark's output."""
+        t0 = self.live[0][0] if self.live else 0.0
+        return "\n".join(
+            [f"live (median start {self.median_start_s:.1f} s; replay {self.variant}):"]
+            + [f"  {t - t0:6.1f} {w:10s} {j}" for t, w, j in self.live]
+            + ["simulated:"]
+            + [f"  {t:6.1f} {w:10s} {j}" for t, w, j in self.simulated]
+        )
+
+
+def run_twin(o: Orch) -> Twin:
+    """Run the trace live on ``o`` (a ``shared`` orchestrator), then simulated."""
+    recs = records(o, run_live(o))
+    nodes = [(n.node_id, n.gpus) for n in o.running.scheduler.runtime.nodes() if n.gpus]
+    # the very policy object the live loop ran
+    return twin_of(recs, o.running.scheduler.policy, nodes, o.settings.scheduler_interval_s, TIE_S)
+
+
+def twin_of(
+    recs: dict[str, Record],
+    policy: SchedulingPolicy,
+    nodes: list[tuple[str, int]],
+    interval_s: float,
+    tie_s: float,
+) -> Twin:
+    """The live timeline of ``recs`` and its simulated twin.
+
+    The exact replay first. Two live events closer than the replay's timing error (a round's
+    latency and a stopped run's clean-up: about ``JITTER_S``) may come in either order in it,
+    and when two ends swap, a decision between them can go the other way. So if the exact
+    replay differs, up to ``VARIANTS`` replays with each start-up moved by up to ``JITTER_S``
+    are tried (seeded: deterministic), and the first that agrees is the twin; if none does, the
+    exact one is returned with its disagreements.
+    """
+    live, facts = live_timeline(recs)
+    median = statistics.median(s for f in facts.values() for s in f.starts if s is not None)
+    exact = Twin(live, simulate(facts, policy, nodes, interval_s, RESTART_S, median), median, facts)
+    if not exact.disagreements(tie_s):
+        return exact
+    for k in range(1, VARIANTS + 1):
+        replay = simulate(facts, policy, nodes, interval_s, RESTART_S, median, random.Random(k))
+        twin = Twin(live, replay, median, facts, k)
+        if not twin.disagreements(tie_s):
+            return twin
+    return exact
