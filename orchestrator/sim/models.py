@@ -143,9 +143,6 @@ class ProfileJobModel(JobModel):
         root: the Pollux data folder (default: :func:`~orchestrator.sim.profiles.traces_dir`).
     """
 
-    SPEEDUP_BUCKETS = 10
-    """Speedup tables are recomputed ten times over a job's epochs (they change slowly)."""
-
     def __init__(self, app: str, batch_size: int = 0, root: str | None = None) -> None:
         self.app: AppProfile = load_app(app, root)
         self.batch_size = batch_size
@@ -191,10 +188,13 @@ class ProfileJobModel(JobModel):
         self.progress, self.epoch = state
 
     def speedup(self, max_gpus: int) -> tuple[float, ...]:
-        """See :meth:`JobModel.speedup` (at the start of the current tenth of the epochs)."""
-        bucket = self.app.max_epochs // self.SPEEDUP_BUCKETS or 1
-        epoch = self.epoch - self.epoch % bucket
-        return _speedups(self.app.name, self.app.root, self.batch_size, epoch, max_gpus)
+        """See :meth:`JobModel.speedup`, with the current epoch's gradient statistics.
+
+        As Pollux's agent reports them: the statistical efficiency a job's goodput model uses
+        is that of its latest steps, so a job whose gradient noise grows (yolov3, deepspeech2
+        after their first epochs) is seen to scale as soon as it does.
+        """
+        return _speedups(self.app.name, self.app.root, self.batch_size, self.epoch, max_gpus)
 
     def remaining_time(self, placement: tuple[int, ...]) -> float:
         """See :meth:`JobModel.remaining_time` (current epoch's goodput throughout)."""

@@ -21,9 +21,14 @@ import os
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from orchestrator.sim.errors import TraceError
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 TRACES_ENV = "ORCH_POLLUX_TRACES"
 BUNDLED_TRACES = Path(__file__).resolve().parents[2] / "bench" / "data" / "pollux"
@@ -138,14 +143,17 @@ class AppProfile:
         self._step_cache[key] = out
         return out
 
-    def _interp_nd(self, nodes: int, replicas: int, local_bsz: int) -> tuple[float, float]:
+    def _interpolator(self) -> Any:
         if self._nd is None:
             from scipy.interpolate import LinearNDInterpolator  # heavy: only when needed
 
             xs = [p[:3] for p in self.points]
             ys = [p[3:] for p in self.points]
             self._nd = LinearNDInterpolator(xs, ys)
-        step, sync = self._nd([[min(nodes, 16), replicas, local_bsz]])[0]
+        return self._nd
+
+    def _interp_nd(self, nodes: int, replicas: int, local_bsz: int) -> tuple[float, float]:
+        step, sync = self._interpolator()([[min(nodes, 16), replicas, local_bsz]])[0]
         if math.isnan(step):
             raise TraceError(
                 f"{self.name}: no measurement near {nodes} nodes, {replicas} GPUs, "
@@ -168,6 +176,23 @@ class AppProfile:
         sqr = lower.grad_sqr[epoch] + w * (upper.grad_sqr[epoch] - lower.grad_sqr[epoch])
         var = lower.grad_var[epoch] + w * (upper.grad_var[epoch] - lower.grad_var[epoch])
         return sqr, var
+
+    def gains(self, batch_sizes: NDArray[np.float64], epoch: int) -> NDArray[np.float64]:
+        """:meth:`gain` of many batch sizes at once (the same arithmetic, element-wise)."""
+        sizes = np.array([c.batch_size for c in self.curves], dtype=np.float64)
+        sqrs = np.array([c.grad_sqr[epoch] for c in self.curves])
+        vars_ = np.array([c.grad_var[epoch] for c in self.curves])
+        b = np.clip(batch_sizes, sizes[0], sizes[-1])
+        hi = np.searchsorted(sizes, b, side="left")
+        lo = np.maximum(hi - 1, 0)
+        exact = (sizes[hi] == b) | (hi == 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            w = np.where(exact, 0.0, (b - sizes[lo]) / (sizes[hi] - sizes[lo]))
+        sqr = np.where(exact, sqrs[hi], sqrs[lo] + w * (sqrs[hi] - sqrs[lo]))
+        var = np.where(exact, vars_[hi], vars_[lo] + w * (vars_[hi] - vars_[lo]))
+        scale = batch_sizes / self.init_batch_size
+        out: NDArray[np.float64] = (var + sqr) / (var / scale + sqr)
+        return out
 
     def gain(self, batch_size: float, epoch: int) -> float:
         """Progress per optimizer step at ``batch_size`` in ``epoch`` (1 at ``B0``)."""
@@ -212,26 +237,44 @@ def _best_config_cached(
     name: str, root: str | None, placement: tuple[int, ...], epoch: int
 ) -> tuple[int, int]:
     app = load_app(name, root)
+    micro, accum, total, batch = _candidates(name, root, placement)
+    if not len(micro):  # more GPUs than the largest batch can use: the smallest micro-batch
+        return app.min_local_bsz, 0
+    rate = app.gains(batch, epoch) / total
+    best = int(np.argmax(rate))  # the first best, in the order the candidates were listed
+    return int(micro[best]), int(accum[best])
+
+
+@cache
+def _candidates(
+    name: str, root: str | None, placement: tuple[int, ...]
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], NDArray[np.float64]]:
+    """Every (micro-batch, accumulation) :meth:`AppProfile.best_config` weighs on a placement,
+    accumulation-major, with its optimizer-step time and global batch (the same for every
+    epoch; only the statistical efficiency changes with the epoch)."""
+    app = load_app(name, root)
     replicas = sum(placement)
-    best: tuple[float, int, int] | None = None
     micros = sorted(
         {*range(app.min_local_bsz, app.max_local_bsz + 1, _stride(app))} | {app.max_local_bsz}
     )
+    pairs: list[tuple[int, int]] = []
     for accum in range(16):
         for micro in micros:
             batch = replicas * micro * (accum + 1)
             if batch > app.max_batch_size:
                 break
-            if batch < app.init_batch_size:
-                continue
-            rate, _ = app.goodput(placement, micro, accum, epoch)
-            if best is None or rate > best[0]:
-                best = (rate, micro, accum)
+            if batch >= app.init_batch_size:
+                pairs.append((micro, accum))
         if replicas * app.min_local_bsz * (accum + 2) > app.max_batch_size:
             break
-    if best is None:  # more GPUs than the largest batch can use: the smallest micro-batch
-        return app.min_local_bsz, 0
-    return best[1], best[2]
+    micros_ = np.array([m for m, _ in pairs], dtype=np.int64)
+    accums = np.array([a for _, a in pairs], dtype=np.int64)
+    times = [app.step_time(placement, m) for m, _ in pairs]
+    step = np.array([t[0] for t in times], dtype=np.float64)
+    sync = np.array([t[1] for t in times], dtype=np.float64)
+    total = step + accums * (step - sync)
+    batches = (replicas * micros_ * (accums + 1)).astype(np.float64)
+    return micros_, accums, total, batches
 
 
 def _stride(app: AppProfile) -> int:

@@ -1,69 +1,280 @@
-"""Pollux-style baseline: every round, reallocate the whole pool for goodput, blind to class."""
+"""Pollux (Qiao et al., OSDI'21): each round, reallocate the pool for a fair mean of speedups.
+
+Class-blind, as published: an interactive session is a rigid job among the others, nothing
+reserves room for it.
+"""
 
 from __future__ import annotations
 
-from policies.decisions import Decision
-from policies.elastic import ElasticJob, GoodputElastic
+import math
+from collections import Counter
+from collections.abc import Sequence
+
+from policies.decisions import Decision, DecisionKind
 from policies.placement import PLACEMENTS, Placement
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
-from policies.scheduling.resize import sizes_to_decisions
+from policies.scheduling.pollux_search import CountProblem, genetic_search
+from policies.scheduling.resize import drop_gpus
 from policies.snapshot import QueuedJob, RunningJob, Snapshot
+
+Job = QueuedJob | RunningJob
+
+EPSILON = 1e-3
+"""Added to every scaled speedup before the power mean (the artifact's), so a job with no GPUs
+costs a large but finite amount: every job gets a GPU before any job gets a second one."""
 
 
 @SCHEDULING_POLICIES.register("pollux")
 class PolluxSchedulingPolicy(SchedulingPolicy):
-    """Goodput-maximising reallocation each round, as Pollux (Qiao et al., OSDI'21) does.
+    """Pollux's allocation: a genetic search maximising the power mean of the jobs' speedups.
 
-    Pollux re-optimises every job's GPU count each round from its goodput curve, counting the
-    cost of a restart, and admits jobs in submission order (a job that cannot get its minimum
-    waits). This baseline does the same with our elastic family: all jobs, queued and running,
-    in submission order are admitted at their minimum while it fits (a later, smaller job may
-    still start), running jobs keep what they hold first, and spare GPUs go one at a time to
-    the largest marginal gain of ``objective`` (:class:`~policies.elastic.GoodputElastic`; a
-    running job grows only when the gain pays for the restart). It knows no job class and no
-    team: an interactive session is a rigid job in the same FIFO, and nothing is preempted for
-    it; room is made for it only by shrinking elastic jobs, as the optimisation sees fit.
+    Each round (the published artifact's ``PolluxPolicy.optimize``, re-derived):
 
-    Differences from the published Pollux: a greedy marginal allocation instead of its genetic
-    search over placements, the jobs' true speedup curves instead of fitted ones, and a running
-    job that has not done its first step yet (``RunningJob.first_step_at``) is left as it is
-    (admitted first on its GPUs, neither shrunk, grown nor preempted).
+    1. Jobs, queued and running, in priority order: least attained service first, then
+       submission (the order in which the search's repair serves them when GPUs run out).
+    2. Each job's speedup on ``n`` GPUs is its goodput there (``speedup``, from its goodput
+       model: throughput x statistical efficiency at the best batch and micro-batch for ``n``)
+       over its goodput at the fair share ``ceil(GPUs / jobs)``, scaled by ``nodes / GPUs`` as
+       the artifact does (a node's worth of fair share is 1). A change of allocation (a start
+       too) multiplies it by the restart penalty ``age / (age + restart_cost_s)`` (the artifact
+       also subtracts the restarts so far from ``age``; a snapshot does not carry that count).
+    3. A job may get at most twice the GPUs it holds (1 if it holds none): Pollux trusts its
+       fitted throughput model only up to twice the largest allocation it has measured, so a
+       job ramps up 1, 2, 4, ... rounds apart (``ramp=False`` lifts this).
+    4. The genetic search (:func:`~policies.scheduling.pollux_search.genetic_search`) minimises
+       ``sum((s_j + EPSILON) ** p)`` for ``p < 0`` (maximises the power mean with exponent ``p``;
+       ``p = -1``, the default, is the harmonic mean) or maximises ``sum(s_j ** p)`` for
+       ``p > 0`` (``p = 1``: total goodput).
+    5. The counts become nodes: a shrinking job drops GPUs where it has fewest, a growing or new
+       job takes the most compact placement of the free GPUs (its own included), and, for
+       interference avoidance, no node holds GPUs of two jobs that span several nodes each.
+
+    A running job that has not done its first step yet (``RunningJob.first_step_at``) keeps
+    exactly its GPUs (a change would throw its start-up away): it is pinned, and served before
+    every other job, as the artifact serves its pinned jobs. Differences from the artifact:
+    it searches GPU counts (speedups are known per count, on the most compact placement)
+    rather than job-by-node matrices; its first population is the current allocation and a
+    greedy one rather than the previous round's population (a policy keeps no state); and it
+    runs ``generations`` generations of ``population`` rather than 100 of 100.
 
     Args:
-        objective: ``"harmonic"`` (default: Pollux's fairness exponent ``p = -1``), ``"log"``
-            or ``"sum"``.
-        placement: where new GPUs go (default ``topology``: fewest nodes per job).
+        p: the fairness exponent (``-1``: harmonic mean; ``1``: sum of speedups).
+        population: the genetic search's population size.
+        generations: generations per round.
+        ramp: cap a job at twice what it holds (see 3).
+        placement: where a new or moved job goes (default ``topology``: fewest nodes).
     """
 
     def __init__(
-        self, objective: str = "harmonic", placement: Placement | str = "topology"
+        self,
+        p: float = -1.0,
+        population: int = 50,
+        generations: int = 40,
+        ramp: bool = True,
+        placement: Placement | str = "topology",
     ) -> None:
-        self.elastic = GoodputElastic(objective)
+        if p == 0:
+            raise ValueError("p must be non-zero (-1: harmonic mean, 1: sum of speedups)")
+        self.p = p
+        self.population = population
+        self.generations = generations
+        self.ramp = ramp
         self.placement = PLACEMENTS.create(placement) if isinstance(placement, str) else placement
 
     def decide(self, snapshot: Snapshot) -> list[Decision]:
         """See :meth:`SchedulingPolicy.decide`."""
+        jobs: list[Job] = [*snapshot.running, *snapshot.queue]
         now = snapshot.now
-        jobs: list[QueuedJob | RunningJob] = [*snapshot.running, *snapshot.queue]
-        jobs.sort(key=lambda j: (j.seq, j.job_id))
-        elastic: list[ElasticJob] = []
-        for j in jobs:
-            if not isinstance(j, RunningJob):
-                elastic.append(ElasticJob(j.job_id, j.lo, j.hi, j.gpus, speedup=j.speedup))
+        # pinned first (a run with no step yet keeps its GPUs), then least attained service
+        jobs.sort(
+            key=lambda j: (
+                not (isinstance(j, RunningJob) and not j.stepped(now)),
+                j.attained_service,
+                j.submitted_at,
+                j.seq,
+                j.job_id,
+            )
+        )
+        if not jobs:
+            return []
+        problem = self.problem(snapshot, jobs)
+        counts = genetic_search(
+            problem,
+            [snapshot.seed, int(snapshot.now)],
+            self.population,
+            self.generations,
+        )
+        sizes = {j.job_id: int(n) for j, n in zip(jobs, counts, strict=True)}
+        return place_counts(snapshot, jobs, sizes, self.placement)
+
+    def problem(self, snapshot: Snapshot, jobs: Sequence[Job]) -> CountProblem:
+        """The round's :class:`CountProblem`: each job's cost on 0..cap GPUs (see steps 2-4)."""
+        import numpy as np
+
+        now, total = snapshot.now, snapshot.total_gpus
+        lo = np.zeros(len(jobs), dtype=np.int64)
+        cap = np.zeros(len(jobs), dtype=np.int64)
+        base = np.zeros(len(jobs), dtype=np.int64)
+        pinned = np.zeros(len(jobs), dtype=bool)
+        for i, j in enumerate(jobs):
+            have = j.gpus if isinstance(j, RunningJob) else 0
+            base[i] = have
+            if isinstance(j, RunningJob) and not j.stepped(now):
+                lo[i] = cap[i] = have
+                pinned[i] = True
                 continue
-            # a run with no step yet keeps exactly its GPUs: a resize would restart it
-            keep = j.gpus if not j.stepped(now) else 0
-            elastic.append(
-                ElasticJob(
+            lo[i] = j.lo
+            most = max(2 * have, 1) if self.ramp else j.hi
+            cap[i] = min(j.hi, max(most, j.lo), total)
+        width = int(cap.max()) + 1
+        counts = np.arange(width)
+        fair = math.ceil(total / len(jobs))
+        scale = len(snapshot.nodes) / max(total, 1)
+        cost = np.empty((len(jobs), width))
+        restart = snapshot.restart_cost_s
+        for i, j in enumerate(jobs):
+            rates = np.array([j.rate(n) for n in range(width)])
+            speedup = rates / max(j.rate(fair), 1e-12) * scale
+            age = max(now - j.submitted_at, 0.0)
+            # restarts so far, at least: the ramp needs one per doubling to what it holds
+            restarts = math.ceil(math.log2(base[i])) if base[i] > 1 else 0
+            penalty = max(age - restarts * restart, 0.0) / (age + restart) if restart else 1.0
+            speedup = np.where(counts == base[i], speedup, speedup * penalty)
+            if self.p < 0:
+                cost[i] = (speedup + EPSILON) ** self.p
+            else:
+                cost[i] = -(speedup**self.p)
+        return CountProblem(cost, lo, cap, base, total, pinned)
+
+
+def place_counts(
+    snapshot: Snapshot, jobs: Sequence[Job], sizes: dict[str, int], placement: Placement
+) -> list[Decision]:
+    """Decisions that give every job its target GPU count (0: not running).
+
+    Stopped and shrinking jobs first (they free GPUs); then growing and new jobs, largest
+    target first, each on the most compact of (its own GPUs plus free ones, the free ones
+    only): a job that moves does so in one resize. A job that spans several nodes never
+    shares a node with another such job (interference avoidance); a target that cannot be
+    placed so is lowered until it can (a queued job that fits nowhere waits).
+    """
+    free = snapshot.free()
+    hold = {r.job_id: list(r.nodes) for r in snapshot.running}
+    out: list[Decision] = []
+    for r in snapshot.running:
+        target = sizes.get(r.job_id, 0)
+        if target == 0:
+            out.append(Decision(DecisionKind.PREEMPT, r.job_id, reason="gives way (goodput)"))
+            for n in hold.pop(r.job_id):
+                free[n] += 1
+        elif target < r.gpus:
+            for n in drop_gpus(hold[r.job_id], r.gpus - target):
+                free[n] += 1
+            out.append(_resize(r.job_id, hold[r.job_id], placement, "shrinks"))
+    spread = Counter(n for nodes in hold.values() if len(set(nodes)) > 1 for n in set(nodes))
+    rank = {j.job_id: i for i, j in enumerate(jobs)}
+    growing = [j for j in jobs if sizes.get(j.job_id, 0) > len(hold.get(j.job_id, ()))]
+    growing.sort(key=lambda j: (-sizes[j.job_id], rank[j.job_id]))
+    started: set[str] = set()
+    for j in growing:
+        have = hold.get(j.job_id, [])
+        if len(set(have)) > 1:
+            spread.subtract(set(have))
+        floor = max(len(have), j.lo - 1)  # never below what it holds, nor its minimum
+        nodes = _place(sizes[j.job_id], floor, have, free, spread, placement)
+        if nodes is None:
+            if len(set(have)) > 1:
+                spread.update(set(have))
+            continue
+        for n in have:
+            free[n] += 1
+        for n in nodes:
+            free[n] -= 1
+        if len(set(nodes)) > 1:
+            spread.update(set(nodes))
+        if have:
+            hold[j.job_id] = list(nodes)
+            out.append(_resize(j.job_id, nodes, placement, "grows"))
+        else:
+            started.add(j.job_id)
+            out.append(
+                Decision(
+                    DecisionKind.START,
                     j.job_id,
-                    lo=j.lo,
-                    hi=max(keep, j.lo) if keep else j.hi,
-                    preferred=j.gpus,
-                    current=j.gpus,
-                    speedup=j.speedup,
-                    floor=keep,
-                    run_s=now - j.started_at,
+                    nodes=tuple(nodes),
+                    strategy=placement.ray_strategy,
+                    reason=f"goodput on {len(nodes)} GPUs",
                 )
             )
-        sizes = self.elastic.allocate(elastic, snapshot.total_gpus, snapshot.restart_cost_s)
-        return sizes_to_decisions(snapshot, sizes, self.placement, "goodput")
+    out.extend(
+        Decision(DecisionKind.WAIT, q.job_id, reason="waiting for GPUs (goodput)")
+        for q in snapshot.queue
+        if q.job_id not in started
+    )
+    return out
+
+
+def _resize(job_id: str, nodes: Sequence[str], placement: Placement, verb: str) -> Decision:
+    return Decision(
+        DecisionKind.RESIZE,
+        job_id,
+        nodes=tuple(nodes),
+        strategy=placement.ray_strategy,
+        reason=f"{verb} to {len(nodes)} GPUs (goodput)",
+    )
+
+
+def _place(
+    target: int,
+    floor: int,
+    have: Sequence[str],
+    free: dict[str, int],
+    spread: Counter[str],
+    placement: Placement,
+) -> tuple[str, ...] | None:
+    """The nodes for ``target`` GPUs (a job holding ``have``), lowered down to ``floor + 1``.
+
+    Candidates: its own GPUs kept and free ones added on its nodes first, or a fresh compact
+    placement over the free GPUs and its own; the one on fewer nodes wins (ties: staying). A
+    candidate over several nodes may not use a node in ``spread``.
+    """
+    mine = Counter(have)
+    pool = dict(free)
+    for n, c in mine.items():
+        pool[n] = pool.get(n, 0) + c
+    taken = {n for n, c in spread.items() if c > 0}
+    alone = {n: c for n, c in pool.items() if n not in taken}
+    for size in range(target, floor, -1):
+        options = []
+        stay = _grow_in_place(have, size, free, placement)
+        if stay is not None:
+            options.append(stay)
+        fresh = placement.place(size, pool)
+        if fresh is not None:
+            options.append(fresh)
+        fresh = placement.place(size, alone)
+        if fresh is not None:
+            options.append(fresh)
+        ok = [o for o in options if len(set(o)) == 1 or not set(o) & taken]
+        if ok:
+            return min(ok, key=lambda o: len(set(o)))
+    return None
+
+
+def _grow_in_place(
+    have: Sequence[str], size: int, free: dict[str, int], placement: Placement
+) -> tuple[str, ...] | None:
+    if not have:
+        return None
+    nodes = list(have)
+    left = dict(free)
+    for n in dict.fromkeys(have):
+        take = min(left.get(n, 0), size - len(nodes))
+        nodes.extend([n] * take)
+        left[n] -= take
+    if len(nodes) < size:
+        more = placement.place(size - len(nodes), left)
+        if more is None:
+            return None
+        nodes.extend(more)
+    return tuple(nodes)

@@ -104,7 +104,8 @@ def test_pollux_does_not_shrink_a_run_with_no_step() -> None:
     assert _sizes("pollux", stepped)["q"] >= 1
 
 
-@settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=150)
+# no deadline: pollux's genetic search takes tens of ms a call on a loaded machine
+@settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=150, deadline=None)
 @given(snap=snapshots(progress=True))
 def test_no_bulk_job_takes_gpus_from_a_run_with_no_step(snap: Snapshot) -> None:
     """Under ``shared`` such a run loses GPUs only in a round where an interactive job starts,
@@ -178,7 +179,7 @@ def test_an_interactive_job_is_never_held_back() -> None:
     ]
 
 
-@settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=150)
+@settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=150, deadline=None)
 @given(snap=snapshots(progress=True))
 def test_late_jobs_change_nothing_for_the_others(snap: Snapshot) -> None:
     """Under ``shared`` the other jobs' decisions are those of the round without the jobs
@@ -198,7 +199,7 @@ def test_late_jobs_change_nothing_for_the_others(snap: Snapshot) -> None:
 # ---- defaults ----------------------------------------------------------------------------------
 
 
-@settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=60)
+@settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=60, deadline=None)
 @given(snap=snapshots())
 def test_the_fields_change_nothing_when_there_is_nothing_to_protect(snap: Snapshot) -> None:
     """Every run stepped in the past, every preemption older than the last round: the same

@@ -152,12 +152,16 @@ class SchedulingContract:
         ids = [d.job_id for d in decisions if d.kind in (DecisionKind.START, DecisionKind.WAIT)]
         assert sorted(ids) == sorted(q.job_id for q in snap.queue)
 
-    @settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=60)
+    @settings(
+        suppress_health_check=[HealthCheck.differing_executors], max_examples=60, deadline=None
+    )
     @given(snap=snapshots())
     def test_never_over_allocates_and_is_deterministic(self, snap: Snapshot) -> None:
         self.check(snap)
 
-    @settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=60)
+    @settings(
+        suppress_health_check=[HealthCheck.differing_executors], max_examples=60, deadline=None
+    )
     @given(snap=snapshots(progress=True))
     def test_keeps_the_contract_with_progress_fields(self, snap: Snapshot) -> None:
         self.check(snap)
@@ -203,7 +207,9 @@ class TestPollux(SchedulingContract):
     def make(self) -> SchedulingPolicy:
         return SCHEDULING_POLICIES.create("pollux")
 
-    @settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=60)
+    @settings(
+        suppress_health_check=[HealthCheck.differing_executors], max_examples=60, deadline=None
+    )
     @given(snap=snapshots())
     def test_sizes_within_bounds(self, snap: Snapshot) -> None:
         held = apply(snap, self.make().decide(snap))
@@ -334,9 +340,10 @@ def test_pollux_grows_the_job_with_the_best_marginal_goodput() -> None:
         QueuedJob("a", "bulk", "t", 1, 0, 0.0, min_gpus=1, max_gpus=4),
         QueuedJob("b", "bulk", "t", 1, 1, 0.0, min_gpus=1, max_gpus=4, speedup=(1.0, 1.5)),
     )
-    d = SCHEDULING_POLICIES.create("pollux").decide(Snapshot(nodes, queue))
+    snap = Snapshot(nodes, queue, now=60.0)
+    d = SCHEDULING_POLICIES.create("pollux", ramp=False).decide(snap)
     assert {x.job_id: len(x.nodes) for x in d} == {"a": 2, "b": 2}
-    d = SCHEDULING_POLICIES.create("pollux", objective="sum").decide(Snapshot(nodes, queue))
+    d = SCHEDULING_POLICIES.create("pollux", p=1.0, ramp=False).decide(snap)
     assert {x.job_id: len(x.nodes) for x in d} == {"a": 3, "b": 1}
 
 
