@@ -102,3 +102,78 @@ def evaluate_sla(
     else:
         met = None
     return SLAVerdict(met=met, target=describe_sla(spec), measured=", ".join(measured) or "-")
+
+
+@dataclass(frozen=True)
+class DeadlineCheck:
+    """Whether a job's deadline can be met at all, judged at submission.
+
+    Attributes:
+        ok: ``False`` when the work cannot be done by the deadline even on all of the job's
+            allowed GPUs at its tuned rate; ``None`` when there is no rate to judge by.
+        message: one line for the user (empty when ``ok`` is ``True``).
+    """
+
+    ok: bool | None
+    message: str
+
+
+def profile_rate(profile: dict[str, Any] | None, max_gpus: int) -> float | None:
+    """The best tuned samples/s on at most ``max_gpus`` GPUs in a tuner profile, or ``None``.
+
+    Reads ``chosen.by_gpus`` (measured or predicted per GPU count), else the chosen config's
+    own ``measured_samples_per_s`` / ``samples_per_s`` (see ``orchestrator.tuner.profile``).
+    """
+    chosen = (profile or {}).get("chosen")
+    if not isinstance(chosen, dict):
+        return None
+    rates = [
+        float(p["samples_per_s"])
+        for p in chosen.get("by_gpus") or []
+        if isinstance(p, dict)
+        and isinstance(p.get("gpus"), int)
+        and p["gpus"] <= max_gpus
+        and isinstance(p.get("samples_per_s"), int | float)
+        and p["samples_per_s"] > 0
+    ]
+    if rates:
+        return max(rates)
+    for key in ("measured_samples_per_s", "samples_per_s"):
+        value = chosen.get(key)
+        if isinstance(value, int | float) and value > 0:
+            return float(value)
+    return None
+
+
+def check_deadline(spec: JobSpec, samples_per_s: float | None) -> DeadlineCheck:
+    """Can ``spec``'s ``work_samples`` be done within its ``deadline_s``?
+
+    Args:
+        spec: the job; only a throughput SLA with ``work_samples`` and ``deadline_s`` is
+            judged (anything else is ``ok``).
+        samples_per_s: the job's tuned rate on all of its allowed GPUs (``None``: unknown,
+            the check is skipped with a note).
+    """
+    tp = spec.sla.throughput
+    if tp is None or tp.deadline_s is None:
+        return DeadlineCheck(True, "")
+    if tp.work_samples is None:
+        return DeadlineCheck(
+            None, f"job {spec.name!r}: deadline not checked: its work is in tokens"
+        )
+    if samples_per_s is None or samples_per_s <= 0:
+        return DeadlineCheck(
+            None,
+            f"job {spec.name!r}: deadline not checked: no tuned rate yet "
+            f"(`orch tune` the job file first)",
+        )
+    need = tp.work_samples / samples_per_s
+    gpus = spec.resources.gpus.upper
+    if need <= tp.deadline_s:
+        return DeadlineCheck(True, "")
+    return DeadlineCheck(
+        False,
+        f"job {spec.name!r}: sla.throughput.deadline_s {tp.deadline_s:g} s cannot be met: "
+        f"{tp.work_samples} samples at the tuned {samples_per_s:,.1f} samples/s on up to "
+        f"{gpus} GPUs take {need:,.0f} s",
+    )

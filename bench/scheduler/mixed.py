@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/scheduler/mixed.py            # the full run (about 4 minutes, 2 cores)
     .venv/bin/python bench/scheduler/mixed.py --smoke    # a small run (the test suite's)
+    .venv/bin/python bench/scheduler/mixed.py --tight-deadlines   # deadlines 1.2x run time
 
 Workload (everything fixed by the arguments and seeds; a re-run gives the same figures):
 
@@ -14,7 +15,8 @@ Workload (everything fixed by the arguments and seeds; a re-run gives the same f
   Durations capped at 7 days, GPUs at 64; each job may run on half to twice its GPUs (elastic
   policies use that; the others run it at its request). Every bulk job checkpoints every
   30 minutes of run time (a preemption loses the work since), and has a deadline of twice its
-  run time on the GPUs it asked for plus one hour after submission.
+  run time on the GPUs it asked for plus one hour after submission (``--tight-deadlines``:
+  1.2 times its run time after submission).
 * **Interactive**: sessions from :mod:`orchestrator.sim.synthetic` (seed 0) over the same span,
   holding ``--interactive-load`` (default 10%) of the pool on average, 1-8 GPUs, teams in
   proportion to their bulk job counts, SLA: start within 60 s.
@@ -23,9 +25,12 @@ Workload (everything fixed by the arguments and seeds; a re-run gives the same f
 * **Policies**: ``fifo`` (strict submission order, class-blind), ``static-partition`` (the p99 of
   the sessions' concurrent GPU demand reserved for them, bulk FIFO on the rest),
   ``strict-priority`` (interactive preempts bulk, newest first), ``tiresias`` (class-blind
-  2-queue LAS), ``pollux`` (class-blind goodput reallocation), ``shared`` (ours).
+  2-queue LAS), ``pollux`` (class-blind goodput reallocation), ``shared`` (ours),
+  ``shared-before`` (``shared`` with the jobs' deadlines hidden from it: the policy as it was
+  before issue 15 made it deadline-aware, measured in the same run; not in the default list).
 
-Prints one table and writes ``bench/scheduler/results/mixed[-smoke].json``.
+Prints one table and writes ``bench/scheduler/results/mixed[-tight][-smoke].json`` (or
+``--out NAME``: ``NAME.json``).
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from orchestrator.sim.metrics import jain
 from orchestrator.sim.synthetic import concurrent_gpus, interactive_sessions
 from orchestrator.sim.trace import philly_window
 from orchestrator.teams import teams_from_usage
-from policies import SCHEDULING_POLICIES
+from policies import SCHEDULING_POLICIES, Decision, Snapshot
 from policies.scheduling import SchedulingPolicy
 
 RESULTS = Path(__file__).parent / "results"
@@ -61,11 +66,15 @@ RESTART_S = 30.0
 
 
 def workload(
-    start: str, days: float, speed: float, load: float, pool: int, seed: int
+    start: str, days: float, speed: float, load: float, pool: int, seed: int, tight: bool = False
 ) -> tuple[list[TraceJob], list[TraceJob]]:
     """(bulk, interactive) jobs of the benchmark (see the module docstring)."""
     bulk = [
-        replace(j, checkpoint=CHECKPOINT_S, deadline=2 * j.duration + 3600.0)
+        replace(
+            j,
+            checkpoint=CHECKPOINT_S,
+            deadline=1.2 * j.duration if tight else 2 * j.duration + 3600.0,
+        )
         for j in philly_window(start, days, speed)
     ]
     counts = Counter(j.team for j in bulk)
@@ -74,8 +83,26 @@ def workload(
     return bulk, inter
 
 
+class DeadlineBlind(SchedulingPolicy):
+    """A policy that decides on snapshots with every deadline removed (\"before\" runs)."""
+
+    def __init__(self, inner: SchedulingPolicy) -> None:
+        self.inner = inner
+
+    def decide(self, snapshot: Snapshot) -> list[Decision]:
+        """The inner policy's decisions, deadlines hidden."""
+        blind = replace(
+            snapshot,
+            queue=tuple(replace(q, deadline=None) if q.deadline else q for q in snapshot.queue),
+            running=tuple(replace(r, deadline=None) if r.deadline else r for r in snapshot.running),
+        )
+        return self.inner.decide(blind)
+
+
 def make_policy(name: str, reserve: float) -> SchedulingPolicy:
     """The policy under its benchmark name."""
+    if name == "shared-before":
+        return DeadlineBlind(SCHEDULING_POLICIES.create("shared"))
     if name == "fifo":
         return SCHEDULING_POLICIES.create("gang", queue="fifo")
     if name == "static-partition":
@@ -86,7 +113,9 @@ def make_policy(name: str, reserve: float) -> SchedulingPolicy:
 def run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
     """Simulate the workload under one policy; return its figures."""
     pool = args.nodes * args.gpus_per_node
-    bulk, inter = workload(args.start, args.days, args.speed, args.interactive_load, pool, 0)
+    bulk, inter = workload(
+        args.start, args.days, args.speed, args.interactive_load, pool, 0, args.tight_deadlines
+    )
     used: Counter[str] = Counter()
     for j in bulk:
         used[j.team] += j.gpus * j.duration
@@ -165,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=128)
     ap.add_argument("--gpus-per-node", type=int, default=8)
     ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument(
+        "--tight-deadlines",
+        action="store_true",
+        help="bulk deadlines at 1.2x run time after submission (default: 2x + 1 h)",
+    )
+    ap.add_argument("--out", default="", help="results file name under results/, no .json")
     args = ap.parse_args(argv)
     if args.smoke:  # 128 GPUs, 6 hours of Philly arrivals in 45 minutes: the same mix, small
         args.nodes, args.days, args.speed = 16, 0.25, 8.0
@@ -174,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     first = rows[0]
     print(
         f"{first['pool_gpus']} GPUs, {first['bulk_jobs']} bulk jobs (Philly {args.start}, "
-        f"{args.days} days at {args.speed}x), {first['interactive_jobs']} interactive sessions"
+        f"{args.days} days at {args.speed}x), {first['interactive_jobs']} interactive sessions, "
+        + ("tight deadlines (1.2x run time)" if args.tight_deadlines else "deadlines 2x + 1 h")
     )
     print(
         f"{'policy':<17} {'inter SLA':>9} {'deadline':>8} {'mean JCT':>9} {'p99 JCT':>9} "
@@ -191,7 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     for line in verdict(rows):
         print(line)
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / ("mixed-smoke.json" if args.smoke else "mixed.json")
+    name = args.out or (
+        "mixed" + ("-tight" if args.tight_deadlines else "") + ("-smoke" if args.smoke else "")
+    )
+    out = RESULTS / f"{name}.json"
     meta = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, no GPU",

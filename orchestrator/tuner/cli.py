@@ -52,12 +52,14 @@ def tune_command(
 ) -> None:
     """Tune a job against its SLA without running it: profile configs, print the trials and
     the chosen config (stored for `orch show`)."""
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from orchestrator.config import Settings
     from orchestrator.errors import ConfigError
     from orchestrator.services import open_store
     from orchestrator.spec import load_spec
+    from orchestrator.store.server import EmbeddedRedis
     from orchestrator.tuner.history import History, TrialRecord
     from orchestrator.tuner.service import tune_spec
     from orchestrator.tuner.study import dashboard_command
@@ -105,7 +107,12 @@ def tune_command(
             raise ConfigError(str(err)) from None
     profile = store.profiles.load(report.job)
     console.print(show_tuning(report.to_dict(), profile))
-    console.print(f"[dim]study {report.study}: {dashboard_command(store.study_journal(url))}[/]")
+    # The embedded server's password stays in its file; the command reads it from there.
+    secret = None if settings.redis_url else EmbeddedRedis(settings.data_dir).password_file
+    command = dashboard_command(store.study_journal(url), secret)
+    console.print(
+        f"[dim]study {report.study}: {escape(command)}[/]", soft_wrap=True, highlight=False
+    )
     if not report.run:
         raise typer.Exit(3)
 
@@ -128,7 +135,8 @@ def _tune_on_pool(
             gpus_per_node=max(Counter(nodes).values()),
         )
         try:
-            return tune(evaluator=evaluator)
+            # up to one trial per GPU of the gang at once, as a tuning run of a job does
+            return tune(evaluator=evaluator, free_gpus=gpus)
         finally:
             evaluator.close()
 

@@ -4,7 +4,9 @@ Strategies read it to decide the next config; the tuner writes it. It also holds
 that lets a trial be skipped without running: a repeated config (already measured), a
 micro-batch at or above a known out-of-memory one, and a latency ceiling already missed by a
 smaller micro-batch with the same other settings (step time does not fall when the micro-batch
-grows, so the larger one misses too).
+grows, so the larger one misses too). While the tuner runs a batch of trials at once
+(``Tuner(free_gpus=k)``), ``pending`` holds the configs being measured, so that a strategy
+proposes different ones.
 """
 
 from __future__ import annotations
@@ -50,12 +52,18 @@ class TrialRecord:
 
 @dataclass
 class History:
-    """Every trial so far, with indexes the strategies need."""
+    """Every trial so far, with indexes the strategies need.
+
+    Attributes:
+        pending: configs being measured in the running batch (written by the tuner only; empty
+            when trials run one at a time).
+    """
 
     space: SearchSpace
     goal: Goal
     records: list[TrialRecord] = field(default_factory=list)
     frontier: FitFrontier = field(default_factory=FitFrontier)
+    pending: set[Config] = field(default_factory=set)
     _by_config: dict[Config, TrialRecord] = field(default_factory=dict)
 
     def add(self, record: TrialRecord) -> None:
@@ -73,6 +81,10 @@ class History:
     def measured(self, config: Config) -> TrialRecord | None:
         """The trial that measured ``config``, if any."""
         return self._by_config.get(config)
+
+    def untried(self, config: Config) -> bool:
+        """Neither measured nor being measured now (in the running batch)."""
+        return config not in self._by_config and config not in self.pending
 
     def points(self) -> Iterator[TrialRecord]:
         """One record per distinct measured config."""

@@ -4,7 +4,9 @@ The scheduler places a tuning run like any job (the policy orders it, so interac
 go first) on as many GPUs as the policy gives the job, and :func:`tune_job` runs there in a Ray
 task. Every trial is a real profiling run of the workload through the worker harness on the
 first ``g`` GPUs of that gang (``evaluators.gang``), so the GPU count (within the job's range
-and the gang) and DDP against FSDP are tuned along with the per-GPU settings.
+and the gang) and DDP against FSDP are tuned along with the per-GPU settings. The gang's GPUs
+are the tuner's ``free_gpus``: a gang of ``k`` runs up to ``k`` one-GPU trials at once, on
+disjoint slices of it.
 """
 
 from __future__ import annotations
@@ -58,7 +60,9 @@ def tune_job(
     )
     try:
         store = JobStore.from_url(redis_url, namespace)
-        report = tune_spec(spec, store, redis_url, job=job_id, evaluator=evaluator)
+        report = tune_spec(
+            spec, store, redis_url, job=job_id, evaluator=evaluator, free_gpus=evaluator.size
+        )
     finally:
         evaluator.close()
     result = report.result

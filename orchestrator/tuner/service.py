@@ -17,7 +17,7 @@ from orchestrator.tuner.objective import Goal, Measurement
 from orchestrator.tuner.profile import build_profile
 from orchestrator.tuner.space import Config, DeviceCaps, space_for
 from orchestrator.tuner.strategies import STRATEGIES
-from orchestrator.tuner.study import open_study, study_name
+from orchestrator.tuner.study import objective_name, open_study, study_name
 from orchestrator.tuner.tuner import OnTrial, Tuner, TuneResult, summary
 
 if TYPE_CHECKING:
@@ -84,6 +84,7 @@ def tune_spec(
     fresh: bool = False,
     patience: int | None = 10,
     on_trial: OnTrial | None = None,
+    free_gpus: int = 1,
 ) -> TuneReport:
     """Tune ``spec`` and store the study, cache entry, profile and report in Redis.
 
@@ -96,6 +97,8 @@ def tune_spec(
         caps: device capabilities (default: the evaluator's).
         use_cache: read and write the tuning cache.
         fresh: start the study over instead of resuming it.
+        free_gpus: GPUs the evaluator can run trials on at once (a tuning gang's size): up
+            to this many one-GPU trials run together (``Tuner(free_gpus=...)``).
 
     Raises:
         TuneError: the bounds leave nothing to search.
@@ -127,7 +130,12 @@ def tune_spec(
             status = "warm" if warm else "miss"
     name = study_name(job)
     study = open_study(
-        store.study_journal(redis_url), name, goal.direction, chosen_strategy.sampler(), fresh=fresh
+        store.study_journal(redis_url),
+        name,
+        goal.direction,
+        chosen_strategy.sampler(),
+        fresh=fresh,
+        metric_name=objective_name(goal),
     )
     budget = spec.tuning.budget
     tuner = Tuner(
@@ -142,6 +150,7 @@ def tune_spec(
         warm_start=warm,
         known=known,
         on_trial=on_trial,
+        free_gpus=free_gpus,
     )
     result = tuner.run()
     if status == "hit" and result.trials > 0:

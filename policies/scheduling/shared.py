@@ -13,6 +13,7 @@ from policies.preemption import PREEMPTIONS, Preemption
 from policies.queue.las import las_level
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
 from policies.scheduling.bulk import BulkAdmission, Row
+from policies.scheduling.deadlines import at_risk
 from policies.scheduling.resize import drop_gpus, grow_gpus
 from policies.scheduling.room import Room
 from policies.sharing import SHARINGS, TeamSharing
@@ -60,6 +61,21 @@ class SharedSchedulingPolicy(SchedulingPolicy):
        of them: a preemption is never undone at once by preempting or shrinking another job.
        It has no guarantee floor that round.
 
+       **Deadlines at risk.** A bulk job whose remaining work, at its current (or asked)
+       size, will miss its deadline or meet it by less than ``deadline_margin`` of its run
+       time is at risk (see :mod:`~policies.scheduling.deadlines`; one that cannot meet it
+       even on its ``max_gpus`` is not: it is scheduled as if it had no deadline, as is a
+       job on time). In a round with jobs at risk, admission order within each LAS level is:
+       running jobs, then at-risk queued jobs, least slack first, then the other queued jobs.
+       So an at-risk job gets GPUs first from its team's entitlement and guarantee floors
+       (both go in this order), beyond the entitlement it borrows only as borrowers do (after
+       every team's jobs within their entitlement: never by preempting another team within
+       it), and the running jobs of its level are not preempted for queued ones (a preemption
+       loses the work since the last checkpoint plus a restart: the time deadlines are short
+       of). It does not jump LAS levels and gets no floor of its own: on the Philly mix, both
+       met fewer deadlines than LAS alone (BENCHMARKS.md). With no job at risk the round is
+       exactly as without deadlines; the added work is one check per job with a deadline.
+
     Decisions come in apply order: preemptions, shrinks, interactive starts, then bulk grows
     and starts, then waits.
 
@@ -75,6 +91,9 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             ``min_runtime_s`` protects jobs younger than it against fairness and goodput too).
         las_first_gpu_s, las_factor: the LAS levels (see :func:`~policies.queue.las_level`).
         fifo: order bulk jobs by submission instead of attained service.
+        deadline_margin: the margin a deadline job's prediction must keep, as a fraction of
+            its remaining run time (0.1: a job due in under 1.1x its remaining time, start-up
+            and next round counted, is at risk).
     """
 
     def __init__(
@@ -88,6 +107,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         las_first_gpu_s: float = 3600.0,
         las_factor: float = 4.0,
         fifo: bool = False,
+        deadline_margin: float = 0.1,
     ) -> None:
         self.placement = PLACEMENTS.create(placement) if isinstance(placement, str) else placement
         self.preemption = (
@@ -102,6 +122,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         self.las_first_gpu_s = las_first_gpu_s
         self.las_factor = las_factor
         self.fifo = fifo
+        self.deadline_margin = deadline_margin
 
     # ---- the round -------------------------------------------------------------------------
 
@@ -152,11 +173,11 @@ class SharedSchedulingPolicy(SchedulingPolicy):
 
         # 1. interactive jobs start now
         inter.sort(key=lambda q: (q.submitted_at + q.wait_target_s, q.seq, q.job_id))
-        room = Room(self.preemption, snapshot, hold, free, ent, preempted, touched)
+        room = Room(self.preemption, snapshot, hold, free, ent, preempted, touched, inter_held)
         for q in inter:
             short = q.gpus - free_total
             if short > 0:
-                free_total += room.make(short)
+                free_total += room.make(short, q.team, q.gpus)
             nodes = self.placement.place(q.gpus, free) if q.gpus <= free_total else None
             if nodes is None:
                 waits.append(
@@ -307,10 +328,14 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         # (LAS key, job, lo, hi, GPUs held now, GPUs asked, start), one per job; the key is
         # Tiresias's level of attained service (the current run's included), then submission
         rows: list[Row] = []
+        # bulk jobs with a deadline, (job, lo, hi this round, GPUs held), for the at-risk check
+        dl: list[tuple[QueuedJob | RunningJob, int, int, int]] = []
         for q, lo, hi in queued:
             served = q.attained_service
             level = 0 if fifo or served < first else level_of(served, first, factor)
             rows.append(((level, q.seq, q.job_id), q, lo, hi, 0, q.gpus, now))
+            if q.deadline is not None and not (late and q.job_id in late):
+                dl.append((q, lo, hi, 0))
         running_rows: list[Row] = []
         nostep: set[str] = set()
         for r, lo, hi, gpus in running:
@@ -320,10 +345,23 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             # the GPUs it holds now: its own unless an interactive job made it shrink
             cur = len(hold[r.job_id]) if touched and r.job_id in touched else gpus
             running_rows.append(((level, r.seq, r.job_id), r, lo, hi, cur, gpus, r.started_at))
-            if not r.stepped(now):
+            stepped = r.stepped(now)
+            if not stepped:
                 nostep.add(r.job_id)
+            if r.deadline is not None:  # no growth when it may not grow this round
+                fixed = not stepped or (touched and r.job_id in touched)
+                dl.append((r, lo, cur if fixed else hi, cur))
         rows += running_rows
         rows.sort(key=itemgetter(0))
+        risk = (
+            at_risk(dl, now, snapshot.restart_cost_s, snapshot.interval_s, self.deadline_margin)
+            if dl
+            else []
+        )
+        if risk:  # per LAS level: running jobs, at-risk queued jobs (least slack), the rest
+            pos = {a.job_id: i for i, a in enumerate(risk)}
+            n = len(risk)
+            rows.sort(key=lambda row: (row[0][0], -1 if row[4] else pos.get(row[1].job_id, n)))
         admission = BulkAdmission(
             rows,
             running_rows,

@@ -9,15 +9,24 @@ job will run on, not extrapolated from one GPU.
 
 The actors are kept from one trial to the next (a fresh process imports torch and builds the
 model, seconds per trial). A trial that fails on any rank (out of memory, a crash, a hang past
-``trial_timeout_s``) kills the whole gang: the other ranks would wait in a collective that never
-completes. The next trial starts a fresh one, and the error goes back to the tuner, which makes
-the trial infeasible and carries on.
+``trial_timeout_s``) kills its actors: its other ranks would wait in a collective that never
+completes. The next trial starts a fresh gang, and the error goes back to the tuner, which
+makes the trial infeasible and carries on.
+
+Batches (:meth:`GangEvaluator.evaluate_batch`, the tuner's ``free_gpus``): the trials of a batch
+run at once on disjoint slices of the gang (a 4-GPU gang runs four one-GPU trials, or a 2-GPU
+trial beside two one-GPU ones), each from its own thread waiting on its ranks. A failing trial
+kills only its slice, so the others finish; the gang is restarted whole before the next
+trial (``runtime.gang.start_workers`` starts every bundle's actor), which costs the healthy
+actors a restart too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from orchestrator.runtime.harness_config import harness_config
@@ -75,6 +84,7 @@ class GangEvaluator(Evaluator):
         self.grace_s = 5.0  # after one rank fails, how long the others get to report theirs
         self.gangs_started = 0  # how many times the actors were (re)started: one unless trials fail
         self._actors: list[Any] = []
+        self._broken = False  # a trial killed some actors: restart the gang before the next
         import ray
 
         try:
@@ -96,12 +106,43 @@ class GangEvaluator(Evaluator):
             the workload's own error when a rank fails (so the tuner sees an OOM as one),
             TrialTimeout when the trial hangs, ValueError for more GPUs than the gang holds.
         """
-        import ray
-
         if not 1 <= config.gpus <= self.size:
             raise ValueError(f"{config.gpus} GPUs asked, the tuning gang holds {self.size}")
+        return self._run_on(config, self._gang()[: config.gpus])
+
+    def evaluate_batch(self, configs: Sequence[Config]) -> list[Measurement | BaseException]:
+        """Run ``configs`` at once on disjoint slices of the gang (the largest on the first
+        bundles, which a PACK placement puts on the fewest nodes).
+
+        Raises:
+            ValueError: their GPU counts add up to more than the gang holds.
+        """
+        if sum(c.gpus for c in configs) > self.size or any(c.gpus < 1 for c in configs):
+            asked = [c.gpus for c in configs]
+            raise ValueError(f"GPUs {asked} asked at once, the tuning gang holds {self.size}")
+        if len(configs) <= 1:
+            return super().evaluate_batch(configs)
+        gang = self._gang()
+        slices: dict[int, list[Any]] = {}
+        start = 0
+        for i in sorted(range(len(configs)), key=lambda i: -configs[i].gpus):
+            slices[i] = gang[start : start + configs[i].gpus]
+            start += configs[i].gpus
+
+        def one(i: int) -> Measurement | BaseException:
+            try:
+                return self._run_on(configs[i], slices[i])
+            except Exception as err:  # the tuner classifies it; the others run on
+                return err
+
+        with ThreadPoolExecutor(len(configs), thread_name_prefix="trial") as pool:
+            return list(pool.map(one, range(len(configs))))
+
+    def _run_on(self, config: Config, actors: list[Any]) -> Measurement:
+        """One trial on ``actors`` (``config.gpus`` of them), rank ``r`` on ``actors[r]``."""
+        import ray
+
         t0 = time.perf_counter()
-        actors = self._gang()[: config.gpus]
         init_method = None
         try:
             # Also the check that a fresh gang started: if its actors cannot even answer, the
@@ -124,7 +165,7 @@ class GangEvaluator(Evaluator):
             a.run.remote(run, init_method, None, rank=r, world_size=config.gpus)
             for r, a in enumerate(actors)
         ]
-        m = self._collect(refs)
+        m = self._collect(refs, actors)
         return Measurement(
             "ok",
             p50_ms=m.get("p50_ms"),
@@ -144,11 +185,21 @@ class GangEvaluator(Evaluator):
             with contextlib.suppress(Exception):  # already dead
                 ray.kill(actor)
         self._actors = []
+        self._broken = False
 
-    def _collect(self, refs: list[Any]) -> dict[str, Any]:
+    def _kill(self, actors: list[Any]) -> None:
+        """Stop the actors of a failed trial; the gang is restarted before the next trial."""
+        import ray
+
+        self._broken = True
+        for actor in actors:
+            with contextlib.suppress(Exception):  # already dead
+                ray.kill(actor)
+
+    def _collect(self, refs: list[Any], actors: list[Any]) -> dict[str, Any]:
         """Rank 0's result once every rank is done. On the first failure, wait briefly for the
-        other ranks' errors, kill the gang, and raise the most telling one (unwrapped from
-        Ray's): see :func:`telling_error`."""
+        other ranks' errors, kill the trial's actors, and raise the most telling error
+        (unwrapped from Ray's): see :func:`telling_error`."""
         import ray
 
         deadline = time.monotonic() + self.trial_timeout_s
@@ -156,7 +207,7 @@ class GangEvaluator(Evaluator):
         while pending:
             left = deadline - time.monotonic()
             if left <= 0:
-                self.close()
+                self._kill(actors)
                 raise TrialTimeout(f"the trial ran past {self.trial_timeout_s:g} s")
             done, pending = ray.wait(pending, num_returns=1, timeout=min(left, 5.0))
             failed = [e for e in (_error_of(r) for r in done) if e is not None]
@@ -166,12 +217,14 @@ class GangEvaluator(Evaluator):
                 if pending:
                     rest, _ = ray.wait(pending, num_returns=len(pending), timeout=self.grace_s)
                     failed += [e for e in (_error_of(r) for r in rest) if e is not None]
-                self.close()
+                self._kill(actors)
                 raise telling_error(failed) from None
         return dict(ray.get(refs[0]))
 
     def _gang(self) -> list[Any]:
-        """The actors, started on first use and after a failed trial."""
+        """The actors, started on first use and (all of them) after a failed trial."""
+        if self._broken:
+            self.close()
         if self._actors:
             return self._actors
         from orchestrator.runtime.gang import start_workers

@@ -5,6 +5,12 @@ returns a config to profile, :data:`ASK_SAMPLER` to let the study's Optuna sampl
 ``None`` when it has nothing left worth trying. A strategy may keep private state between calls
 (a line it is walking) but must be deterministic for the same history and seed. The tuner owns
 the budget, the patience rule and the study; the strategy never runs a trial itself.
+
+Batches: with several GPUs free the tuner asks again before the trials already proposed have
+reported; those are in ``history.pending``. A strategy must not propose a pending config (the
+tuner closes the batch if it does), and ``None`` then means "nothing more until they report":
+the tuner stops only on ``None`` with nothing pending. A strategy whose next step depends on a
+pending result (a bisection) returns ``None`` while anything is pending.
 """
 
 from __future__ import annotations
@@ -52,4 +58,5 @@ class SearchStrategy(abc.ABC):
 
     @abc.abstractmethod
     def next_config(self, history: History) -> Config | Ask | None:
-        """The next config to profile, ``ASK_SAMPLER``, or ``None`` to stop."""
+        """The next config to profile, ``ASK_SAMPLER``, or ``None`` to stop (with trials
+        pending: to wait for them)."""

@@ -31,6 +31,6 @@ class GridSearchStrategy(SearchStrategy):
             random.Random(self.seed).shuffle(self._order)
         while self._order:
             cfg = self._order.pop()
-            if history.measured(cfg) is None:
+            if history.untried(cfg):
                 return cfg
         return None

@@ -72,7 +72,12 @@ class HeuristicSearchStrategy(SearchStrategy):
         self._tune: list[int] = []  # indices evaluated while tuning around the fit
 
     def next_config(self, history: History) -> Config | Ask | None:
-        """The next point of the current line, moving to the next line when it is done."""
+        """The next point of the current line, moving to the next line when it is done.
+
+        A line search: each point depends on the last one's result, so nothing is proposed
+        while a trial is pending (batches of one, whatever the free GPUs)."""
+        if history.pending:
+            return None
         if self._lines is None:
             self._lines = _lines(history.space)
             self._new_line(history)

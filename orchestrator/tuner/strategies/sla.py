@@ -199,7 +199,7 @@ class SLASearchStrategy(SearchStrategy):
             mid = (sure + oom) // 2
             if oom < len(ladder) and sure < idx and mid < idx:
                 probe = dataclasses.replace(c, micro_batch=ladder[max(mid, 0)])
-                if history.measured(probe) is None:
+                if history.untried(probe):
                     return probe
             return c
 
@@ -265,12 +265,12 @@ class SLASearchStrategy(SearchStrategy):
             if top < 0:
                 continue  # the smallest micro-batch does not fit: nothing of this family runs
             walk = memory_step(dataclasses.replace(first, micro_batch=ladder[top]))
-            if history.measured(walk) is None and not missed(walk) and promising(fam):
+            if history.untried(walk) and not missed(walk) and promising(fam):
                 return walk
 
         scored: list[tuple[bool, float, float, Config]] = []
         for c in space.configs():
-            if history.measured(c) is not None or space.index(c.micro_batch) > cap(c):
+            if not history.untried(c) or space.index(c.micro_batch) > cap(c):
                 continue
             if missed(c) or (c.activation_checkpointing and not needs_ckpt(c)):
                 continue
@@ -314,7 +314,7 @@ class SLASearchStrategy(SearchStrategy):
             return memory_step(pick[3])
         for fam in models:
             probe = self._extreme(fam, history, cap)
-            if probe is not None and history.measured(probe) is None and not missed(probe):
+            if probe is not None and history.untried(probe) and not missed(probe):
                 return memory_step(probe)
         return self._neighbour(closest.config, scored, history, by_violation=True)
 
