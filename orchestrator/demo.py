@@ -51,6 +51,7 @@ def run_demo(settings: Settings, folder: Path, console: Console, timeout_s: floa
     demo a namespace of its own (see :func:`demo_namespace`).
     """
     from orchestrator.services import open_store, serve_in_background
+    from orchestrator.store.connection import redact
     from orchestrator.store.states import JobState
     from orchestrator.views import follow, jobs_table, pool_table
 
@@ -65,10 +66,11 @@ def run_demo(settings: Settings, folder: Path, console: Console, timeout_s: floa
         store.delete_namespace()
         started = time.monotonic()
         running = serve_in_background(settings)
+    embedded = f"embedded under {settings.data_dir}"
     try:
         console.print(
             f"pool up in {time.monotonic() - started:.1f} s: Redis "
-            f"{settings.redis_url or 'embedded under ' + str(settings.data_dir)}, "
+            f"{redact(settings.redis_url) if settings.redis_url else embedded}, "
             f"Ray {settings.ray_address or 'local'}"
         )
         _wait_for_pool_view(store)

@@ -78,3 +78,58 @@ class TuneError(OrchError):
     unusable); an unmet SLA is a verdict, not this error."""
 
     exit_code = 2
+
+
+class JobEnded(OrchError):
+    """A job asked to stop has already ended, or is already being stopped."""
+
+    def __init__(self, job_id: str, state: str) -> None:
+        self.job_id = job_id
+        self.state = state
+        super().__init__(f"job {job_id} is already {state}")
+
+
+class Unauthenticated(OrchError):
+    """An API request carried no token, or one that is unknown, malformed or revoked."""
+
+    exit_code = 2
+
+
+class Forbidden(OrchError):
+    """The principal's role or team does not allow this (a member acting on another team's
+    job, a viewer submitting, anyone but an admin managing teams or tokens)."""
+
+    exit_code = 2
+
+
+class TokenNotFound(OrchError):
+    """No API token with this id exists in the namespace."""
+
+    exit_code = 2
+
+    def __init__(self, token_id: str) -> None:
+        self.token_id = token_id
+        super().__init__(f"no token with id {token_id!r} (see `orch tokens list`)")
+
+
+class ApiError(OrchError):
+    """The API server refused a request or could not be reached (the SDK client raises it).
+
+    Attributes:
+        status: the HTTP status, or ``None`` when no answer came.
+        problems: one line per problem the server named (a 422 names each field).
+        exit_code: 2 for a refused request (4xx), 1 otherwise.
+    """
+
+    def __init__(self, status: int | None, problems: list[str]) -> None:
+        self.status = status
+        self.problems = problems
+        self.exit_code = 2 if status is not None and 400 <= status < 500 else 1
+        where = f"HTTP {status}" if status is not None else "no answer"
+        text = problems[0] if len(problems) == 1 else "\n" + "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"API ({where}): {text}")
+
+
+class NotPublished(OrchError):
+    """Nothing to show yet: no scheduler publishes a pool view for the namespace, or no team
+    config was applied."""

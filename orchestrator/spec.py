@@ -10,9 +10,8 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Any, Literal, Self
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -23,27 +22,53 @@ from pydantic import (
 )
 
 from orchestrator.errors import SpecError
+from orchestrator.inputs import NAME_PATTERN as NAME_PATTERN  # for orchestrator.api, store.tokens
+from orchestrator.inputs import Name, describe_errors, load_document
 from workers.workloads.registry import BUILTIN_WORKLOADS
 
 JobClass = Literal["bulk", "interactive"]
 Precision = Literal["fp32", "bf16", "fp16"]
 Sharding = Literal["ddp", "fsdp"]
-NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 ENTRY_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+_ENTRY_RULE = {ENTRY_PATTERN: "must be an entry point 'package.module:function'"}
+
+# Upper bounds: generous for any real job, small enough that arithmetic on them stays exact and
+# finite (a deadline of 1e308 seconds, or 1e30 steps, is a typo or an attack, not a job).
+MAX_SECONDS = 10 * 365 * 86400  # ten years
+MAX_STEPS = 10**9
+MAX_RATE = 1e12  # samples or tokens per second
+MAX_WORK = 10**15  # samples or tokens
+MAX_ARGS_BYTES = 64 * 1024
+_ARGS_DEPTH = 16
 
 
 class _Model(BaseModel):
-    """Strict base: unknown fields are errors (a typo must not be silently ignored)."""
+    """Strict base: unknown fields are errors (a typo must not be silently ignored), types are
+    not coerced (``true`` is not 1, ``"5"`` is not 5), and numbers are finite."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, strict=True, allow_inf_nan=False
+    )
 
 
 class WorkloadRef(_Model):
     """What to run: a built-in workload by ``name`` or a user ``entry`` point, with ``args``."""
 
     name: str | None = None
-    entry: str | None = Field(default=None, pattern=ENTRY_PATTERN)
+    entry: str | None = Field(default=None, pattern=ENTRY_PATTERN, max_length=256)
     args: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("args")
+    @classmethod
+    def _plain_args(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # The args travel as JSON (Redis, Ray, the worker): only what JSON holds exactly.
+        problem = _json_problem(v, "", _ARGS_DEPTH)
+        if problem:
+            raise ValueError(problem)
+        size = len(json.dumps(v))
+        if size > MAX_ARGS_BYTES:
+            raise ValueError(f"{size:,} bytes as JSON; at most {MAX_ARGS_BYTES:,} allowed")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -70,11 +95,13 @@ class WorkloadRef(_Model):
 class ThroughputSLA(_Model):
     """A floor on throughput, or an amount of work to finish within a deadline."""
 
-    min_samples_per_s: float | None = Field(default=None, gt=0)
-    min_tokens_per_s: float | None = Field(default=None, gt=0)
-    work_samples: int | None = Field(default=None, gt=0)
-    work_tokens: int | None = Field(default=None, gt=0)
-    deadline_s: float | None = Field(default=None, gt=0, description="seconds after submission")
+    min_samples_per_s: float | None = Field(default=None, gt=0, le=MAX_RATE)
+    min_tokens_per_s: float | None = Field(default=None, gt=0, le=MAX_RATE)
+    work_samples: int | None = Field(default=None, gt=0, le=MAX_WORK)
+    work_tokens: int | None = Field(default=None, gt=0, le=MAX_WORK)
+    deadline_s: float | None = Field(
+        default=None, gt=0, le=MAX_SECONDS, description="seconds after submission"
+    )
 
     @model_validator(mode="after")
     def _one_goal(self) -> Self:
@@ -97,10 +124,13 @@ class ThroughputSLA(_Model):
 class LatencySLA(_Model):
     """A ceiling in milliseconds on a percentile of step (request) time."""
 
-    max_ms: float = Field(gt=0)
+    max_ms: float = Field(gt=0, le=1000 * MAX_SECONDS)
     percentile: Literal[50, 95, 99] = 95
     start_within_s: float = Field(
-        default=60.0, gt=0, description="seconds after submission it should start by"
+        default=60.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="seconds after submission it should start by",
     )
 
 
@@ -134,7 +164,7 @@ class Resources(_Model):
 
     gpus: GPURange = Field(default_factory=GPURange)
     # Recorded and shown; not yet used by placement (virtual slots have no memory to check).
-    gpu_memory_gb: float | None = Field(default=None, gt=0)
+    gpu_memory_gb: float | None = Field(default=None, gt=0, le=1 << 20)
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -161,18 +191,18 @@ class RunSettings(_Model):
     compile: bool = False
     data_parallel: int | None = Field(default=None, ge=1, le=1024)
     sharding: Sharding = "ddp"
-    steps: int | None = Field(default=None, ge=1)
-    duration_s: float | None = Field(default=None, gt=0)
-    warmup_steps: int = Field(default=3, ge=0)
-    checkpoint_every: int = Field(default=50, ge=0)
+    steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
+    duration_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    warmup_steps: int = Field(default=3, ge=0, le=MAX_STEPS)
+    checkpoint_every: int = Field(default=50, ge=0, le=MAX_STEPS)
     seed: int = Field(default=0, ge=0, lt=2**63)
 
 
 class IntRange(_Model):
     """An inclusive integer range for a tuning bound."""
 
-    min: int = Field(ge=1)
-    max: int = Field(ge=1)
+    min: int = Field(ge=1, le=65536)
+    max: int = Field(ge=1, le=65536)
 
     @model_validator(mode="after")
     def _ordered(self) -> Self:
@@ -187,17 +217,17 @@ class TuningBounds(_Model):
     micro_batch: IntRange | None = None
     grad_accum: IntRange | None = None
     gpus: IntRange | None = None
-    precision: list[Precision] | None = Field(default=None, min_length=1)
-    activation_checkpointing: list[bool] | None = Field(default=None, min_length=1)
-    compile: list[bool] | None = Field(default=None, min_length=1)
-    sharding: list[Sharding] | None = Field(default=None, min_length=1)
+    precision: list[Precision] | None = Field(default=None, min_length=1, max_length=3)
+    activation_checkpointing: list[bool] | None = Field(default=None, min_length=1, max_length=2)
+    compile: list[bool] | None = Field(default=None, min_length=1, max_length=2)
+    sharding: list[Sharding] | None = Field(default=None, min_length=1, max_length=2)
 
 
 class TuningBudget(_Model):
     """How much profiling the tuner may spend (whichever runs out first)."""
 
     trials: int | None = Field(default=None, ge=1, le=10000)
-    seconds: float | None = Field(default=None, gt=0)
+    seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
 
 
 class Tuning(_Model):
@@ -212,8 +242,8 @@ class Tuning(_Model):
 class JobSpec(_Model):
     """A validated job: who, what, which SLA, how many GPUs, and how to run it."""
 
-    name: Annotated[str, Field(pattern=NAME_PATTERN)]
-    team: Annotated[str, Field(pattern=NAME_PATTERN)]
+    name: Name
+    team: Name
     job_class: JobClass = Field(alias="class")
     workload: WorkloadRef
     sla: SLA
@@ -278,90 +308,29 @@ class JobSpec(_Model):
         return max(1, math.ceil(tp.work_samples / per_step))
 
 
-# ---- turning pydantic's errors into one line per problem -------------------------------------
-
-_TEMPLATES = {
-    "greater_than": "must be > {gt}",
-    "greater_than_equal": "must be >= {ge}",
-    "less_than": "must be < {lt}",
-    "less_than_equal": "must be <= {le}",
-    "int_parsing": "must be an integer",
-    "int_type": "must be an integer",
-    "int_from_float": "must be a whole number",
-    "float_parsing": "must be a number",
-    "float_type": "must be a number",
-    "bool_parsing": "must be true or false",
-    "bool_type": "must be true or false",
-    "string_type": "must be a string",
-    "string_pattern_mismatch": "must match {pattern}",
-    "dict_type": "must be a mapping",
-    "model_type": "must be a mapping",
-    "list_type": "must be a list",
-    "too_short": "must have at least {min_length} item(s)",
-}
-
-
-_PATTERN_WORDS = {
-    NAME_PATTERN: "must be 1-63 lowercase letters, digits, '.', '_' or '-', starting with a "
-    "letter or digit",
-    ENTRY_PATTERN: "must be an entry point 'package.module:function'",
-}
-
-
-def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
-    """The model class that holds the field at ``loc[-1]``, to list its allowed fields."""
-    model: type[BaseModel] = JobSpec
-    for part in loc[:-1]:
-        field = next(
-            (f for n, f in model.model_fields.items() if part in (n, f.alias)),
-            None,
-        )
-        if field is None:
-            return None
-        nested = [a for a in _flat_types(field.annotation) if isinstance(a, type)]
-        sub = next((a for a in nested if issubclass(a, BaseModel)), None)
-        if sub is None:
-            return None
-        model = sub
-    return model
-
-
-def _flat_types(tp: Any) -> list[Any]:
-    args = getattr(tp, "__args__", None)
-    if not args:
-        return [tp]
-    return [x for a in args for x in _flat_types(a)]
-
-
-def _describe(err: Any) -> str:
-    loc: tuple[int | str, ...] = tuple(err["loc"])
-    where = ".".join(str(p) for p in loc)
-    kind = err["type"]
-    ctx = err.get("ctx") or {}
-    got = err.get("input")
-    if kind == "missing":
-        return f"{where} is required"
-    if kind == "extra_forbidden":
-        model = _model_at(loc)
-        allowed = ""
-        if model is not None:
-            names = [f.alias or n for n, f in model.model_fields.items()]
-            allowed = f"; allowed: {', '.join(names)}"
-        return f"{where}: unknown field{allowed}"
-    if kind == "literal_error":
-        return f"{where} must be one of {ctx.get('expected', '?')}, got {got!r}"
-    if kind == "value_error":
-        msg = str(ctx.get("error", err["msg"]))
-        return "\n".join(f"{where}: {m}" if where else m for m in msg.splitlines())
-    if kind == "string_pattern_mismatch" and ctx.get("pattern") in _PATTERN_WORDS:
-        return f"{where} {_PATTERN_WORDS[ctx['pattern']]}, got {got!r}"
-    if kind in _TEMPLATES:
-        try:
-            text = _TEMPLATES[kind].format(**ctx)
-        except (KeyError, IndexError):
-            text = err["msg"]
-        return f"{where} {text}, got {got!r}"
-    return f"{where}: {err['msg']}, got {got!r}" if where else str(err["msg"])
+def _json_problem(value: Any, where: str, depth: int) -> str | None:
+    """Why ``value`` is not plain JSON data (``None`` if it is), naming the place within."""
+    at = where or "the value"
+    if value is None or isinstance(value, (str, bool)):
+        return None
+    if isinstance(value, int):
+        return None if abs(value) < 2**63 else f"{at}: integers must be below 2**63"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{at}: numbers must be finite, got {value}"
+    if isinstance(value, (list, dict)):
+        if depth <= 0:
+            return f"{at}: nested more than {_ARGS_DEPTH} levels deep"
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(value, dict) and not isinstance(key, str):
+                return f"{at}: keys must be strings, got {key!r}"
+            problem = _json_problem(item, f"{where}.{key}" if where else str(key), depth - 1)
+            if problem:
+                return problem
+        return None
+    return (
+        f"{at}: {type(value).__name__} is not allowed (strings, numbers, booleans, lists, mappings)"
+    )
 
 
 def parse_spec(data: Any, source: str = "<input>") -> JobSpec:
@@ -375,35 +344,22 @@ def parse_spec(data: Any, source: str = "<input>") -> JobSpec:
     try:
         return JobSpec.model_validate(data)
     except ValidationError as err:
-        problems: list[str] = []
-        for e in err.errors():
-            for part in _describe(e).splitlines():
-                if part not in problems:
-                    problems.append(part)
-        raise SpecError(source, problems) from None
+        raise SpecError(source, describe_errors(err, JobSpec, _ENTRY_RULE)) from None
 
 
 def load_spec(path: str | Path) -> JobSpec:
     """Read a YAML (``.yaml``/``.yml``) or JSON (``.json``) job file and validate it.
 
+    The file is read within the limits of :mod:`orchestrator.inputs` (a regular file, bounded
+    size, no YAML aliases or duplicate keys, bounded nesting).
+
     Raises:
-        SpecError: the file is missing, unreadable, not YAML/JSON, or fails validation.
+        SpecError: the file is missing, not a regular file, too large, not YAML/JSON, or fails
+            validation.
     """
     p = Path(path)
-    source = str(p)
     if p.suffix.lower() not in {".yaml", ".yml", ".json"}:
         raise SpecError(
-            source, [f"job files end in .yaml, .yml or .json, got {p.suffix or 'none'!r}"]
+            str(p), [f"job files end in .yaml, .yml or .json, got {p.suffix or 'none'!r}"]
         )
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(source, ["file not found"]) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise SpecError(source, [f"cannot read the file: {err}"]) from None
-    try:
-        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        first = str(err).strip().splitlines()
-        raise SpecError(source, [f"not valid {p.suffix[1:].upper()}: {' '.join(first)}"]) from None
-    return parse_spec(data, source)
+    return parse_spec(load_document(p), str(p))

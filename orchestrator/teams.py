@@ -18,22 +18,27 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Self
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from orchestrator.errors import SpecError
+from orchestrator.inputs import Name, describe_errors, load_document
 from policies.snapshot import TeamView
+
+MAX_TEAMS = 1000
+MAX_WEIGHT = 1e6
+MAX_TEAM_GPUS = 1_000_000
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class TeamSpec(BaseModel):
     """One team: fair-share weight, guaranteed GPUs, cap."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
 
-    name: str = Field(min_length=1)
-    weight: float = Field(default=1.0, gt=0)
-    guaranteed_gpus: int = Field(default=0, ge=0)
-    max_gpus: int = Field(default=0, ge=0, description="0: no cap")
+    name: Name
+    weight: float = Field(default=1.0, gt=0, le=MAX_WEIGHT)
+    guaranteed_gpus: int = Field(default=0, ge=0, le=MAX_TEAM_GPUS)
+    max_gpus: int = Field(default=0, ge=0, le=MAX_TEAM_GPUS, description="0: no cap")
 
     @model_validator(mode="after")
     def _cap_covers_guarantee(self) -> Self:
@@ -45,11 +50,12 @@ class TeamSpec(BaseModel):
 
 
 class TeamConfig(BaseModel):
-    """All teams sharing one pool."""
+    """All teams sharing one pool: at least one team (an empty config would silently drop
+    every guarantee and cap)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
 
-    teams: list[TeamSpec] = Field(default_factory=list)
+    teams: list[TeamSpec] = Field(min_length=1, max_length=MAX_TEAMS)
     allow_unlisted: bool = Field(
         default=True,
         description="accept jobs from teams not listed (weight 1, no guarantee, no cap)",
@@ -105,26 +111,23 @@ def parse_teams(data: object, source: str = "<teams>") -> TeamConfig:
     Raises:
         SpecError: invalid fields, one line per problem with its path.
     """
+    if not isinstance(data, dict):
+        got = type(data).__name__
+        raise SpecError(source, [f"the team config must be a mapping with teams:, got {got}"])
     try:
-        return TeamConfig.model_validate(data or {})
+        return TeamConfig.model_validate(data)
     except ValidationError as err:
-        problems = [
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors()
-        ]
-        raise SpecError(source, problems) from None
+        raise SpecError(source, describe_errors(err, TeamConfig)) from None
 
 
 def load_teams(path: Path) -> TeamConfig:
-    """Read and validate a team config file.
+    """Read and validate a team config file (YAML, or JSON for ``.json``), within the limits of
+    :mod:`orchestrator.inputs`.
 
     Raises:
-        SpecError: unreadable YAML or invalid fields, one line per problem with its path.
+        SpecError: unreadable, empty or invalid file, one line per problem with its path.
     """
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise SpecError(str(path), [f"cannot read YAML: {err}"]) from None
-    return parse_teams(data, str(path))
+    return parse_teams(load_document(path), str(path))
 
 
 def teams_from_usage(

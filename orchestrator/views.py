@@ -77,12 +77,16 @@ def _float(value: Any) -> float | None:
 
 def jobs_table(store: JobStore, records: Sequence[JobRecord], title: str = "jobs") -> Table:
     """One row per job: id, class, team, state, GPUs, SLA, measured, met."""
+    return verdicts_table([(rec, verdict_of(store, rec)) for rec in records], title)
+
+
+def verdicts_table(rows: Sequence[tuple[JobRecord, SLAVerdict]], title: str = "jobs") -> Table:
+    """:func:`jobs_table` of records whose verdicts are known (the API sends them)."""
     table = Table(title=title)
     table.add_column("job", no_wrap=True)
     for col in ("class", "team", "state", "GPUs", "SLA", "measured", "met"):
         table.add_column(col)
-    for rec in records:
-        verdict = verdict_of(store, rec)
+    for rec, verdict in rows:
         style = STATE_STYLE.get(rec.state.value, "")
         table.add_row(
             rec.id,
@@ -123,8 +127,18 @@ def _settings(spec: JobSpec) -> str:
 
 def show_job(store: JobStore, rec: JobRecord) -> Group:
     """Everything about one job: state, settings, SLA verdict, live metrics, events."""
+    return job_panel(rec, verdict_of(store, rec), store.metrics(rec.id), store.events(rec.id))
+
+
+def job_panel(
+    rec: JobRecord,
+    verdict: SLAVerdict,
+    metrics: dict[str, Any],
+    events: Sequence[dict[str, Any]],
+) -> Group:
+    """:func:`show_job` of a job whose verdict, metrics and events are known (the API sends
+    them)."""
     spec = rec.spec
-    verdict = verdict_of(store, rec)
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
@@ -157,7 +171,6 @@ def show_job(store: JobStore, rec: JobRecord) -> Group:
         )
     head.add_row("attempts", str(rec.attempts))
     parts: list[Any] = [Panel(head, title=f"job {rec.id}")]
-    metrics = store.metrics(rec.id)
     if metrics:
         mt = Table(title="metrics (latest)", show_header=True)
         mt.add_column("metric")
@@ -169,7 +182,7 @@ def show_job(store: JobStore, rec: JobRecord) -> Group:
     et = Table(title="events")
     for col in ("time", "event", "from", "message"):
         et.add_column(col)
-    for ev in store.events(rec.id):
+    for ev in events:
         et.add_row(
             _ts(_float(ev.get("ts"))),
             ev.get("event", ""),

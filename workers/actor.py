@@ -6,20 +6,26 @@ is busy) and places one per GPU of the job's placement group. Ray and torch are 
 inside methods, so this module is cheap to import in the control plane.
 
 Metrics leave through ``reporter_factory``: a picklable callable, supplied by the orchestrator,
-that returns the report sink (for instance one that writes to Redis). The data plane never talks
-to Redis itself.
+that returns the report sink (for instance one that writes to Redis). Output leaves the same way:
+``log_sink_factory(rank)`` returns the sink of that rank's captured stdout and stderr (see
+:mod:`workers.logs`). The data plane never talks to Redis itself.
 """
 
 from __future__ import annotations
 
 import threading
+import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workers.logs import LogSink
 
 __all__ = ["WorkerActor"]
 
 ReporterFactory = Callable[[], Callable[[dict[str, Any]], None]]
+LogSinkFactory = Callable[[int], "LogSink"]
 
 
 class WorkerActor:
@@ -32,6 +38,8 @@ class WorkerActor:
         reporter_factory: builds the report sink on rank 0 (other ranks do not report, which
             keeps one writer per fact); ``None`` disables reporting.
         report_every_s: minimum seconds between two reports.
+        log_sink_factory: builds, for a rank, the sink of its captured stdout and stderr (every
+            rank has one); ``None`` leaves output uncaptured.
         num_threads: CPU threads for torch (1 per virtual GPU slot on a CPU-only pool).
     """
 
@@ -43,6 +51,7 @@ class WorkerActor:
         *,
         reporter_factory: ReporterFactory | None = None,
         report_every_s: float = 1.0,
+        log_sink_factory: LogSinkFactory | None = None,
         num_threads: int | None = None,
     ) -> None:
         self.job_id = job_id
@@ -50,6 +59,7 @@ class WorkerActor:
         self.world_size = world_size
         self._reporter_factory = reporter_factory
         self._report_every_s = report_every_s
+        self._log_sink_factory = log_sink_factory
         self._num_threads = num_threads
         self._stop = threading.Event()
 
@@ -85,9 +95,32 @@ class WorkerActor:
         Returns:
             ``RunResult.to_dict()``.
 
+        What the run prints (its warnings, and its traceback if it fails) goes to the rank's log
+        sink as well as to the process's own streams, when there is a log sink.
+
         Raises:
             HarnessConfigError, WorkloadError, CheckpointError: the job cannot run as given.
         """
+        rank = self.rank if rank is None else rank
+        if self._log_sink_factory is None:
+            return self._run(config_dict, init_method, checkpoint_dir, rank, world_size)
+        from workers.logs import OutputCapture
+
+        with OutputCapture(self._log_sink_factory(rank)):
+            try:
+                return self._run(config_dict, init_method, checkpoint_dir, rank, world_size)
+            except BaseException:
+                traceback.print_exc()  # to the captured stderr: Ray reports it elsewhere
+                raise
+
+    def _run(
+        self,
+        config_dict: dict[str, Any],
+        init_method: str | None,
+        checkpoint_dir: str | None,
+        rank: int,
+        world_size: int | None,
+    ) -> dict[str, Any]:
         from workers.config import HarnessConfig
         from workers.harness import Harness
 
@@ -95,7 +128,7 @@ class WorkerActor:
         report = self._make_report()
         harness = Harness(
             HarnessConfig.from_dict(config_dict),
-            rank=self.rank if rank is None else rank,
+            rank=rank,
             world_size=self.world_size if world_size is None else world_size,
             init_method=init_method,
             checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,

@@ -23,9 +23,11 @@ def start_workers(
     *,
     num_threads: int | None,
     reporter_factory: Callable[[], Callable[[dict[str, Any]], None]] | None = None,
+    log_sink_factory: Callable[[int], Any] | None = None,
 ) -> list[Any]:
     """One :class:`workers.actor.WorkerActor` per bundle of ``pg``, rank ``i`` in bundle ``i``
-    (a job's gang, or a tuning gang); only rank 0 gets the report sink."""
+    (a job's gang, or a tuning gang); only rank 0 gets the report sink, every rank the log
+    sink factory (``log_sink_factory(rank)``: where its captured output goes)."""
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -47,6 +49,7 @@ def start_workers(
             rank=rank,
             world_size=world,
             reporter_factory=reporter_factory if rank == 0 else None,
+            log_sink_factory=log_sink_factory,
             num_threads=num_threads,
         )
         for rank in range(world)

@@ -20,12 +20,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.errors import ConfigError, SpecError
+from orchestrator.inputs import describe_errors, load_document
 from orchestrator.sim.engine import SimConfig, Simulator, uniform_pool
 from orchestrator.sim.errors import StuckSimulation, UnplaceableJobs
 from orchestrator.sim.metrics import JobRecord, SimResult
@@ -44,10 +45,10 @@ DEFAULT_POLICY = "shared"
 class NodeSpec(BaseModel):
     """One node of a ``--nodes`` file."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    name: str = Field(min_length=1)
-    gpus: int = Field(ge=1)
+    name: str = Field(min_length=1, max_length=253)
+    gpus: int = Field(ge=1, le=1024)
 
 
 def parse_pool(text: str) -> list[tuple[str, int]]:
@@ -68,17 +69,14 @@ def load_nodes(path: Path) -> list[tuple[str, int]]:
     Raises:
         SpecError: unreadable file, invalid entries or repeated names, one line per problem.
     """
-    try:
-        data = yaml.safe_load(path.read_text())  # JSON is YAML
-    except (OSError, yaml.YAMLError) as err:
-        raise SpecError(str(path), [f"cannot read YAML/JSON: {err}"]) from None
+    data = load_document(path)
+    if not isinstance(data, list):
+        got = type(data).__name__
+        raise SpecError(str(path), [f"a nodes file is a list of {{name, gpus}}, got {got}"])
     try:
         nodes = TypeAdapter(list[NodeSpec]).validate_python(data)
     except ValidationError as err:
-        problems = [
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors()
-        ]
-        raise SpecError(str(path), problems) from None
+        raise SpecError(str(path), describe_errors(err, NodeSpec)) from None
     names = [n.name for n in nodes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if not nodes or dupes:
@@ -182,7 +180,7 @@ def simulate(
                 runs[name] = sim.run()
         except StuckSimulation as err:
             stuck[name] = err
-            err_console.print(f"[red]error:[/] {name}: {err}", highlight=False)
+            err_console.print(f"[red]error:[/] {name}: {escape(str(err))}", highlight=False)
     if runs:
         console.print(comparison_table(runs))
     folder = out or default_out(trace)

@@ -25,13 +25,16 @@ Either ``duration`` or ``app`` gives the job's work.
 from __future__ import annotations
 
 import csv
-import json
+import io
+import math
 import random
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from functools import cache
 from pathlib import Path
 
+from orchestrator.errors import SpecError
+from orchestrator.inputs import parse_json, read_text
 from orchestrator.sim.errors import TraceError
 from orchestrator.sim.profiles import traces_dir
 
@@ -51,6 +54,8 @@ COLUMNS = (
     "latency_ms",
     "checkpoint",
 )
+MAX_TRACE_BYTES = 256 << 20
+"""Largest trace file read (about two million jobs as CSV)."""
 
 
 @dataclass(frozen=True)
@@ -108,22 +113,30 @@ def _parse(row: dict[str, object], where: str) -> TraceJob:
     kwargs: dict[str, object] = {}
     known = {f.name for f in fields(TraceJob)}
     for key, raw in row.items():
+        if key is None:  # csv.DictReader's key for values beyond the header's columns
+            raise TraceError(f"{where}: more values than the header has columns")
         if key not in known:
             raise TraceError(f"{where}: unknown column {key!r}; columns: {', '.join(COLUMNS)}")
         if raw is None or raw == "":
             continue
+        if key not in _INT and key not in _FLOAT and key not in _OPT_FLOAT:
+            kwargs[key] = str(raw)
+            continue
         try:
-            if key in _INT:
-                kwargs[key] = int(float(str(raw)))
-            elif key in _FLOAT or key in _OPT_FLOAT:
-                kwargs[key] = float(str(raw))
-            else:
-                kwargs[key] = str(raw)
+            number = float(str(raw)) if not isinstance(raw, bool) else math.nan
         except ValueError:
-            raise TraceError(f"{where}: column {key!r} must be a number, got {raw!r}") from None
+            number = math.nan
+        if not math.isfinite(number) or abs(number) > 1e15:
+            raise TraceError(
+                f"{where}: column {key!r} must be a finite number (at most 1e15), got {raw!r}"
+            )
+        kwargs[key] = int(number) if key in _INT else number
     if "name" not in kwargs or "submit_time" not in kwargs:
         raise TraceError(f"{where}: name and submit_time are required")
-    return TraceJob(**kwargs)  # type: ignore[arg-type]
+    try:
+        return TraceJob(**kwargs)  # type: ignore[arg-type]
+    except TraceError as err:
+        raise TraceError(f"{where}: {err}") from None
 
 
 def read_trace(path: Path) -> list[TraceJob]:
@@ -132,17 +145,30 @@ def read_trace(path: Path) -> list[TraceJob]:
     Raises:
         TraceError: missing file, unknown column, bad value (the message names the row).
     """
-    if not path.is_file():
-        raise TraceError(f"trace file not found: {path}")
+    try:  # a regular file of bounded size (see orchestrator.inputs)
+        text = read_text(path, max_bytes=MAX_TRACE_BYTES)
+    except SpecError as err:
+        raise TraceError(f"trace file {path}: {'; '.join(err.problems)}") from None
     jobs: list[TraceJob] = []
     if path.suffix == ".jsonl":
-        for i, line in enumerate(path.read_text().splitlines(), 1):
+        for i, line in enumerate(text.splitlines(), 1):
             if line.strip():
-                jobs.append(_parse(json.loads(line), f"{path}:{i}"))
+                where = f"{path}:{i}"
+                try:
+                    row = parse_json(line, where)
+                except SpecError as err:
+                    raise TraceError(f"{where}: {'; '.join(err.problems)}") from None
+                if not isinstance(row, dict):
+                    raise TraceError(f"{where}: each line must be a JSON object of columns")
+                jobs.append(_parse(row, where))
     else:
-        with path.open(newline="") as f:
-            for i, row in enumerate(csv.DictReader(f), 2):
+        try:
+            for i, row in enumerate(csv.DictReader(io.StringIO(text, newline="")), 2):
                 jobs.append(_parse(dict(row), f"{path}:{i}"))
+        except csv.Error as err:
+            raise TraceError(f"{path}: not a valid CSV trace: {err}") from None
+    if not jobs:
+        raise TraceError(f"{path}: the trace has no jobs")
     names = [j.name for j in jobs]
     if len(set(names)) != len(names):
         raise TraceError(f"{path}: job names must be unique")

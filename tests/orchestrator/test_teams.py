@@ -10,7 +10,7 @@ from orchestrator.control.pool_view import team_usage
 from orchestrator.errors import SpecError
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store import JobStore
-from orchestrator.teams import TeamConfig, load_teams, parse_teams
+from orchestrator.teams import TeamConfig, TeamSpec, load_teams, parse_teams
 from policies.snapshot import TeamView
 
 
@@ -43,7 +43,7 @@ def test_config_round_trips_through_the_store(store: JobStore) -> None:
     assert store.teams() is None
     store.put_teams(CONFIG)
     assert store.teams() == CONFIG
-    again = TeamConfig(teams=[])
+    again = TeamConfig(teams=[TeamSpec(name="speech")])
     store.put_teams(again)
     assert store.teams() == again  # re-read when it changed
 

@@ -1,0 +1,206 @@
+"""``/metrics``: the pool, the teams, the queues and the scheduler, for Prometheus.
+
+Nothing is counted in the API process: a :class:`PoolCollector` reads, at each scrape, the pool
+view the scheduler publishes, one pass over the jobs' states, and the counters and histograms
+the control loop keeps in Redis (:mod:`orchestrator.store.telemetry`), so ``orch serve`` in
+another process (or several server workers) reports the same numbers as ``orch up``.
+
+Series (every name starts with ``orch_``):
+
+- ``orch_scheduler_up``: 1 while a scheduler publishes its pool view, else 0.
+- ``orch_pool_gpus{kind}``, ``orch_pool_gpus_used{kind}``: GPU slots, and those held by jobs,
+  per node kind (the GPU model, or ``virtual`` for CPU-backed slots).
+- ``orch_team_gpus_used|guaranteed|limit|borrowed|queued{team}``: each team's GPUs in use,
+  its guarantee, its cap (0: none), what it uses beyond its guarantee, what its queued jobs need.
+- ``orch_queue_length{class,team}``: queued jobs.
+- ``orch_jobs{state,class,team}``: jobs per state (every job the namespace remembers).
+- ``orch_job_wait_to_start_seconds{class}`` (histogram): submission to first placement.
+- ``orch_sla_verdicts_total{class,verdict}``: finished jobs whose SLA was ``met``,
+  ``violated`` or ``unmeasured``.
+- ``orch_scheduling_round_seconds`` (histogram): one round of the control loop.
+- ``orch_preemptions_total``, ``orch_resizes_total``, ``orch_tuning_trials_total``,
+  ``orch_policy_violations_total`` (decisions dropped for breaking the policy contract).
+
+Who may scrape: any valid token (a viewer token is enough: Prometheus sends it with
+``authorization: {credentials_file: ...}``); with ``ORCH_METRICS_PUBLIC=1`` the route needs
+none (for a scraper on a trusted network; the numbers name teams but no job).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.security import HTTPAuthorizationCredentials
+from fastapi.security.utils import get_authorization_scheme_param
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from orchestrator.api.auth import principal
+from orchestrator.store import JobStore
+from orchestrator.store.telemetry import ROUND_SECONDS, WAIT_SECONDS, Histogram, Telemetry
+
+__all__ = ["PUBLIC_ENV", "PoolCollector", "metrics_public", "registry_for", "router"]
+
+PUBLIC_ENV = "ORCH_METRICS_PUBLIC"
+"""Set to ``1`` (``true``, ``yes``) to serve ``/metrics`` without a token."""
+
+_TEAM_GAUGES = (
+    ("used", "used_gpus", "GPUs the team's jobs hold."),
+    ("guaranteed", "guaranteed_gpus", "GPUs guaranteed to the team."),
+    ("limit", "max_gpus", "The most GPUs the team may hold (0: no cap)."),
+    ("borrowed", "borrowed_gpus", "GPUs the team holds beyond its guarantee."),
+    ("queued", "queued_gpus", "GPUs the team's queued jobs need at least."),
+)
+_COUNTERS = (
+    ("preemptions", "Runs stopped to make room for other jobs."),
+    ("resizes", "Running elastic jobs restarted on another number of GPUs."),
+    ("tuning_trials", "Configurations the tuner profiled for jobs."),
+    ("policy_violations", "Scheduling decisions dropped for breaking the policy contract."),
+)
+
+router = APIRouter(tags=["metrics"])
+
+
+def metrics_public() -> bool:
+    """Whether the environment opens ``/metrics`` to scrapers without a token."""
+    return os.environ.get(PUBLIC_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+class PoolCollector(Collector):
+    """Reads the namespace's numbers at scrape time (see the module doc for the series)."""
+
+    def __init__(self, store: JobStore) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[Metric]:
+        """Every series, read now."""
+        view = self.store.pool_view.read()
+        up = GaugeMetricFamily("orch_scheduler_up", "1 while a scheduler publishes its pool view.")
+        up.add_metric([], 1.0 if view is not None else 0.0)
+        yield up
+        if view is not None:
+            yield from _pool(view.get("nodes", []))
+            yield from _teams(view.get("teams", []))
+        tally = Counter(
+            (j.get("state", ""), j.get("class", ""), j.get("team", ""))
+            for j in self.store.job_fields(("state", "class", "team"))
+        )
+        yield from _jobs(tally)
+        yield from _telemetry(self.store.telemetry.read())
+
+
+def node_kind(node: dict[str, Any]) -> str:
+    """A node's kind for labels: its GPU model(s), or ``virtual`` for CPU-backed slots."""
+    models = sorted({str(g.get("model", "")) for g in node.get("models") or ()} - {""})
+    return "virtual" if node.get("virtual") or not models else "+".join(models)
+
+
+def _pool(nodes: Iterable[dict[str, Any]]) -> Iterator[Metric]:
+    total: Counter[str] = Counter()
+    used: Counter[str] = Counter()
+    for n in nodes:
+        total[node_kind(n)] += int(n.get("gpus", 0))
+        used[node_kind(n)] += int(n.get("used_gpus", 0))
+    gpus = GaugeMetricFamily("orch_pool_gpus", "GPU slots in the pool.", labels=["kind"])
+    held = GaugeMetricFamily("orch_pool_gpus_used", "GPU slots jobs hold.", labels=["kind"])
+    for kind in sorted(total):
+        gpus.add_metric([kind], total[kind])
+        held.add_metric([kind], used[kind])
+    yield gpus
+    yield held
+
+
+def _teams(rows: list[dict[str, Any]]) -> Iterator[Metric]:
+    for suffix, key, doc in _TEAM_GAUGES:
+        family = GaugeMetricFamily(f"orch_team_gpus_{suffix}", doc, labels=["team"])
+        for row in rows:
+            family.add_metric([str(row["team"])], float(row.get(key, 0)))
+        yield family
+
+
+def _jobs(tally: Counter[tuple[str, str, str]]) -> Iterator[Metric]:
+    jobs = GaugeMetricFamily(
+        "orch_jobs", "Jobs per state, class and team.", labels=["state", "class", "team"]
+    )
+    queue = GaugeMetricFamily(
+        "orch_queue_length", "Queued jobs per class and team.", labels=["class", "team"]
+    )
+    for (state, job_class, team), n in sorted(tally.items()):
+        jobs.add_metric([state, job_class, team], n)
+        if state == "queued":
+            queue.add_metric([job_class, team], n)
+    yield jobs
+    yield queue
+
+
+def _telemetry(t: Telemetry) -> Iterator[Metric]:
+    verdicts = CounterMetricFamily(
+        "orch_sla_verdicts",
+        "Finished jobs by SLA verdict (met, violated, unmeasured) and class.",
+        labels=["class", "verdict"],
+    )
+    for verdict in ("met", "violated", "unmeasured"):
+        for job_class, n in sorted(t.counter(f"sla_{verdict}").items()):
+            verdicts.add_metric([job_class, verdict], n)
+    yield verdicts
+    for name, doc in _COUNTERS:
+        counter = CounterMetricFamily(f"orch_{name}", doc)
+        counter.add_metric([], t.counter(name).get("", 0.0))
+        yield counter
+    wait = HistogramMetricFamily(
+        "orch_job_wait_to_start_seconds",
+        "From a job's submission to its first placement.",
+        labels=["class"],
+    )
+    for job_class, h in sorted(t.histogram(WAIT_SECONDS).items()):
+        wait.add_metric([job_class], _buckets(h), h.total)
+    yield wait
+    rounds = HistogramMetricFamily(
+        "orch_scheduling_round_seconds", "One round of the control loop (reap to publish)."
+    )
+    round_h = t.histogram(ROUND_SECONDS).get("")
+    if round_h is not None:
+        rounds.add_metric([], _buckets(round_h), round_h.total)
+    yield rounds
+
+
+def _buckets(h: Histogram) -> list[tuple[str, float]]:
+    return [("+Inf" if b == float("inf") else f"{b:g}", float(n)) for b, n in h.buckets]
+
+
+def registry_for(store: JobStore) -> CollectorRegistry:
+    """A registry holding only the namespace's collector (no process metrics: the API may run
+    in several processes, and the numbers are the pool's, not the server's)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PoolCollector(store))
+    return registry
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
+)
+def metrics(request: Request) -> Response:
+    """Prometheus text exposition of the pool, the teams, the queues and the scheduler (any
+    valid token; none when the server runs with ``ORCH_METRICS_PUBLIC=1``)."""
+    if not request.app.state.metrics_public:
+        scheme, token = get_authorization_scheme_param(request.headers.get("Authorization"))
+        credentials = (
+            HTTPAuthorizationCredentials(scheme=scheme, credentials=token)
+            if scheme.lower() == "bearer" and token
+            else None
+        )
+        principal(request, credentials)  # 401 unless a live token
+    registry: CollectorRegistry = request.app.state.metrics_registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

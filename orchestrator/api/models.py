@@ -1,0 +1,174 @@
+"""The API's request and response bodies (pydantic, no FastAPI: the SDK client imports them).
+
+Requests reuse the models the CLI validates files with (``JobSpec``, ``TeamConfig``), so a body
+is checked exactly as a file is; responses are read-only views of what the store holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.sla import SLAVerdict
+from orchestrator.spec import NAME_PATTERN, JobSpec
+from orchestrator.store.records import JobRecord
+from orchestrator.store.states import JobState
+from orchestrator.store.tokens import Role, TokenInfo
+
+__all__ = [
+    "MAX_BATCH",
+    "JobBatch",
+    "JobDetail",
+    "JobView",
+    "Submitted",
+    "TokenCreate",
+    "TokenCreated",
+    "Verdict",
+    "WhoAmI",
+]
+
+MAX_BATCH = 10_000
+"""Most jobs one batch submission may carry."""
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Verdict(_Body):
+    """Whether a job meets its SLA (``met`` is ``None`` until something is measured)."""
+
+    met: bool | None
+    target: str
+    measured: str
+
+    @classmethod
+    def of(cls, verdict: SLAVerdict) -> Verdict:
+        """The body of an :class:`~orchestrator.sla.SLAVerdict`."""
+        return cls(met=verdict.met, target=verdict.target, measured=verdict.measured)
+
+    def verdict(self) -> SLAVerdict:
+        """Back to the :class:`~orchestrator.sla.SLAVerdict` the CLI's tables take."""
+        return SLAVerdict(met=self.met, target=self.target, measured=self.measured)
+
+
+class JobView(_Body):
+    """One job as stored, with its SLA verdict (``orch list -o json`` prints a list of these).
+
+    ``spec`` is the job as submitted; the other fields are those of the store's job record.
+    """
+
+    id: str
+    name: str
+    team: str
+    job_class: str = Field(alias="class")
+    state: JobState
+    gpus: int
+    seq: int
+    submitted_at: float
+    updated_at: float
+    message: str = ""
+    attempts: int = 0
+    by: str | None = None
+    placement: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    fields: dict[str, str] = Field(default_factory=dict)
+    spec: dict[str, Any]
+    verdict: Verdict
+
+    @classmethod
+    def of(cls, rec: JobRecord, verdict: SLAVerdict) -> JobView:
+        """The view of a stored record."""
+        return cls.model_validate(
+            {
+                "id": rec.id,
+                "name": rec.name,
+                "team": rec.team,
+                "class": rec.job_class,
+                "state": rec.state,
+                "gpus": rec.gpus,
+                "seq": rec.seq,
+                "submitted_at": rec.submitted_at,
+                "updated_at": rec.updated_at,
+                "message": rec.message,
+                "attempts": rec.attempts,
+                "by": rec.by,
+                "placement": rec.placement,
+                "result": rec.result,
+                "fields": rec.fields,
+                "spec": rec.spec_data,
+                "verdict": Verdict.of(verdict),
+            }
+        )
+
+    def record(self) -> JobRecord:
+        """Back to the :class:`JobRecord` the CLI's views take."""
+        return JobRecord(
+            id=self.id,
+            name=self.name,
+            team=self.team,
+            job_class=self.job_class,
+            state=self.state,
+            spec_data=self.spec,
+            seq=self.seq,
+            gpus=self.gpus,
+            submitted_at=self.submitted_at,
+            updated_at=self.updated_at,
+            message=self.message,
+            attempts=self.attempts,
+            by=self.by,
+            placement=self.placement,
+            result=self.result,
+            fields=dict(self.fields),
+        )
+
+
+class JobDetail(_Body):
+    """Everything ``orch show`` prints: the job, its latest metrics, its state changes
+    (``{id, event, from, message, ts}``, oldest first) and its tuning report, if tuned."""
+
+    job: JobView
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    events: list[dict[str, Any]] = Field(default_factory=list)
+    tuning: dict[str, Any] | None = None
+    profile: dict[str, Any] | None = None
+
+
+class JobBatch(_Body):
+    """Many jobs submitted at once: all are queued, or (one is invalid, refused by the team
+    config or outside the caller's team) none is."""
+
+    jobs: list[JobSpec] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class Submitted(_Body):
+    """The ids of the jobs a submission queued, in the order they were given."""
+
+    ids: list[str]
+
+
+class TokenCreate(_Body):
+    """A token to make: whom it speaks for, with which role, for which team."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="the principal (recorded on actions)")
+    role: Role
+    team: str | None = Field(
+        default=None, pattern=NAME_PATTERN, description="required for a member"
+    )
+
+
+class TokenCreated(_Body):
+    """A new token: ``token`` is shown this once (only its hash is kept)."""
+
+    token: str
+    info: TokenInfo
+
+
+class WhoAmI(_Body):
+    """The principal a token speaks for."""
+
+    name: str
+    role: Role
+    team: str | None
+    token_id: str | None

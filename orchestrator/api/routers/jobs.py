@@ -1,0 +1,111 @@
+"""``/v1/jobs``: submit one or many, list with filters, show, cancel, and follow events."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import StreamingResponse
+
+from orchestrator.api import operations
+from orchestrator.api.auth import Store, Who
+from orchestrator.api.models import JobBatch, JobDetail, JobView, Submitted
+from orchestrator.spec import NAME_PATTERN, JobSpec
+from orchestrator.store import JobStore
+from orchestrator.store.states import TERMINAL, JobState
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+
+Ref = Annotated[
+    str, Path(min_length=1, max_length=200, description="A job id, or the name of one job.")
+]
+Strict = Annotated[
+    bool,
+    Query(description="Refuse a job whose deadline its tuned rate cannot meet on all its GPUs."),
+]
+_TERMINAL = frozenset(s.value for s in TERMINAL)
+_BLOCK_MS = 2000  # under redis-py's default socket timeout (5 s): a block that long would time out
+
+
+@router.post("/jobs", status_code=201)
+def submit(spec: JobSpec, who: Who, store: Store, strict: Strict = False) -> Submitted:
+    """Queue one job (a member only for its own team: another team is refused with 403)."""
+    return Submitted(ids=operations.submit(store, who, [spec], strict=strict))
+
+
+@router.post("/jobs/batch", status_code=201)
+def submit_batch(batch: JobBatch, who: Who, store: Store, strict: Strict = False) -> Submitted:
+    """Queue many jobs: all, or none when one is refused."""
+    return Submitted(ids=operations.submit(store, who, batch.jobs, strict=strict))
+
+
+@router.get("/jobs")
+def list_jobs(
+    who: Who,
+    store: Store,
+    state: Annotated[list[JobState] | None, Query(description="Only these states.")] = None,
+    team: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+    job_class: Annotated[Literal["bulk", "interactive"] | None, Query(alias="class")] = None,
+    limit: Annotated[int, Query(ge=1, le=100_000, description="The newest this many.")] = 50,
+) -> list[JobView]:
+    """Jobs in submit order (a member or a team viewer sees its own team's only)."""
+    records = operations.list_jobs(
+        store, who, states=state, team=team, job_class=job_class, limit=limit
+    )
+    return [operations.job_view(store, r) for r in records]
+
+
+@router.get("/jobs/{ref}")
+def show(ref: Ref, who: Who, store: Store) -> JobDetail:
+    """One job: record, SLA verdict, latest metrics, events, tuning report."""
+    return operations.job_detail(store, operations.read_job(store, who, ref))
+
+
+@router.post("/jobs/{ref}/cancel")
+def cancel(ref: Ref, who: Who, store: Store) -> JobView:
+    """Cancel a job: a waiting one at once, a running one is stopped (409 if it has ended)."""
+    return operations.job_view(store, operations.cancel(store, who, ref))
+
+
+@router.get("/jobs/{ref}/events")
+def events(ref: Ref, who: Who, store: Store) -> list[dict[str, Any]]:
+    """The job's state changes, oldest first: ``{id, event, from, message, ts}``."""
+    return store.events(operations.read_job(store, who, ref).id)
+
+
+@router.get(
+    "/jobs/{ref}/events/stream",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+def follow(
+    ref: Ref,
+    who: Who,
+    store: Store,
+    after: Annotated[
+        str, Query(pattern=r"^\d+(-\d+)?$", description="Only events after this event id.")
+    ] = "0",
+) -> StreamingResponse:
+    """Server-sent events: each state change as it happens (``event: state``, the event as
+    JSON data), until the job ends; a comment line every few seconds keeps the stream open."""
+    job_id = operations.read_job(store, who, ref).id
+    return StreamingResponse(_stream(store, job_id, after), media_type="text/event-stream")
+
+
+def _stream(store: JobStore, job_id: str, after: str) -> Iterator[str]:
+    last = after
+    while True:
+        found = store.events_after(job_id, last, block_ms=_BLOCK_MS)
+        if not found:
+            if store.get(job_id).terminal:  # ended before `after`: nothing more will come
+                return
+            yield ": waiting\n\n"
+        for event in found:
+            last = event["id"]
+            yield f"id: {last}\nevent: state\ndata: {json.dumps(event)}\n\n"
+            if event.get("event") in _TERMINAL:
+                return

@@ -1,0 +1,67 @@
+"""``/v1/jobs/{ref}/logs``: a job's captured stdout and stderr, per rank, and following them.
+
+Whoever may show a job may read its output (an admin, or a member or viewer of its team).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi.responses import StreamingResponse
+
+from orchestrator.api import operations
+from orchestrator.api.auth import Store, Who
+from orchestrator.api.routers.jobs import Ref
+from orchestrator.store import JobStore
+from orchestrator.store.logs import LOG_MAXLEN, LogEntry
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1", tags=["logs"])
+
+Rank = Annotated[int | None, Query(ge=0, le=4095, description="Only this rank's output.")]
+Tail = Annotated[
+    int | None,
+    Query(ge=1, le=LOG_MAXLEN * 2, description="Only the last this many lines of each rank."),
+]
+_BLOCK_MS = 2000  # under redis-py's default 5 s socket timeout, which a block must not reach
+
+
+@router.get("/jobs/{ref}/logs")
+def logs(ref: Ref, who: Who, store: Store, rank: Rank = None, tail: Tail = None) -> list[LogEntry]:
+    """The job's captured output so far (the last ~2,000 lines of each rank are kept), oldest
+    first across ranks; each line says its rank and stream (``out`` or ``err``)."""
+    job_id = operations.read_job(store, who, ref).id
+    return store.logs.tail(job_id, rank=rank, count=tail)
+
+
+@router.get(
+    "/jobs/{ref}/logs/stream",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+def follow_logs(
+    ref: Ref, who: Who, store: Store, rank: Rank = None, tail: Tail = None
+) -> StreamingResponse:
+    """Server-sent events: the output kept so far (``tail`` lines of each rank), then each
+    line as it is written (``event: log``, the line as JSON data), until the job ends; a
+    comment line every few seconds keeps the stream open."""
+    job_id = operations.read_job(store, who, ref).id
+    return StreamingResponse(_stream(store, job_id, rank, tail), media_type="text/event-stream")
+
+
+def _stream(store: JobStore, job_id: str, rank: int | None, tail: int | None) -> Iterator[str]:
+    def ended() -> bool:
+        return store.get(job_id).terminal
+
+    for batch in store.logs.follow(job_id, ended, rank=rank, tail=tail, block_ms=_BLOCK_MS):
+        if not batch:
+            yield ": waiting\n\n"
+        for entry in batch:
+            yield _event(entry)
+
+
+def _event(entry: LogEntry) -> str:
+    return f"id: {entry.rank}:{entry.id}\nevent: log\ndata: {entry.model_dump_json()}\n\n"

@@ -1,0 +1,213 @@
+"""The authorization matrix over real HTTP: each principal x each endpoint, the status it gets,
+and that a refused request writes nothing.
+
+Principals (see conftest): ``admin``; ``member`` and ``viewer`` of team vision; ``viewer-all``
+(a viewer with no team: reads every team); ``outsider`` (a member of team speech); and three
+that never authenticate: no token, a revoked token, a malformed one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from orchestrator.api import operations
+from orchestrator.api.identity import Principal
+from orchestrator.api.server import ApiServer
+from orchestrator.store import JobStore
+from orchestrator.store.tokens import Role
+from tests.api.conftest import PRINCIPALS, http, job_spec, spec_data
+
+ROLES = tuple(PRINCIPALS)
+ROOT = Principal.local("root")
+TEAMS = {"teams": [{"name": "vision", "guaranteed_gpus": 1}, {"name": "speech"}]}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One endpoint: how to call it (given the store, made ready for the call) and the status
+    each principal gets."""
+
+    method: str
+    path: Callable[[JobStore], str]
+    expect: dict[str, int]
+    body: Callable[[JobStore], Any] | None = None
+
+
+def _job(team: str = "vision", *, cancelled: bool = False) -> Callable[[JobStore], str]:
+    def submit(store: JobStore) -> str:
+        (job_id,) = operations.submit(store, ROOT, [job_spec(team)])
+        if cancelled:
+            store.cancel(job_id)
+        return job_id
+
+    return submit
+
+
+def _spare_token(store: JobStore) -> str:
+    return operations.create_token(store, ROOT, name="spare", role=Role.VIEWER, team=None)[1].id
+
+
+def _only(*allowed: str, ok: int = 200) -> dict[str, int]:
+    return {role: ok if role in allowed else 403 for role in ROLES}
+
+
+ALL = {role: 200 for role in ROLES}
+READ_VISION = _only("admin", "member", "viewer", "viewer-all")
+
+CASES: dict[str, Case] = {
+    "whoami": Case("GET", lambda s: "/v1/whoami", ALL),
+    "submit": Case(
+        "POST", lambda s: "/v1/jobs", _only("admin", "member", ok=201), lambda s: spec_data()
+    ),
+    "submit-batch": Case(
+        "POST",
+        lambda s: "/v1/jobs/batch",
+        _only("admin", "member", ok=201),
+        lambda s: {"jobs": [spec_data(), spec_data(name="other")]},
+    ),
+    "list": Case("GET", lambda s: "/v1/jobs", ALL),
+    "list-team-speech": Case(
+        "GET", lambda s: "/v1/jobs?team=speech", _only("admin", "viewer-all", "outsider")
+    ),
+    "show": Case("GET", lambda s: f"/v1/jobs/{_job()(s)}", READ_VISION),
+    "events": Case("GET", lambda s: f"/v1/jobs/{_job()(s)}/events", READ_VISION),
+    "events-stream": Case(
+        "GET", lambda s: f"/v1/jobs/{_job(cancelled=True)(s)}/events/stream", READ_VISION
+    ),
+    "cancel": Case("POST", lambda s: f"/v1/jobs/{_job()(s)}/cancel", _only("admin", "member")),
+    "pool": Case("GET", lambda s: "/v1/pool", ALL),
+    "teams": Case("GET", lambda s: "/v1/teams", ALL),
+    "teams-apply": Case("PUT", lambda s: "/v1/teams", _only("admin"), lambda s: TEAMS),
+    "tokens": Case("GET", lambda s: "/v1/tokens", _only("admin")),
+    "tokens-create": Case(
+        "POST",
+        lambda s: "/v1/tokens",
+        _only("admin", ok=201),
+        lambda s: {"name": "carol", "role": "member", "team": "vision"},
+    ),
+    "tokens-revoke": Case("DELETE", lambda s: f"/v1/tokens/{_spare_token(s)}", _only("admin")),
+    "audit": Case("GET", lambda s: "/v1/audit", _only("admin")),
+}
+
+
+@pytest.fixture
+def world(store: JobStore) -> JobStore:
+    """A namespace with a team config and a published pool view (as a running scheduler
+    leaves it)."""
+    operations.apply_teams(store, ROOT, operations_teams())
+    store.pool_view.publish({"nodes": [{"node_id": "n1", "gpus": 4, "used_gpus": 0}]}, 60_000)
+    return store
+
+
+def operations_teams() -> Any:
+    from orchestrator.teams import parse_teams
+
+    return parse_teams(TEAMS)
+
+
+def snapshot(store: JobStore) -> dict[str, Any]:
+    """Every key of the namespace with its value (streams by length), to see nothing changed."""
+    client = store.client
+    out: dict[str, Any] = {}
+    for key in client.scan_iter(match=store.keys.pattern):
+        kind = client.type(key)
+        read = {
+            "string": client.get,
+            "hash": client.hgetall,
+            "set": client.smembers,
+            "zset": lambda k: client.zrange(k, 0, -1, withscores=True),
+            "stream": client.xlen,
+        }[kind]
+        out[key] = read(key)
+    return out
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("endpoint", list(CASES))
+def test_each_role_at_each_endpoint(
+    api: ApiServer, world: JobStore, tokens: dict[str, str], endpoint: str, role: str
+) -> None:
+    case = CASES[endpoint]
+    path = case.path(world)
+    body = case.body(world) if case.body else None
+    before = snapshot(world)
+    with http(api, tokens[role]) as client:
+        reply = client.request(case.method, path, json=body)
+    assert reply.status_code == case.expect[role], reply.text
+    if reply.status_code == 403:
+        assert "detail" in reply.json()
+        assert snapshot(world) == before  # refused: nothing written, not even an audit entry
+
+
+@pytest.mark.parametrize("endpoint", list(CASES))
+@pytest.mark.parametrize("credential", ["none", "revoked", "malformed", "wrong-secret"])
+def test_no_valid_token_is_401_everywhere(
+    api: ApiServer, world: JobStore, tokens: dict[str, str], endpoint: str, credential: str
+) -> None:
+    case = CASES[endpoint]
+    if credential == "revoked":
+        token = tokens["admin"]
+        operations.revoke_token(world, ROOT, token.split("_")[1])
+    elif credential == "wrong-secret":
+        token = tokens["admin"][:-4] + "AAAA"
+    else:
+        token = {"none": None, "malformed": "not-a-token"}[credential]
+    path = case.path(world)
+    body = case.body(world) if case.body else None
+    before = snapshot(world)
+    with http(api, token) as client:
+        reply = client.request(case.method, path, json=body)
+    assert reply.status_code == 401, reply.text
+    assert reply.headers["www-authenticate"] == "Bearer"
+    assert snapshot(world) == before
+
+
+def test_health_needs_no_token(api: ApiServer) -> None:
+    with http(api) as client:
+        assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_a_member_submitting_for_another_team_is_refused_whatever_the_batch(
+    api: ApiServer, world: JobStore, tokens: dict[str, str]
+) -> None:
+    """The spec's team is never rewritten: a batch with one job of another team queues none."""
+    body = {"jobs": [spec_data("vision"), spec_data("speech", name="sneaky")]}
+    with http(api, tokens["member"]) as client:
+        reply = client.post("/v1/jobs/batch", json=body)
+    assert reply.status_code == 403
+    assert "team 'speech'" in reply.json()["detail"]
+    assert world.list() == []
+
+
+def test_a_member_lists_only_its_team(
+    api: ApiServer, world: JobStore, tokens: dict[str, str]
+) -> None:
+    operations.submit(world, ROOT, [job_spec("vision"), job_spec("speech")])
+    with http(api, tokens["member"]) as client:
+        teams = {j["team"] for j in client.get("/v1/jobs").json()}
+    with http(api, tokens["admin"]) as client:
+        every = {j["team"] for j in client.get("/v1/jobs").json()}
+    assert teams == {"vision"} and every == {"vision", "speech"}
+
+
+def test_mutations_are_audited_with_their_principal(
+    api: ApiServer, world: JobStore, tokens: dict[str, str]
+) -> None:
+    with http(api, tokens["member"]) as client:
+        (job_id,) = client.post("/v1/jobs", json=spec_data()).json()["ids"]
+        assert client.post(f"/v1/jobs/{job_id}/cancel").json()["state"] == "cancelled"
+    assert "cancelled by member" in world.get(job_id).message
+    assert world.get(job_id).by == "member"
+    with http(api, tokens["admin"]) as client:
+        entries = client.get("/v1/audit").json()
+    mine = [
+        (e["actor"], e["role"], e["team"], e["action"]) for e in entries if e["target"] == job_id
+    ]
+    assert mine == [
+        ("member", "member", "vision", "submit"),
+        ("member", "member", "vision", "cancel"),
+    ]

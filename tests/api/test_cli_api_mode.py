@@ -1,0 +1,136 @@
+"""The `orch` executable in API mode (ORCH_API_URL + ORCH_TOKEN) against the real server: an
+admin bootstraps tokens directly, a member submits, lists, shows and cancels through the API."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.api.server import ApiServer
+from orchestrator.store import JobStore
+from tests.api.conftest import spec_data
+
+
+def orch(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).parent / "orch"
+    clean = {k: v for k, v in os.environ.items() if k not in ("ORCH_API_URL", "ORCH_TOKEN")}
+    return subprocess.run(
+        [str(exe), *args], env={**clean, **env}, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.fixture
+def direct(redis_url: str, namespace: str, tmp_path: Path) -> dict[str, str]:
+    """The environment of an admin on the store's machine (direct Redis access)."""
+    return {"REDIS_URL": redis_url, "ORCH_NAMESPACE": namespace, "ORCH_DATA_DIR": str(tmp_path)}
+
+
+def as_token(api: ApiServer, token: str) -> dict[str, str]:
+    """The environment of a user with only the API's URL and a token (no Redis)."""
+    return {"ORCH_API_URL": api.url, "ORCH_TOKEN": token, "REDIS_URL": "redis://127.0.0.1:1/0"}
+
+
+@pytest.fixture
+def vision_job(tmp_path: Path) -> Path:
+    path = tmp_path / "vision.json"
+    path.write_text(json.dumps(spec_data("vision", "vision-eval")))
+    return path
+
+
+def test_admin_bootstraps_a_member_who_submits_lists_shows_and_cancels(
+    api: ApiServer, store: JobStore, direct: dict[str, str], vision_job: Path
+) -> None:
+    made = orch(
+        "tokens", "create", "--role", "member", "--team", "vision", "--name", "alice", env=direct
+    )
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip()
+    assert token.startswith("orch_") and "shown once" in made.stderr
+    alice = as_token(api, token)
+
+    submitted = orch("submit", str(vision_job), env=alice)
+    assert submitted.returncode == 0, submitted.stderr
+    (rec,) = store.list()
+    assert rec.id in submitted.stdout and rec.by == "alice"
+
+    listed = orch("list", "-o", "json", env=alice)
+    assert listed.returncode == 0, listed.stderr
+    (job,) = json.loads(listed.stdout)
+    assert job["id"] == rec.id and job["class"] == "interactive" and job["state"] == "queued"
+    assert job["verdict"]["target"] == "p95 <= 100 ms"
+
+    shown = orch("show", "vision-eval", env=alice)
+    assert shown.returncode == 0 and rec.id in shown.stdout and "p95 <= 100 ms" in shown.stdout
+    detail = json.loads(orch("show", rec.id, "-o", "json", env=alice).stdout)
+    assert [e["event"] for e in detail["events"]] == ["submitted", "queued"]
+
+    cancelled = orch("cancel", rec.id, "--by", "mallory", env=alice)
+    assert cancelled.returncode == 0 and f"{rec.id}: cancelled" in cancelled.stdout
+    assert store.get(rec.id).message == "cancelled by alice"  # --by is the token's principal
+
+    again = orch("cancel", rec.id, env=alice)
+    assert again.returncode == 2 and "already cancelled" in again.stderr
+    assert "Traceback" not in again.stderr
+
+    audit = orch("audit", "-o", "json", env=direct)
+    actions = [(e["actor"], e["action"]) for e in json.loads(audit.stdout)]
+    assert ("alice", "submit") in actions and ("alice", "cancel") in actions
+
+
+def test_refusals_are_one_line_and_exit_2(
+    api: ApiServer, store: JobStore, tokens: dict[str, str], direct: dict[str, str], tmp_path: Path
+) -> None:
+    speech = tmp_path / "speech.json"
+    speech.write_text(json.dumps(spec_data("speech")))
+    member = as_token(api, tokens["member"])
+    refused = orch("submit", str(speech), env=member)
+    assert refused.returncode == 2
+    assert "HTTP 403" in refused.stderr and "team 'speech'" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert store.list() == []
+
+    assert orch("tokens", "list", env=member).returncode == 2
+    assert orch("teams", "show", env=member).returncode == 2  # none applied: 404
+    bad = orch("list", env=as_token(api, "orch_00000000_nope"))
+    assert bad.returncode == 2 and "HTTP 401" in bad.stderr
+
+
+def test_admin_commands_through_the_api(
+    api: ApiServer, store: JobStore, tokens: dict[str, str], tmp_path: Path
+) -> None:
+    admin = as_token(api, tokens["admin"])
+    teams = tmp_path / "teams.yaml"
+    teams.write_text("teams: [{name: vision, guaranteed_gpus: 1}]\n")
+    assert orch("teams", "apply", str(teams), env=admin).returncode == 0
+    shown = json.loads(orch("teams", "show", "-o", "json", env=admin).stdout)
+    assert shown["teams"][0]["name"] == "vision"
+    made = orch("tokens", "create", "--role", "viewer", "--name", "bob", env=admin)
+    assert made.returncode == 0, made.stderr
+    listed = json.loads(orch("tokens", "list", "-o", "json", env=admin).stdout)
+    bob = next(t for t in listed if t["name"] == "bob")
+    assert "sha256" not in bob and made.stdout.strip() not in json.dumps(listed)
+    assert orch("tokens", "revoke", bob["id"], env=admin).returncode == 0
+    assert orch("list", env=as_token(api, made.stdout.strip())).returncode == 2
+
+
+def test_api_mode_needs_both_variables_and_a_reachable_server(direct: dict[str, str]) -> None:
+    half = orch("list", env={**direct, "ORCH_TOKEN": "orch_x_y"})
+    assert half.returncode == 2 and "ORCH_API_URL" in half.stderr
+    down = orch("list", env={"ORCH_API_URL": "http://127.0.0.1:1", "ORCH_TOKEN": "orch_x_y"})
+    assert down.returncode == 1 and "cannot reach" in down.stderr
+    assert "Traceback" not in down.stderr
+
+
+def test_version_and_direct_json(direct: dict[str, str], store: JobStore, vision_job: Path) -> None:
+    assert orch("--version", env=direct).stdout.startswith("orch ")
+    assert orch("submit", str(vision_job), env=direct).returncode == 0
+    (job,) = json.loads(orch("list", "-o", "json", "--team", "vision", env=direct).stdout)
+    assert job["team"] == "vision"
+    assert json.loads(orch("list", "-o", "json", "--class", "bulk", env=direct).stdout) == []
+    (entry,) = json.loads(orch("audit", "-o", "json", env=direct).stdout)
+    assert entry["action"] == "submit" and entry["actor"].endswith("@local")
