@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit clean
+.PHONY: demo test lint typecheck unit browser clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found (set PYTHON=...)"; exit 1; }
@@ -32,7 +32,20 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
-test: lint typecheck
+# The dashboard's browser test drives Debian's chromium through chromedriver: installed here
+# when missing and the user is root (else the test skips and says why).
+browser:
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+				apt-get install -y -qq chromium chromium-driver \
+				|| echo "note: could not install chromium: the browser test will skip"; \
+		else \
+			echo "note: chromium/chromedriver missing and not root: the browser test will skip"; \
+		fi; \
+	fi
+
+test: lint typecheck browser
 	$(BIN)/python -m pytest -q -rs --durations=15
 
 clean:

@@ -15,9 +15,21 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
+from orchestrator.api.commands import (
+    Output,
+    OutputOption,
+    api_client,
+    audit_command,
+    cancelled_line,
+    logs_command,
+    print_json,
+    serve_command,
+    tokens_app,
+)
 from orchestrator.config import Settings
-from orchestrator.errors import OrchError, SpecError
+from orchestrator.errors import ConfigError, OrchError, SpecError
 from orchestrator.tuner.cli import tune_command
 
 if TYPE_CHECKING:
@@ -28,7 +40,7 @@ app = typer.Typer(
     help="SLA Orchestrator: tune, schedule and run PyTorch jobs with SLAs on a shared GPU pool.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
 )
 # Piped output (CI logs, `| less`) gets a wide fixed width instead of rich's 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -56,28 +68,51 @@ def up(
             )
         ),
     ] = None,
+    api_address: Annotated[
+        str | None,
+        typer.Option(
+            "--api-address",
+            help="host:port the API listens on (default 127.0.0.1:8321, or ORCH_API_ADDRESS).",
+        ),
+    ] = None,
+    standby: Annotated[
+        bool | None,
+        typer.Option(
+            "--standby/--no-standby",
+            help="If another scheduler drives the namespace, wait and take over when it "
+            "stops (default: refuse; or ORCH_STANDBY).",
+        ),
+    ] = None,
 ) -> None:
-    """Start the pool and run the scheduler until interrupted (Ctrl-C requeues running jobs)."""
+    """Start the pool and run the scheduler until interrupted (Ctrl-C requeues running jobs),
+    with the HTTP API (docs at /docs)."""
     import logging
 
     from rich.logging import RichHandler
 
-    from orchestrator.services import make_policy, serve_in_background
+    from orchestrator.services import make_policy, serve_in_background, start_api
+    from orchestrator.store.connection import redact
 
     logging.basicConfig(
         level=logging.INFO,
         format="%(message)s",
         handlers=[RichHandler(console=console, show_path=False)],
     )
-    settings = _settings(virtual_gpus=virtual_gpus, policy=policy)
+    settings = _settings(
+        virtual_gpus=virtual_gpus, policy=policy, api_address=api_address, standby=standby
+    )
     chosen = make_policy(settings.policy)
     with console.status("starting Redis and Ray..."):
         running = serve_in_background(settings, chosen)
+    api = start_api(settings, console)
+    embedded = f"embedded ({settings.data_dir})"
     console.print(
         f"scheduler up: namespace [bold]{settings.namespace}[/], "
-        f"Redis {settings.redis_url or 'embedded (' + str(settings.data_dir) + ')'}, "
+        f"Redis {redact(settings.redis_url) if settings.redis_url else embedded}, "
         f"Ray {settings.ray_address or 'local'}; Ctrl-C to stop"
     )
+    if settings.standby and not running.scheduler.lease.held:
+        console.print("standby: another scheduler drives the namespace; taking over if it stops")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -86,6 +121,8 @@ def up(
     except KeyboardInterrupt:
         pass
     console.print("stopping: running jobs are checkpointed and requeued...")
+    if api is not None:
+        api.stop()
     running.shutdown()
     if running.errors:
         err = running.errors[0]
@@ -99,6 +136,12 @@ def submit(
     files: Annotated[list[Path], typer.Argument(help="Job files (YAML or JSON).")],
     wait: Annotated[bool, typer.Option("--wait", help="Follow the jobs until they end.")] = False,
     by: Annotated[str | None, typer.Option(help="Who submits (recorded).")] = None,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict", help="Refuse a job whose deadline its tuned rate cannot meet at all."
+        ),
+    ] = False,
 ) -> None:
     """Validate job files and queue them. If any file is invalid, nothing is submitted."""
     from orchestrator.spec import load_spec
@@ -111,17 +154,25 @@ def submit(
             errors.append(err)
     if errors:
         for problem in errors:
-            err_console.print(f"[red]error:[/] {problem}", highlight=False)
+            err_console.print(f"[red]error:[/] {escape(str(problem))}", highlight=False)
         raise typer.Exit(2)
+    if (client := api_client()) is not None:
+        from orchestrator.api.commands import remote_submit
+
+        remote_submit(client, specs, wait=wait, by=by, strict=strict)
+        return
+    from orchestrator.api import operations
+    from orchestrator.api.identity import Principal
     from orchestrator.services import open_store
 
     store, _ = open_store(_settings())
-    store.check_admission(specs)  # the team config refuses none of them, or nothing is queued
-    ids = []
-    for spec in specs:
-        rec = store.submit(spec, by=by)
-        ids.append(rec.id)
-        console.print(f"submitted [bold]{rec.id}[/] ({spec.job_class}, team {spec.team})")
+    for check in operations.deadline_checks(store, specs):
+        if check.message and not (strict and check.ok is False):
+            err_console.print(f"[yellow]warning:[/] {escape(check.message)}", highlight=False)
+    # All or none: the team config refuses none of them, or nothing is queued.
+    ids = operations.submit(store, Principal.local(by), specs, strict=strict)
+    for job_id, spec in zip(ids, specs, strict=True):
+        console.print(f"submitted [bold]{job_id}[/] ({spec.job_class}, team {spec.team})")
     if wait:
         if store.pool_view.read() is None:
             err_console.print(
@@ -144,9 +195,16 @@ def _wait(store: JobStore, ids: list[str]) -> None:
 @app.command(name="list")
 def list_jobs(
     state: Annotated[list[str] | None, typer.Option(help="Only jobs in this state.")] = None,
+    team: Annotated[str | None, typer.Option(help="Only this team's jobs.")] = None,
+    job_class: Annotated[
+        str | None, typer.Option("--class", help="Only bulk or interactive jobs.")
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many (newest).")] = 50,
+    output: OutputOption = Output.TABLE,
 ) -> None:
     """List jobs, oldest first."""
+    from orchestrator.api import operations
+    from orchestrator.api.identity import Principal
     from orchestrator.services import open_store
     from orchestrator.store.states import JobState
     from orchestrator.views import jobs_table
@@ -155,19 +213,48 @@ def list_jobs(
     for s in state or []:
         if s not in valid:
             raise typer.BadParameter(f"{s!r}; allowed: {', '.join(valid)}", param_hint="--state")
+    if job_class not in (None, "bulk", "interactive"):
+        raise typer.BadParameter(f"{job_class!r}; allowed: bulk, interactive", param_hint="--class")
+    if (client := api_client()) is not None:
+        from orchestrator.api.commands import remote_list
+
+        remote_list(
+            client, states=state, team=team, job_class=job_class, limit=limit, output=output
+        )
+        return
     store, _ = open_store(_settings())
-    console.print(jobs_table(store, store.list(states=state or None, limit=limit)))
+    records = operations.list_jobs(
+        store, Principal.local(), states=state, team=team, job_class=job_class, limit=limit
+    )
+    if output is Output.JSON:
+        views = [operations.job_view(store, r) for r in records]
+        print_json([v.model_dump(mode="json", by_alias=True) for v in views])
+        return
+    console.print(jobs_table(store, records))
 
 
 @app.command()
-def show(job: Annotated[str, typer.Argument(help="Job id or unique name.")]) -> None:
+def show(
+    job: Annotated[str, typer.Argument(help="Job id or unique name.")],
+    output: OutputOption = Output.TABLE,
+) -> None:
     """Show one job: settings, SLA and whether it is met, live metrics, events."""
+    from orchestrator.api import operations
+    from orchestrator.api.identity import Principal
     from orchestrator.services import open_store
     from orchestrator.tuner.cli import show_tuning
     from orchestrator.views import show_job
 
+    if (client := api_client()) is not None:
+        from orchestrator.api.commands import remote_show
+
+        remote_show(client, job, output)
+        return
     store, _ = open_store(_settings())
-    rec = store.get(store.resolve(job))
+    rec = operations.read_job(store, Principal.local(), job)
+    if output is Output.JSON:
+        print_json(operations.job_detail(store, rec).model_dump(mode="json", by_alias=True))
+        return
     console.print(show_job(store, rec))
     for key in (rec.id, rec.name):  # tuned with the job, or beforehand by `orch tune FILE`
         report = store.tune_reports.load(key)
@@ -181,46 +268,35 @@ def cancel(
     job: Annotated[str, typer.Argument(help="Job id or unique name.")],
     by: Annotated[str | None, typer.Option(help="Who cancels (recorded).")] = None,
 ) -> None:
-    """Cancel a job: a queued job at once; a running job is stopped and its GPUs freed."""
-    from orchestrator.errors import IllegalTransition
-    from orchestrator.services import open_store
-    from orchestrator.store.states import TERMINAL, JobState
+    """Cancel a job: a queued job at once; a running job is stopped and its GPUs freed.
 
+    In API mode the token's principal is recorded as who cancelled (``--by`` is ignored)."""
+    from orchestrator.api import operations
+    from orchestrator.api.identity import Principal
+    from orchestrator.services import open_store
+
+    if (client := api_client()) is not None:
+        view = client.cancel(job)
+        console.print(cancelled_line(view.id, view.state))
+        return
     store, _ = open_store(_settings())
-    job_id = store.resolve(job)
-    note = f"cancelled by {by}" if by else "cancelled"
-    rec = store.get(job_id)
-    for _ in range(3):  # the state may move under us (queued -> placed): retry on the new one
-        target = (
-            JobState.CANCELLED
-            if rec.state in (JobState.SUBMITTED, JobState.QUEUED)
-            else (JobState.CANCELLING)
-        )
-        try:
-            rec = store.transition(job_id, target, expect=rec.state, message=note)
-            break
-        except IllegalTransition as err:
-            rec = store.get(job_id)
-            if rec.state in TERMINAL or rec.state is JobState.CANCELLING:
-                raise OrchError(f"job {job_id} is already {rec.state.value}") from err
-    word = (
-        "cancelled"
-        if rec.state is JobState.CANCELLED
-        else "stopping (the scheduler frees its GPUs)"
-    )
-    console.print(f"{job_id}: {word}")
+    rec = operations.cancel(store, Principal.local(by), job)
+    console.print(cancelled_line(rec.id, rec.state))
 
 
 @app.command()
-def pool() -> None:
+def pool(output: OutputOption = Output.TABLE) -> None:
     """Show the pool's nodes and GPUs as the running scheduler sees them."""
     from orchestrator.services import open_store
     from orchestrator.views import pool_table, teams_table
 
-    store, _ = open_store(_settings())
-    view = store.pool_view.read()
+    client = api_client()
+    view = client.pool() if client is not None else open_store(_settings())[0].pool_view.read()
     if view is None:
         raise OrchError("no scheduler is running for this namespace; start one with `orch up`")
+    if output is Output.JSON:
+        print_json(view)
+        return
     console.print(pool_table(view))
     if view.get("teams"):
         console.print(teams_table(view["teams"]))
@@ -241,31 +317,38 @@ def teams_apply(
     Example file: `teams: [{name: vision, weight: 2, guaranteed_gpus: 4, max_gpus: 8}]`, and
     `allow_unlisted: false` to refuse jobs from teams not listed.
     """
+    from orchestrator.api import operations
+    from orchestrator.api.identity import Principal
     from orchestrator.services import open_store
     from orchestrator.teams import load_teams
     from orchestrator.views import team_config_table
 
     config = load_teams(file)
-    store, _ = open_store(_settings())
-    view = store.pool_view.read()
-    if view is not None:  # a scheduler is up: the guarantees must fit its pool
-        pool_gpus = sum(int(n["gpus"]) for n in view.get("nodes", []))
-        config.views(pool_gpus)
-    store.put_teams(config)
+    if (client := api_client()) is not None:
+        client.apply_teams(config)
+        where = client.url
+    else:
+        store, _ = open_store(_settings())
+        # A scheduler is up: the guarantees must fit its pool (checked there).
+        operations.apply_teams(store, Principal.local(), config)
+        where = f"namespace {store.namespace}"
     console.print(team_config_table(config))
-    console.print(f"applied {len(config.teams)} team(s) to namespace {store.namespace}")
+    console.print(f"applied {len(config.teams)} team(s) to {where}")
 
 
 @teams_app.command("show")
-def teams_show() -> None:
+def teams_show(output: OutputOption = Output.TABLE) -> None:
     """Show the stored team config."""
     from orchestrator.services import open_store
     from orchestrator.views import team_config_table
 
-    store, _ = open_store(_settings())
-    config = store.teams()
+    client = api_client()
+    config = client.teams() if client is not None else open_store(_settings())[0].teams()
     if config is None:
         raise OrchError("no team config applied; every team is equal (use `orch teams apply`)")
+    if output is Output.JSON:
+        print_json(config.model_dump(mode="json"))
+        return
     console.print(team_config_table(config))
 
 
@@ -335,6 +418,99 @@ def sim(
 # `orch tune`: its module keeps torch and Optuna imports inside the command.
 app.command(name="tune")(tune_command)
 
+# The API's commands: FastAPI, uvicorn and httpx load inside them (orchestrator/api/commands.py).
+app.command(name="serve")(serve_command)
+app.command(name="audit")(audit_command)
+app.command(name="logs")(logs_command)
+app.add_typer(tokens_app, name="tokens")
+
+
+def _version(show: bool) -> None:
+    if show:
+        from orchestrator import __version__
+
+        console.print(f"orch {__version__}")
+        raise typer.Exit()
+
+
+@app.callback(
+    epilog=(
+        "With ORCH_API_URL and ORCH_TOKEN set, commands go through the API as the token's "
+        "principal; without them they reach the store directly (administrator access).  \n"
+        "Exit codes: 0 success; 1 failure (a job failed, the store or the API unreachable); "
+        "2 invalid input or refused (in API mode any 4xx: 401, 403, 404, 409, 422); "
+        "3 `orch tune`: no config meets the SLA; 130 interrupted.  \n"
+        "Shell completion: orch --install-completion (bash, zsh, fish, PowerShell)."
+    )
+)
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Options of every command."""
+
+
+@app.command()
+def gc(
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than",
+            help="Remove jobs that ended longer ago than this (30d, 12h, 90m, 3600). "
+            "Default: the retention age (ORCH_RETENTION, 30d).",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only list what would be removed.")
+    ] = False,
+) -> None:
+    """Remove ended jobs (finished, failed, cancelled) older than the retention age: records,
+    events, metrics, logs, tuning studies and index entries. Jobs not ended are never touched.
+    """
+    # An ended job's keys also expire by themselves after the retention age; this removes what
+    # cannot (index entries, the study in the shared Optuna journal) and, with --older-than,
+    # ends the wait sooner. It reaches the store directly (administrator access).
+    from orchestrator.api.identity import Principal
+    from orchestrator.config import parse_duration
+    from orchestrator.services import open_store
+    from orchestrator.tuner.study import study_name
+
+    settings = _settings()
+    try:
+        age_s = settings.retention_s if older_than is None else parse_duration(older_than)
+    except ValueError as err:
+        raise ConfigError(f"--older-than: {err}, got {older_than!r}") from None
+    store, url = open_store(settings)
+    journal = store.study_journal(url)
+    report = store.retention.sweep(age_s, dry_run=dry_run, journal=journal, study_name=study_name)
+    if dry_run:
+        for job_id in report.removed:
+            console.print(job_id, highlight=False)
+        console.print(
+            f"would remove {len(report.removed)} ended job(s) older than {age_s:g} s and the "
+            f"leftovers of {len(report.expired)} expired one(s); {report.kept} kept"
+        )
+        return
+    who = Principal.local()
+    detail = f"older than {age_s:g} s: {len(report.removed)} removed, {len(report.expired)} expired"
+    store.audit.record(
+        actor=who.name,
+        role=who.role.value,
+        team=None,
+        action="gc",
+        targets=[store.namespace],
+        detail=detail,
+    )
+    console.print(
+        f"removed {len(report.removed)} ended job(s) and the leftovers of "
+        f"{len(report.expired)} expired one(s) ({report.keys} keys, {report.studies} "
+        f"studies); {report.kept} kept"
+    )
+
 
 @app.command()
 def down() -> None:
@@ -387,7 +563,8 @@ def main() -> None:
     except OrchError as err:
         if debug:
             raise
-        err_console.print(f"[red]error:[/] {err}", highlight=False)
+        # Messages quote user input: print it as text, never as rich markup.
+        err_console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)

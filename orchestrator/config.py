@@ -6,10 +6,12 @@ server under the data directory; with no ``RAY_ADDRESS`` it starts a local Ray i
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import ConfigError
 
@@ -22,7 +24,30 @@ ENV_VARS = {
     "scheduler_interval_s": "ORCH_SCHEDULER_INTERVAL_S",
     "policy": "ORCH_POLICY",
     "stop_grace_s": "ORCH_STOP_GRACE_S",
+    "api_address": "ORCH_API_ADDRESS",
+    "retention_s": "ORCH_RETENTION",
+    "standby": "ORCH_STANDBY",
+    "lease_ttl_ms": "ORCH_LEASE_TTL_MS",
+    "redis_bind": "ORCH_REDIS_BIND",
 }
+
+DEFAULT_RETENTION_S = 30 * 86400.0
+"""How long a finished job's record, events, metrics, logs and study are kept (30 days)."""
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``: a number with an optional unit s, m, h, d or w (``30d``, ``12h``).
+
+    Raises:
+        ValueError: not a duration (the message says what is allowed).
+    """
+    match = _DURATION.fullmatch(text.strip().lower())
+    if match is None:
+        raise ValueError("expected a duration such as 30d, 12h, 90m or 3600 (seconds)")
+    return float(match[1]) * _UNIT_S[match[2]]
 
 
 class Settings(BaseModel):
@@ -38,9 +63,22 @@ class Settings(BaseModel):
         policy: the scheduling policy's registered name (``gang``, ``shared``, ...).
         stop_grace_s: how long a job being stopped (cancel, preemption) may take to write its
             checkpoint before it is killed: the longest an interactive job waits for it.
+        api_address: ``host:port`` the API server (``orch up``, ``orch serve``) listens on;
+            loopback by default, so only this machine reaches it until an admin says otherwise.
+        retention_s: how long a finished (or failed, cancelled) job is kept: its keys expire
+            that long after it ended, and ``orch gc`` removes what is left of it (``30d``,
+            ``12h`` or seconds in ``ORCH_RETENTION``).
+        standby: when another scheduler drives the namespace, wait as its standby and take
+            over when its lease lapses (``orch up --standby``; two replicas on a cluster),
+            instead of refusing to start.
+        lease_ttl_ms: how long the scheduler lease lives without renewal: a standby takes
+            over within about 1.3 times this after the active scheduler dies.
+        redis_bind: the address the embedded Redis listens on besides loopback, and the one
+            in the URL workers get: this host's address on the network for workers on other
+            hosts (always with its password); ignored with ``REDIS_URL``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     redis_url: str | None = None
     ray_address: str | None = None
@@ -50,6 +88,30 @@ class Settings(BaseModel):
     scheduler_interval_s: float = Field(default=0.5, gt=0, le=60)
     policy: str = Field(default="shared", min_length=1)
     stop_grace_s: float = Field(default=30.0, gt=0, le=3600)
+    api_address: str = Field(
+        default="127.0.0.1:8321", pattern=r"^(\[[0-9A-Fa-f:.]+\]|[\w.-]+):\d{1,5}$"
+    )
+    retention_s: float = Field(default=DEFAULT_RETENTION_S, gt=0)
+    standby: bool = False
+    lease_ttl_ms: int = Field(default=15_000, ge=1_000, le=600_000)
+    redis_bind: str = "127.0.0.1"
+
+    @field_validator("redis_bind")
+    @classmethod
+    def _one_address(cls, value: str) -> str:
+        try:
+            address = ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError("expected one IP address of this host, such as 10.0.0.5") from None
+        if address.is_unspecified:
+            # The URL workers get names this address: it must be one they can reach.
+            raise ValueError("expected this host's own address, not a wildcard")
+        return str(address)
+
+    @field_validator("retention_s", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        return parse_duration(value) if isinstance(value, str) else value
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:

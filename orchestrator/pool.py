@@ -8,8 +8,10 @@ each node reads the model, memory and utilisation through NVML.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -18,6 +20,9 @@ from orchestrator.config import Settings
 from orchestrator.errors import PoolError
 
 log = logging.getLogger(__name__)
+
+FIRST_PROBE_S = 10.0
+"""How long a round waits for a new node's first NVML probe (later probes are not waited on)."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,9 @@ class GPUPool:
         self.settings = settings
         self._probes: dict[str, list[dict[str, Any]]] = {}
         self._probed_at = 0.0
+        self._pending: dict[str, Any] = {}  # node id -> the probe's object ref, not answered
         self.started_ray = False
+        self._reaper: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         """Connect to Ray (or start it). Safe to call when Ray is already initialised.
@@ -128,6 +135,10 @@ class GPUPool:
                 # already running on this host (someone else's) when RAY_ADDRESS is unset.
                 ray.init(address="local", **kwargs)
                 self.started_ray = True
+                # its agents outlive a SIGKILL of this process otherwise (orchestrator.reaper)
+                from orchestrator.reaper import start_reaper
+
+                self._reaper = start_reaper()
         except Exception as err:
             where = self.settings.ray_address or "a local Ray instance"
             raise PoolError(f"cannot start or join Ray at {where}: {err}") from err
@@ -139,6 +150,10 @@ class GPUPool:
         if self.started_ray and ray.is_initialized():
             ray.shutdown()
         self.started_ray = False
+        if self._reaper is not None:  # its stdin closes: it ends (nothing of Ray is left)
+            with contextlib.suppress(OSError):
+                self._reaper.stdin.close()  # type: ignore[union-attr]
+            self._reaper = None
 
     def nodes(self, refresh_probe_s: float = 30.0) -> list[NodeInfo]:
         """Alive nodes that offer GPU slots, in a stable order (by node id)."""
@@ -162,28 +177,51 @@ class GPUPool:
         return out
 
     def _refresh_probes(self, node_ids: list[str], max_age_s: float) -> None:
-        """Run the NVML probe on nodes not probed yet (and on all of them every ``max_age_s``)."""
+        """Run the NVML probe on nodes not probed yet (waiting up to ``FIRST_PROBE_S`` for
+        their answers) and, every ``max_age_s``, again on all of them without waiting: the
+        answers are collected by later calls. A round never waits on a known node's probe, so
+        a node that dies just after a probe was sent to it does not stall the scheduler."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        self._collect_probes(0.0)
         stale = time.monotonic() - self._probed_at > max_age_s
-        todo = [n for n in node_ids if stale or n not in self._probes]
+        todo = [n for n in node_ids if (stale or n not in self._probes) and n not in self._pending]
+        if stale:
+            self._probed_at = time.monotonic()
         if not todo:
             return
         probe = ray.remote(num_cpus=0)(probe_nvml)
-        refs = {
-            node: probe.options(
+        for node in todo:
+            self._pending[node] = probe.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
             ).remote()
-            for node in todo
-        }
-        for node, ref in refs.items():
-            try:
-                self._probes[node] = ray.get(ref, timeout=30)
-            except Exception as err:  # an unreachable node is shown without NVML data
-                log.warning("NVML probe on node %s failed: %s", node[:8], err)
-                self._probes[node] = []
-        self._probed_at = time.monotonic()
+        if any(n not in self._probes for n in todo):
+            self._collect_probes(FIRST_PROBE_S, only={n for n in todo if n not in self._probes})
+
+    def _collect_probes(self, wait_s: float, only: set[str] | None = None) -> None:
+        """Take the probe answers that are in (waiting up to ``wait_s`` for those of ``only``,
+        or of every pending node); a node that did not answer in time is shown without NVML
+        data (virtual) until it does."""
+        import ray
+
+        if not self._pending:
+            return
+        waiting = {n: r for n, r in self._pending.items() if only is None or n in only}
+        if wait_s > 0 and waiting:
+            ray.wait(list(waiting.values()), num_returns=len(waiting), timeout=wait_s)
+        done, _ = ray.wait(list(self._pending.values()), num_returns=len(self._pending), timeout=0)
+        finished = set(done)
+        for node, ref in list(self._pending.items()):
+            if ref in finished:
+                del self._pending[node]
+                try:
+                    self._probes[node] = ray.get(ref)
+                except Exception as err:  # an unreachable node is shown without NVML data
+                    log.warning("NVML probe on node %s failed: %s", node[:8], err)
+                    self._probes[node] = []
+            elif node in waiting and wait_s > 0:
+                self._probes.setdefault(node, [])
 
 
 def nodes_to_json(nodes: list[NodeInfo]) -> list[dict[str, Any]]:

@@ -15,6 +15,9 @@ from orchestrator.store import JobStore, resolve_url
 from policies import SCHEDULING_POLICIES, SchedulingPolicy, UnknownPolicyError
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from orchestrator.api.server import ApiServer
     from orchestrator.control.loop import ControlLoop
     from orchestrator.pool import GPUPool
 
@@ -28,7 +31,7 @@ def open_store(settings: Settings) -> tuple[JobStore, str]:
         StoreError: Redis is unreachable or could not be started.
     """
     url = resolve_url(settings)
-    return JobStore.from_url(url, settings.namespace), url
+    return JobStore.from_url(url, settings.namespace, retention_s=settings.retention_s), url
 
 
 def make_policy(name: str = "shared", **options: str) -> SchedulingPolicy:
@@ -67,7 +70,8 @@ def serve_in_background(settings: Settings, policy: SchedulingPolicy | None = No
     """Start the pool (local Ray unless ``RAY_ADDRESS``) and a scheduler thread.
 
     The store, pool and lease are set up before returning, so errors (Redis unreachable,
-    another scheduler already serving) are raised here, not lost in the thread.
+    another scheduler already serving) are raised here, not lost in the thread. With
+    ``settings.standby`` the thread first waits for the lease (:meth:`ControlLoop.acquire`).
     """
     from orchestrator.control.loop import ControlLoop
     from orchestrator.pool import GPUPool
@@ -78,12 +82,23 @@ def serve_in_background(settings: Settings, policy: SchedulingPolicy | None = No
     pool.start()
     runtime = RayRuntime(pool, url, settings.namespace, stop_grace_s=settings.stop_grace_s)
     scheduler = ControlLoop(settings, store, runtime, policy or make_policy(settings.policy))
-    scheduler.acquire()
     stop = threading.Event()
+    if settings.redis_url is None:  # ours: restarted if it dies (it keeps its data and port)
+        from orchestrator.store.watchdog import RedisWatchdog
+
+        RedisWatchdog(settings.data_dir, stop, bind=settings.redis_bind).start()
+    if not settings.standby:
+        try:
+            scheduler.acquire()
+        except BaseException:
+            stop.set()  # the watchdog
+            raise
     errors: list[BaseException] = []
 
     def loop() -> None:
         try:
+            if settings.standby and not scheduler.acquire(standby=stop):
+                return  # stopped while standing by
             scheduler.serve(stop)
         except BaseException as err:  # surfaced by the caller through `errors`
             errors.append(err)
@@ -91,3 +106,23 @@ def serve_in_background(settings: Settings, policy: SchedulingPolicy | None = No
     thread = threading.Thread(target=loop, name="orch-scheduler", daemon=True)
     thread.start()
     return Running(scheduler, pool, thread, stop, errors)
+
+
+def start_api(settings: Settings, console: Console) -> ApiServer | None:
+    """The HTTP API on ``settings.api_address`` in a background thread (``orch up``).
+
+    An address that cannot be bound (another ``orch up`` on this machine holds it) is reported
+    on ``console`` and the scheduler runs on without the API (``orch serve`` can serve it
+    later), rather than a second scheduler failing for want of a port.
+    """
+    from orchestrator.api.server import start
+    from orchestrator.errors import OrchError
+
+    store, _ = open_store(settings)
+    try:
+        api = start(store, settings.api_address)
+    except OrchError as err:
+        console.print(f"[yellow]warning:[/] {err}; running without the API", highlight=False)
+        return None
+    console.print(f"API on {api.url} (docs at {api.url}/docs)")
+    return api

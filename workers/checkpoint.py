@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from workers.errors import CheckpointError
+from workers.latency import LatencySketch
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -45,7 +46,9 @@ class Checkpoint:
         optimizer: the optimizer's ``state_dict``.
         scaler: the GradScaler's ``state_dict`` (empty when none is used).
         rng: RNG states (see :func:`rng_state`).
-        latencies_ms: measured (post-warm-up) step latencies so far.
+        latency: the sketch of measured (post-warm-up) step latencies so far
+            (:meth:`workers.latency.LatencySketch.state`: a few hundred counters at most,
+            whatever the step count).
         measured_samples: global samples processed in measured steps.
         measured_time_s: wall time of measured steps.
     """
@@ -58,7 +61,7 @@ class Checkpoint:
     optimizer: dict[str, Any]
     scaler: dict[str, Any] = field(default_factory=dict)
     rng: dict[str, Any] = field(default_factory=dict)
-    latencies_ms: list[float] = field(default_factory=list)
+    latency: dict[str, Any] = field(default_factory=lambda: LatencySketch().state())
     measured_samples: int = 0
     measured_time_s: float = 0.0
 
@@ -82,9 +85,20 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _private_dirs(directory: Path) -> None:
+    """Create ``directory`` and its missing parents with mode 0700 (existing ones are kept)."""
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o700, exist_ok=True)
+
+
 def save_checkpoint(directory: Path, ckpt: Checkpoint) -> Path:
-    """Write ``ckpt`` atomically to ``directory/checkpoint.pt`` and return that path."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """Write ``ckpt`` atomically to ``directory/checkpoint.pt`` (mode 0600, as ``mkstemp``
+    creates it, in folders created 0700: weights are the team's own) and return that path."""
+    _private_dirs(directory)
     target = directory / CHECKPOINT_FILE
     fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=".checkpoint-", suffix=".tmp")
     try:

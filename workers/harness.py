@@ -37,9 +37,10 @@ from workers.checkpoint import (
 from workers.config import HarnessConfig
 from workers.devices import device_uuid, resolve_device, to_device
 from workers.errors import HarnessConfigError
+from workers.latency import LatencySketch
 from workers.optimizations import apply_activation_checkpointing, autocast_context, make_grad_scaler
 from workers.result import RunResult
-from workers.telemetry import NvmlSampler, percentile, process_peak_rss_mb
+from workers.telemetry import NvmlSampler, process_peak_rss_mb
 from workers.workloads.base import Batch
 from workers.workloads.registry import build_workload
 
@@ -173,13 +174,13 @@ class _Run:
 
     def __init__(self, h: Harness) -> None:
         self.h = h
-        cfg = h.config
         self.started = time.perf_counter()
         self.step = 0
         self.samples_seen = 0
         self.resumed_from: int | None = None
         self.loss: float | None = None
-        self.latencies_ms: list[float] = []
+        # bounded at any step count: percentiles within the sketch's relative accuracy
+        self.latency = LatencySketch()
         self.measured_samples = 0
         self.measured_time_s = 0.0
         self.local_steps = 0
@@ -198,7 +199,8 @@ class _Run:
         self.optimizer: torch.optim.Optimizer | None = None
         self.forward_module: torch.nn.Module = h.model
         self.nvml = NvmlSampler(device_uuid(h.device))
-        self.deadline = self.started + cfg.duration_s if cfg.duration_s is not None else None
+        # a run for a set time: its clock starts with the step loop (see HarnessConfig)
+        self.deadline: float | None = None
 
     def execute(self) -> RunResult:
         h, cfg = self.h, self.h.config
@@ -219,6 +221,9 @@ class _Run:
         self.nvml.start()
 
         status = "finished"
+        if cfg.duration_s is not None:
+            # set-up on a loaded machine can take longer than a short run: it does not count
+            self.deadline = time.perf_counter() + cfg.duration_s
         while cfg.steps is None or self.step < cfg.steps:
             stop, time_up = distributed.agree_any(
                 [
@@ -272,7 +277,7 @@ class _Run:
         if self.first_step_at is None:
             self.first_step_at = time.time()  # wall clock: compared with submission times
         if self.local_steps > cfg.warmup_steps:
-            self.latencies_ms.append(elapsed * 1000.0)
+            self.latency.add(elapsed * 1000.0)
             self.measured_samples += h.global_batch
             self.measured_time_s += elapsed
 
@@ -334,7 +339,7 @@ class _Run:
         restore_rng(ckpt.rng)
         self.step = self.resumed_from = ckpt.step
         self.samples_seen = ckpt.samples_seen
-        self.latencies_ms = list(ckpt.latencies_ms)
+        self.latency.merge(LatencySketch.from_state(ckpt.latency))
         self.measured_samples = ckpt.measured_samples
         self.measured_time_s = ckpt.measured_time_s
         self.checkpoint_path = str(h.checkpoint_dir / CHECKPOINT_FILE)
@@ -359,7 +364,7 @@ class _Run:
             optimizer=optimizer_sd,
             scaler=h._scaler.state_dict() if h._scaler is not None else {},
             rng=rng_state(),
-            latencies_ms=list(self.latencies_ms),
+            latency=self.latency.state(),
             measured_samples=self.measured_samples,
             measured_time_s=self.measured_time_s,
         )
@@ -370,17 +375,17 @@ class _Run:
     # -- measurement ----------------------------------------------------------------------
 
     def _metrics(self) -> dict[str, Any]:
-        lat = self.latencies_ms
+        lat = self.latency
         sps = self.measured_samples / self.measured_time_s if self.measured_time_s > 0 else None
         tps = sps * self.tokens_per_sample if sps is not None and self.tokens_per_sample else None
         return {
-            "p50_ms": percentile(lat, 50) if lat else None,
-            "p95_ms": percentile(lat, 95) if lat else None,
-            "p99_ms": percentile(lat, 99) if lat else None,
+            "p50_ms": lat.quantile(0.50),
+            "p95_ms": lat.quantile(0.95),
+            "p99_ms": lat.quantile(0.99),
             "samples_per_s": sps,
             "tokens_per_s": tps,
             "peak_mem_mb": self._peak_mem_mb(),
-            "measured_steps": len(lat),
+            "measured_steps": lat.count,
         }
 
     def _peak_mem_mb(self) -> float:
@@ -407,6 +412,10 @@ class _Run:
             "first_step_at": self.first_step_at,
             "checkpoint_write_s": self.checkpoint_write_s,
             "checkpoint_at": self.checkpoint_at,
+            # a run for a set time (``duration_s``): what is left of it, the remaining work
+            "time_left_s": None
+            if self.deadline is None
+            else max(0.0, self.deadline - time.perf_counter()),
             **self._metrics(),
             **self.nvml.snapshot(),
         }

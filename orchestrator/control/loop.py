@@ -15,7 +15,8 @@ Each round, after checking the lease:
 4. **reserve** and **bind**: in apply order, each decision takes its GPUs in the ledger
    (:mod:`~orchestrator.control.ledger`) when they are physically free, and the runtime starts
    or stops gangs; a start whose GPUs are still being freed waits a round.
-5. **publish**: the pool view.
+5. **publish**: the pool view; the round's counters and durations go to ``/metrics``
+   (:mod:`~orchestrator.control.telemetry`, written at most once a second).
 
 Only one loop drives a namespace (its lease); on start it reconciles: jobs the store says are
 placed, tuning or running but that no live loop runs are requeued and resume from their last
@@ -58,6 +59,7 @@ from orchestrator.control.snapshot import (
     queued_view,
     running_view,
 )
+from orchestrator.control.telemetry import LoopTelemetry
 from orchestrator.control.transitions import StopReason, Transition, run_ended
 from orchestrator.errors import IllegalTransition, JobNotFound
 from orchestrator.pool import NodeInfo
@@ -65,7 +67,7 @@ from orchestrator.runtime.base import EventKind, Launch, Outcome, OutcomeKind, R
 from orchestrator.runtime.harness_config import run_spec
 from orchestrator.sla import evaluate_sla
 from orchestrator.spec import JobSpec
-from orchestrator.store import JobStore
+from orchestrator.store import JobStore, LeaseLost
 from orchestrator.store.records import JobRecord
 from orchestrator.store.states import TERMINAL, JobState
 from policies import (
@@ -118,7 +120,7 @@ class ControlLoop:
         self.clock = clock
         self.runs: dict[str, Run] = {}
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.lease = store.lease(self.owner)
+        self.lease = store.lease(self.owner, settings.lease_ttl_ms)
         self.violations = 0  # decisions dropped for breaking the contract
         self._serial = 0
         self._last_round = 0.0  # the previous round's clock
@@ -129,21 +131,36 @@ class ControlLoop:
         self._queue_ids: tuple[int, list[str]] = (-1, [])  # (queue version, ids) last read
         self._published: tuple[float, object] = (0.0, None)  # when, and what the pool view was
         self.facts = JobFactsReader(store)
+        self.telemetry = LoopTelemetry(store.telemetry)  # counters for /metrics
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    def acquire(self) -> None:
-        """Take the namespace's lease and reconcile with what the store says.
+    def acquire(self, standby: threading.Event | None = None) -> bool:
+        """Take the namespace's lease and reconcile with what the store says. From then on
+        every state write of the loop's store is fenced by the lease (a deposed loop's writes
+        are refused: :attr:`JobStore.fence`).
+
+        Args:
+            standby: wait as a standby until the lease is free (until this event is set);
+                ``None``: fail at once if another scheduler holds it.
+
+        Returns:
+            Whether the lease was taken (``False``: ``standby`` was set while waiting).
 
         Raises:
-            SchedulerBusy: another live scheduler holds the lease.
+            SchedulerBusy: another live scheduler holds the lease (and no ``standby``).
         """
-        self.lease.acquire(self.settings.namespace)
+        if standby is None:
+            self.lease.acquire(self.settings.namespace)
+        elif not self.lease.acquire_when_free(self.settings.namespace, standby):
+            return False
+        self.store.fence = self.lease.owner
         self.reconcile()
         # Everything alive after start-up (modules, clients, Ray's state) lives as long as the
         # loop: moved out of the collector's reach, a full collection scans only what rounds
         # made, instead of pausing a round for 24-36 ms (measured, bench/control_plane).
         gc.freeze()
+        return True
 
     def release(self, grace_s: float | None = None) -> None:
         """Stop running jobs (they requeue and resume later) and give the lease back.
@@ -162,11 +179,17 @@ class ControlLoop:
                     self.reap(events)
                 except redis.RedisError as err:
                     log.warning("cannot record stopped jobs yet: %s", err)
+                except LeaseLost:  # fenced: another scheduler owns the jobs' state now
+                    for e in events:
+                        if e.kind is EventKind.ENDED:
+                            self.runs.pop(e.job_id, None)
             else:
                 for e in events:
                     if e.kind is EventKind.ENDED:
                         self.runs.pop(e.job_id, None)
             time.sleep(0.05)
+        with contextlib.suppress(redis.RedisError):
+            self.telemetry.flush()
         self.lease.release()
 
     def reconcile(self) -> None:
@@ -207,6 +230,7 @@ class ControlLoop:
             while not stop.is_set():
                 try:
                     self.round()
+                    self.telemetry.maybe_flush()  # between rounds: never in a round's time
                     backoff = self.settings.scheduler_interval_s
                 except (redis.RedisError, RayError, OSError) as err:
                     backoff = min(backoff * 2, 10.0)
@@ -226,6 +250,7 @@ class ControlLoop:
         Raises:
             LeaseLost: the lease is no longer ours; nothing was written.
         """
+        began = time.perf_counter()
         self.lease.check()
         self.reap(self.runtime.poll())
         self.forward_cancels()
@@ -237,6 +262,7 @@ class ControlLoop:
                 self.lease.check()
             self.bind(d, free)
         self.publish(snapshot)
+        self.telemetry.round_took(time.perf_counter() - began)
         return decisions
 
     # ---- 1. reap ---------------------------------------------------------------------------
@@ -275,6 +301,8 @@ class ControlLoop:
         its attained service, metrics and measured throughput; a resized run goes on."""
         job_id = run.job_id
         curve = self.facts.note_throughput(job_id, outcome.result)
+        if run.launch.kind == "tune":
+            self.telemetry.tuned(outcome.result.get("trials"))
         if curve is not None and job_id in self._facts:
             self._facts[job_id] = dataclasses.replace(self._facts[job_id], speedup=curve)
         if outcome.result:
@@ -318,6 +346,9 @@ class ControlLoop:
         if t.target is JobState.QUEUED:
             progress = self.store.latest_metrics([rec.id], PROGRESS).get(rec.id, {})
             remaining = remaining_s(progress)
+            if progress.get("time_left_s") is not None:
+                # a run for a set time starts its clock again when it resumes
+                remaining = rec.spec.run.duration_s
             fields["remaining_s"] = "" if remaining is None else remaining
             fields["preempted_at"] = at if run.stop is StopReason.PREEMPT else ""
         if t.relaunch and run.resize_to:
@@ -355,7 +386,9 @@ class ControlLoop:
         if reason is not StopReason.RESIZE:
             run.resize_to = None
         run.stop, run.stop_note = reason, note
-        self.runtime.stop(run.job_id)
+        # a bulk run with no step reported is killed: nothing to save, and its set-up would
+        # hold the GPUs for seconds (interactive runs' progress is not read: they checkpoint)
+        self.runtime.stop(run.job_id, at_once=not run.stepped and _is_bulk_run(run))
 
     # ---- 2. observe ------------------------------------------------------------------------
 
@@ -405,11 +438,7 @@ class ControlLoop:
         staying = [r for r in self.runs.values() if not r.leaving]
         # only bulk job runs: what a policy reads of progress (first step, last checkpoint,
         # work left) is about bulk jobs; interactive jobs are never stopped for others
-        bulk = [
-            r.job_id
-            for r in staying
-            if r.launch.kind == "run" and r.launch.spec.job_class == "bulk"
-        ]
+        bulk = [r.job_id for r in staying if _is_bulk_run(r)]
         progress = self.store.latest_metrics(bulk, PROGRESS) if bulk else {}
         views = []
         for run in staying:
@@ -419,6 +448,7 @@ class ControlLoop:
             p = progress.get(run.job_id, {})
             started = run.launched_at
             first = at_or_after(p.get("first_step_at"), started)
+            run.stepped = run.stepped or first is not None
             views.append(
                 running_view(
                     _with_remaining(facts, remaining_s(p)),
@@ -439,6 +469,7 @@ class ControlLoop:
         kept, broken = check_decisions(snapshot, self.policy.decide(snapshot))
         for _, problem in broken:
             self.violations += 1
+            self.telemetry.dropped(1)
             log.error("policy %s broke its contract; dropped: %s", self.policy_name, problem)
         return kept
 
@@ -451,6 +482,7 @@ class ControlLoop:
             if run is not None and not run.leaving:
                 log.info("%s: preempting (%s)", d.job_id, d.reason)
                 self._stop(run, StopReason.PREEMPT, d.reason)
+                self.telemetry.preempted()
                 self.store.annotate(d.job_id, f"preempting: {d.reason}")
         elif d.kind is DecisionKind.START:
             self._start(d, free)
@@ -499,6 +531,7 @@ class ControlLoop:
             return
         self._waits.pop(job_id, None)
         self._queued.pop(job_id, None)
+        self.telemetry.placed(rec)
         self._launch(rec, nodes, d.strategy)
 
     def _launch(self, rec: JobRecord, nodes: tuple[str, ...], strategy: str) -> None:
@@ -585,6 +618,7 @@ class ControlLoop:
         log.info("%s: resizing %d -> %d GPUs (%s)", d.job_id, len(run.nodes), len(nodes), d.reason)
         run.resize_to = nodes
         self._stop(run, StopReason.RESIZE, note)
+        self.telemetry.resized()
         self.store.annotate(d.job_id, f"resizing to {len(nodes)} GPUs: {d.reason}")
 
     @staticmethod
@@ -652,8 +686,14 @@ class ControlLoop:
             elapsed_s=self.clock() - rec.submitted_at,
             finished=True,
         )
+        self.telemetry.finished(rec.job_class, verdict.met)
         met = {True: "SLA met", False: "SLA missed", None: "SLA not measured"}[verdict.met]
         return f"{met}: {verdict.measured} (target {verdict.target})"
+
+
+def _is_bulk_run(run: Run) -> bool:
+    """A run of a bulk job (not a tuning gang): the runs whose progress the loop reads."""
+    return run.launch.kind == "run" and run.launch.spec.job_class == "bulk"
 
 
 def _with_remaining(facts: JobFacts, remaining: float | None) -> JobFacts:

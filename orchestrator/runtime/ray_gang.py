@@ -41,6 +41,8 @@ class GangRun(threading.Thread):
         emit: reports ``STARTED`` (workers up) and, exactly once, ``ENDED`` with the outcome
             after the gang's GPUs are free again.
         reporter_factory: picklable; builds rank 0's metrics sink on the worker.
+        log_sink_factory: picklable; builds each rank's output sink on the worker (``None``:
+            output is not captured).
         placement_timeout_s: give the GPUs back if Ray cannot place the gang in this time.
         stop_grace_s: how long a stop request waits for the checkpoint before killing.
     """
@@ -51,6 +53,7 @@ class GangRun(threading.Thread):
         emit: Emit,
         reporter_factory: Callable[[], Callable[[dict[str, Any]], None]] | None,
         *,
+        log_sink_factory: Callable[[int], Any] | None = None,
         placement_timeout_s: float = 60.0,
         stop_grace_s: float = 30.0,
     ) -> None:
@@ -59,14 +62,18 @@ class GangRun(threading.Thread):
         self.job_id = launch.job_id
         self.emit = emit
         self.reporter_factory = reporter_factory
+        self.log_sink_factory = log_sink_factory
         self.num_threads = 1 if launch.virtual else None
         self.placement_timeout_s = placement_timeout_s
         self.stop_grace_s = stop_grace_s
         self._stop_requested = threading.Event()
+        self._at_once = False
         self._actors: list[Any] = []
 
-    def request_stop(self) -> None:
-        """Ask the workers to checkpoint and stop (idempotent; returns at once)."""
+    def request_stop(self, at_once: bool = False) -> None:
+        """Ask the workers to checkpoint and stop (idempotent; returns at once). ``at_once``:
+        kill them instead (see :meth:`Runtime.stop`)."""
+        self._at_once = self._at_once or at_once
         self._stop_requested.set()
 
     def run(self) -> None:
@@ -139,7 +146,11 @@ class GangRun(threading.Thread):
 
         world = len(self.launch.nodes)
         self._actors = start_workers(
-            pg, self.job_id, num_threads=self.num_threads, reporter_factory=self.reporter_factory
+            pg,
+            self.job_id,
+            num_threads=self.num_threads,
+            reporter_factory=self.reporter_factory,
+            log_sink_factory=self.log_sink_factory,
         )
         init_method = None
         if world > 1:
@@ -165,6 +176,8 @@ class GangRun(threading.Thread):
             if self._stop_requested.is_set():
                 if stop_sent_at is None:
                     stop_sent_at = time.monotonic()
+                    if self._at_once:
+                        return Outcome(OutcomeKind.STOPPED, "stopped before its first step")
                     for actor in self._actors:
                         actor.request_stop.remote()
                 elif time.monotonic() - stop_sent_at > self.stop_grace_s:
@@ -270,7 +283,7 @@ class RayRuntime:
 
     def launch(self, launch: Launch) -> None:
         """See :meth:`Runtime.launch`."""
-        from orchestrator.store import MetricsSink
+        from orchestrator.store import LogSink, MetricsSink
 
         emit = functools.partial(self._emit, launch.job_id, launch.serial)
         kw: dict[str, Any] = {
@@ -282,18 +295,19 @@ class RayRuntime:
             run = TuneRun(launch, emit, self.redis_url, self.namespace, **kw)
         else:
             sink = functools.partial(MetricsSink, self.redis_url, self.namespace, launch.job_id)
-            run = GangRun(launch, emit, sink, **kw)
+            logs = functools.partial(LogSink, self.redis_url, self.namespace, launch.job_id)
+            run = GangRun(launch, emit, sink, log_sink_factory=logs, **kw)
         self._runs[launch.job_id] = run
         run.start()
 
     def _emit(self, job_id: str, serial: int, kind: EventKind, outcome: Outcome | None) -> None:
         self._events.put(RunEvent(job_id, kind, time.time(), serial, outcome))
 
-    def stop(self, job_id: str) -> None:
+    def stop(self, job_id: str, *, at_once: bool = False) -> None:
         """See :meth:`Runtime.stop`."""
         run = self._runs.get(job_id)
         if run is not None:
-            run.request_stop()
+            run.request_stop(at_once)
 
     def poll(self) -> list[RunEvent]:
         """See :meth:`Runtime.poll`."""

@@ -34,7 +34,9 @@ def resolve_url(settings: Settings) -> str:
     Raises:
         StoreError: the embedded server could not be started.
     """
-    return settings.redis_url or EmbeddedRedis(settings.data_dir).ensure_running()
+    if settings.redis_url:
+        return settings.redis_url
+    return EmbeddedRedis(settings.data_dir, settings.redis_bind).ensure_running()
 
 
 def open_url(url: str) -> redis.Redis:

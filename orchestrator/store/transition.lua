@@ -8,12 +8,22 @@
 -- ARGV[3]  states the caller expects the job to be in, space-separated; "*" for any
 -- ARGV[4]  message                 ARGV[5]  queue key prefix (queue key = prefix .. class)
 -- ARGV[6]  event stream cap (approximate MAXLEN)
--- ARGV[7..] extra field/value pairs to set on the job hash
+-- KEYS[4]  the scheduler lease     ARGV[7]  the lease holder the writer speaks for ("": a
+--          user's write, not fenced: a scheduler's write is refused unless it holds the lease)
+-- ARGV[8..] extra field/value pairs to set on the job hash
 --
--- Returns {"missing"}, {"illegal", current}, or {"ok", previous, {job hash, flattened}}.
+-- Returns {"missing"}, {"fenced", holder}, {"illegal", current}, or
+-- {"ok", previous, {job hash, flattened}}.
 
 local function has(list, word)
   return string.find(" " .. list .. " ", " " .. word .. " ", 1, true) ~= nil
+end
+
+if ARGV[7] ~= "" then
+  local holder = redis.call("GET", KEYS[4])
+  if holder ~= ARGV[7] then
+    return {"fenced", holder or ""}
+  end
 end
 
 local current = redis.call("HGET", KEYS[1], "state")
@@ -30,7 +40,7 @@ local t = redis.call("TIME")
 local ts = t[1] .. "." .. string.format("%06d", tonumber(t[2]))
 
 local fields = {"state", target, "updated_at", ts, "message", ARGV[4]}
-for i = 7, #ARGV do
+for i = 8, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
 redis.call("HSET", KEYS[1], unpack(fields))

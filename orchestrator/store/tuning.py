@@ -14,8 +14,9 @@ tuner's business (``orchestrator.tuner``).
 from __future__ import annotations
 
 import json
+import pickle
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -125,3 +126,47 @@ class StudyJournal:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the Redis journal backend is marked experimental
             return JournalStorage(JournalRedisBackend(self.url, prefix=self.prefix))
+
+    def delete_studies(self, names: Iterable[str]) -> int:
+        """Delete those of the named studies that exist (imports Optuna); returns how many.
+
+        Optuna appends a delete to the journal: the study is gone for every reader, and its
+        entries are left out of the next snapshot Optuna writes (see :meth:`replayed`).
+        """
+        wanted = set(names)
+        if not wanted:
+            return 0
+        import optuna
+
+        storage = self.storage()
+        present = wanted & set(optuna.get_all_study_names(storage))
+        for name in sorted(present):
+            optuna.delete_study(study_name=name, storage=storage)
+        return len(present)
+
+    def replayed(self) -> int:
+        """How many journal entries, from the first, Optuna's latest snapshot holds (0: none).
+
+        Optuna saves a snapshot of every live study every 100 studies or trials; a reader opened
+        after it starts from the snapshot, so the entries before it are needed only by a reader
+        opened earlier that has not read them yet.
+        """
+        from optuna.storages.journal import JournalRedisBackend
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the Redis journal backend is marked experimental
+            snapshot = JournalRedisBackend(self.url, prefix=self.prefix).load_snapshot()
+        if snapshot is None:
+            return 0
+        # Optuna's own format (a pickled JournalStorageReplayResult), in the orchestrator's own
+        # Redis: Optuna unpickles the same bytes whenever it opens the journal.
+        return int(pickle.loads(snapshot).log_number_read)
+
+    def entry_key(self, number: int) -> str:
+        """The key of journal entry ``number`` (Optuna's Redis backend layout)."""
+        return f"{self.prefix}:log:{number}"
+
+    @property
+    def counter_key(self) -> str:
+        """The key of the journal's last entry number (Optuna's Redis backend layout)."""
+        return f"{self.prefix}:log_number"

@@ -64,15 +64,49 @@ def test_a_lease_taken_by_another_is_lost_and_checks_raise(store: JobStore) -> N
     assert store.client.get(lease.key) == "elsewhere:1:y"
 
 
-def test_a_lease_not_renewed_for_its_ttl_counts_as_lost(redis_url: str, store: JobStore) -> None:
+def _outage(lease: Lease) -> object:
+    """Point the lease's renewals at a Redis that does not answer; returns the real script."""
+    real = lease._renew
+    lease._renew = redis.Redis.from_url("redis://127.0.0.1:1/0").register_script("return 1")
+    return real
+
+
+def _wait(cond: object, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < deadline:  # type: ignore[operator]
+        time.sleep(0.05)
+
+
+def test_a_redis_outage_pauses_the_lease_and_it_is_taken_back_after(store: JobStore) -> None:
     lease = _lease(store, f"{socket.gethostname()}:{os.getpid()}:z", ttl_ms=300)
     lease.acquire("ns")
-    # Point the renewals at a Redis that does not answer: they fail, the TTL passes.
-    lease._renew = redis.Redis.from_url("redis://127.0.0.1:1/0").register_script("return 1")
-    deadline = time.monotonic() + 5
-    while lease.held and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not lease.held
+    real = _outage(lease)
+    _wait(lambda: not lease.held)
+    assert not lease.held and not lease.lost
+    with pytest.raises(redis.ConnectionError, match="not been renewed"):
+        lease.check()  # an outage, not a loss: the loop waits
+    _wait(lambda: store.lease_holder() is None)  # it expired meanwhile; nobody took it
+    lease._renew = real  # Redis answers again
+    _wait(lambda: lease.held)
+    lease.check()
+    assert store.lease_holder() == lease.owner
+    lease.release()
+
+
+def test_a_lease_taken_by_another_during_an_outage_is_lost(store: JobStore) -> None:
+    host = socket.gethostname()
+    lease = _lease(store, f"{host}:{os.getpid()}:z", ttl_ms=300)
+    lease.acquire("ns")
+    real = _outage(lease)
+    _wait(lambda: store.lease_holder() is None)
+    other = _lease(store, f"{host}:{os.getpid()}:other", ttl_ms=300)
+    other.acquire("ns")  # a standby took it, and gave it back, while we could not renew
+    other.release()
+    lease._renew = real
+    _wait(lambda: lease.lost)
+    assert lease.lost and store.lease_holder() is None
+    with pytest.raises(LeaseLost):
+        lease.check()
     lease.release()
 
 

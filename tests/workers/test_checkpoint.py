@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from tests.workers.helpers import tiny
-from workers.checkpoint import CHECKPOINT_FILE
+from workers.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from workers.errors import CheckpointError
 from workers.harness import Harness
+from workers.latency import LatencySketch
 
 
 def stop_after(n_steps: int) -> Callable[[], bool]:
@@ -72,6 +73,15 @@ def test_latency_samples_survive_a_resume(tmp_path: Path) -> None:
     Harness(tiny("mlp", steps=4, warmup_steps=1), checkpoint_dir=tmp_path).run()
     result = Harness(tiny("mlp", steps=7, warmup_steps=1), checkpoint_dir=tmp_path).run()
     assert result.measured_steps == (4 - 1) + (3 - 1)
+
+
+def test_the_checkpoint_keeps_a_sketch_of_the_latencies_not_each_one(tmp_path: Path) -> None:
+    result = Harness(tiny("mlp", steps=6, warmup_steps=1), checkpoint_dir=tmp_path).run()
+    ckpt = load_checkpoint(tmp_path, "mlp", tiny("mlp").workload_args)
+    assert ckpt is not None
+    sketch = LatencySketch.from_state(ckpt.latency)
+    assert sketch.count == result.measured_steps == 5
+    assert sketch.quantile(0.95) == result.p95_ms
 
 
 def test_a_finished_job_resumes_to_nothing(tmp_path: Path) -> None:

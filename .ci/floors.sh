@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The declared dependency floors are true: install every dependency of pyproject.toml at the
+# lowest version its floor allows (the floor itself, or the first release after it when the
+# floor names no release: nvidia-ml-py>=12.0 -> 12.535.77), in a fresh venv, and run the unit
+# tests against them.
+#
+#   .ci/floors.sh              # torch from the CPU wheel on disk (see below), the rest at floor
+#   FLOORS_TORCH=pypi .ci/floors.sh   # torch at its floor too, from PyPI (a CUDA build: ~3 GB)
+#
+# torch: the PyPI wheels of torch 2.6 for Linux are CUDA builds (several GB of nvidia-* wheels)
+# and the CPU index (download.pytorch.org) is not reachable from every CI machine, so by default
+# torch is the CPU wheel in $WHEELS (2.13.0+cpu) and only the rest is at its floor. What the code
+# needs of torch 2.6 (public torch.distributed.fsdp.fully_shard) is checked by the import below.
+#
+# Not in .ci/run: downloading the floors (Ray 2.49, SciPy 1.11, NumPy 1.26...) and running the
+# tests takes minutes more than the suite; run it when a floor changes and before a release.
+# Needs REDIS_URL (the tests' Redis) or redis-server on PATH.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3.11}
+VENV=${FLOORS_VENV:-$(mktemp -d /tmp/orch-floors-XXXXXX)}
+WHEELS=${WHEELS:-/opt/wheels}
+
+"$PY" -m venv "$VENV"
+"$VENV/bin/pip" install -q --upgrade pip packaging
+
+# name==lowest release at or above each floor (environment markers kept)
+"$VENV/bin/python" - "$VENV/floors.txt" "${FLOORS_TORCH:-local}" <<'EOF'
+import json, subprocess, sys, tomllib
+from packaging.requirements import Requirement
+from packaging.version import InvalidVersion, Version
+
+out, torch_mode = sys.argv[1], sys.argv[2]
+deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
+lines = []
+for text in deps:
+    req = Requirement(text)
+    floors = [s.version for s in req.specifier if s.operator == ">="]
+    if not floors or (req.marker and not req.marker.evaluate()):
+        continue
+    if req.name == "torch" and torch_mode != "pypi":
+        print(f"torch: the CPU wheel in $WHEELS, not {req.specifier} (see the header)")
+        continue
+    listing = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", req.name, "--json"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    versions = []
+    for v in json.loads(listing)["versions"]:
+        try:
+            versions.append(Version(v))
+        except InvalidVersion:
+            continue
+    lowest = min(
+        v for v in versions if not v.is_prerelease and v in req.specifier
+        and v >= Version(floors[0])
+    )
+    extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+    marker = f"; {req.marker}" if req.marker else ""
+    lines.append(f"{req.name}{extras}=={lowest}{marker}")
+    print(f"{req.name}: floor {floors[0]} -> {lowest}")
+open(out, "w").write("\n".join(lines) + "\n")
+EOF
+
+if [ "${FLOORS_TORCH:-local}" != pypi ]; then
+  "$VENV/bin/pip" install -q --find-links "$WHEELS" "$(ls "$WHEELS"/torch-*.whl | sort -V | tail -1)"
+fi
+"$VENV/bin/pip" install -q -r "$VENV/floors.txt" pytest pytest-timeout hypothesis
+"$VENV/bin/pip" install -q --no-deps -e .
+"$VENV/bin/pip" check
+"$VENV/bin/python" -c "from torch.distributed.fsdp import fully_shard; import ray, optuna, torch; \
+print('torch', torch.__version__, 'ray', ray.__version__, 'optuna', optuna.__version__)"
+"$VENV/bin/python" -m pytest -q -m "not slow" -p no:cacheprovider tests/policies tests/control tests/workers
