@@ -1,7 +1,9 @@
 """The web dashboard in a real headless Chromium (Debian's, through chromedriver) against the
 real server: sign in with a token, see the job list, open a job's page with its charts, cancel
-as a member; a viewer sees no cancel. Screenshots go to the test's temporary directory and to
-``bench/api/results/`` (``dashboard.png``: the job list; ``dashboard-job.png``: a job's page).
+as a member; a viewer sees no cancel. Screenshots go to the test's temporary directory, and to
+``bench/api/results/`` when ``ORCH_SAVE_SCREENSHOTS`` is set (``dashboard.png``: the job list;
+``dashboard-job.png``: a job's page; the committed ones were made so): a test run leaves the
+working tree as it was.
 """
 
 from __future__ import annotations
@@ -156,8 +158,9 @@ def _row(chrome: WebDriver, job_id: str) -> Any:
 def _screenshot(chrome: WebDriver, tmp_path: Path, name: str) -> Path:
     shot = tmp_path / name
     assert chrome.save_screenshot(str(shot)), "the screenshot was not written"
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(shot, RESULTS / name)
+    if os.environ.get("ORCH_SAVE_SCREENSHOTS"):
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, RESULTS / name)
     return shot
 
 
