@@ -153,10 +153,11 @@ def serve(
 def app_from_env() -> FastAPI:
     """The app over the store the environment names (``REDIS_URL``, ``ORCH_NAMESPACE``...):
     what each worker process of ``orch serve --workers N`` serves."""
-    from orchestrator.services import open_store
+    from orchestrator.store import resolve_url
 
-    store, _ = open_store(Settings.from_env())
-    return create_app(store)
+    settings = Settings.from_env()
+    url = resolve_url(settings)  # not services.open_store: services imports this module
+    return create_app(JobStore.from_url(url, settings.namespace, retention_s=settings.retention_s))
 
 
 def url_of(sock: socket.socket) -> str:
