@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import json
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib import resources
 from typing import Any, cast
 
@@ -435,18 +435,23 @@ class JobStore:
         the bytes): ``id`` and the fields of :data:`QUEUE_FACTS` present on each job (absent
         ones are left out: jobs stored by an older version, or facts not known yet); missing
         jobs are skipped."""
-        ids = builtins.list(job_ids)
         out: builtins.list[dict[str, str]] = []
+        for job_id, values in self._hmget_many(builtins.list(job_ids), QUEUE_FACTS):
+            if values[0] is not None:
+                facts = {k: v for k, v in zip(QUEUE_FACTS, values, strict=True) if v}
+                out.append({"id": job_id, **facts})
+        return out
+
+    def _hmget_many(
+        self, ids: builtins.list[str], names: Sequence[str]
+    ) -> Iterator[tuple[str, builtins.list[str | None]]]:
+        """``(id, values of names)`` per job, one pipelined round trip per batch."""
         for start in range(0, len(ids), _BATCH):
             chunk = ids[start : start + _BATCH]
             pipe = self.client.pipeline(transaction=False)
             for job_id in chunk:
-                pipe.hmget(self.keys.job(job_id), QUEUE_FACTS)
-            for job_id, values in zip(chunk, pipe.execute(), strict=True):
-                if values[0] is not None:
-                    facts = {k: v for k, v in zip(QUEUE_FACTS, values, strict=True) if v}
-                    out.append({"id": job_id, **facts})
-        return out
+                pipe.hmget(self.keys.job(job_id), names)
+            yield from zip(chunk, pipe.execute(), strict=True)
 
     def latest_metrics(
         self, job_ids: Iterable[str], names: Iterable[str]
@@ -517,15 +522,10 @@ class JobStore:
         else:
             ids = _strs(self.client.zrange(self.keys.jobs, -limit, -1)) if limit > 0 else []
         out: builtins.list[dict[str, str]] = []
-        for start in range(0, len(ids), _BATCH):
-            chunk = ids[start : start + _BATCH]
-            pipe = self.client.pipeline(transaction=False)
-            for job_id in chunk:
-                pipe.hmget(self.keys.job(job_id), names)
-            for job_id, values in zip(chunk, pipe.execute(), strict=True):
-                found = {k: v for k, v in zip(names, values, strict=True) if v is not None}
-                if found:
-                    out.append({"id": job_id, **found})
+        for job_id, values in self._hmget_many(ids, names):
+            found = {k: v for k, v in zip(names, values, strict=True) if v is not None}
+            if found:
+                out.append({"id": job_id, **found})
         return out
 
     def queued(self, job_class: str) -> builtins.list[str]:
