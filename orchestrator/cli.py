@@ -285,6 +285,28 @@ def cancel(
 
 
 @app.command()
+def retune(
+    job: Annotated[str, typer.Argument(help="Job id or unique name of a running tuned job.")],
+    by: Annotated[str | None, typer.Option(help="Who asks (recorded).")] = None,
+) -> None:
+    """Re-tune a running job from what it measures: it stops at a checkpoint, is tuned again
+    and resumes with the new settings if they are predicted to meet its SLA, else its own.
+
+    (`orch tune FILE` profiles a job file before it is submitted.)"""
+    from orchestrator.api import operations
+    from orchestrator.api.identity import Principal
+    from orchestrator.services import open_store
+
+    if (client := api_client()) is not None:
+        view = client.retune(job)
+        console.print(f"{view.id}: re-tune asked (see `orch show {view.id}`)")
+        return
+    store, _ = open_store(_settings())
+    rec = operations.request_tune(store, Principal.local(by), job)
+    console.print(f"{rec.id}: re-tune asked (see `orch show {rec.id}`)")
+
+
+@app.command()
 def pool(output: OutputOption = Output.TABLE) -> None:
     """Show the pool's nodes and GPUs as the running scheduler sees them."""
     from orchestrator.services import open_store
@@ -469,7 +491,8 @@ def gc(
     ] = False,
 ) -> None:
     """Remove ended jobs (finished, failed, cancelled) older than the retention age: records,
-    events, metrics, logs, tuning studies and index entries. Jobs not ended are never touched.
+    events, metrics, logs, tuning studies, checkpoints and index entries. Jobs not ended are
+    never touched.
     """
     # An ended job's keys also expire by themselves after the retention age; this removes what
     # cannot (index entries, the study in the shared Optuna journal) and, with --older-than,
@@ -486,7 +509,13 @@ def gc(
         raise ConfigError(f"--older-than: {err}, got {older_than!r}") from None
     store, url = open_store(settings)
     journal = store.study_journal(url)
-    report = store.retention.sweep(age_s, dry_run=dry_run, journal=journal, study_name=study_name)
+    report = store.retention.sweep(
+        age_s,
+        dry_run=dry_run,
+        journal=journal,
+        study_name=study_name,
+        checkpoints=settings.checkpoint_dir,
+    )
     if dry_run:
         for job_id in report.removed:
             console.print(job_id, highlight=False)
@@ -508,8 +537,10 @@ def gc(
     console.print(
         f"removed {len(report.removed)} ended job(s) and the leftovers of "
         f"{len(report.expired)} expired one(s) ({report.keys} keys, {report.studies} "
-        f"studies); {report.kept} kept"
+        f"studies, {report.checkpoints} checkpoint folders); {report.kept} kept"
     )
+    for problem in report.checkpoint_errors:
+        console.print(f"kept, its checkpoint could not be deleted: {problem}", highlight=False)
 
 
 @app.command()

@@ -117,6 +117,11 @@ class Client:
         """Cancel a job; returns it as it is right after (cancelled, or cancelling)."""
         return JobView.model_validate(self._call("POST", f"/v1/jobs/{_path(ref)}/cancel"))
 
+    def retune(self, ref: str) -> JobView:
+        """Re-tune a running job from what it measures (it resumes from its checkpoint with
+        the new settings if they are predicted to meet its SLA, else with its own)."""
+        return JobView.model_validate(self._call("POST", f"/v1/jobs/{_path(ref)}/tune"))
+
     def events(self, ref: str) -> builtins.list[dict[str, Any]]:
         """The job's state changes so far, oldest first."""
         events: builtins.list[dict[str, Any]] = self._call("GET", f"/v1/jobs/{_path(ref)}/events")

@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import ConfigError
+from orchestrator.storage import StorageLocation
 
 ENV_VARS = {
     "redis_url": "REDIS_URL",
@@ -21,6 +22,7 @@ ENV_VARS = {
     "data_dir": "ORCH_DATA_DIR",
     "namespace": "ORCH_NAMESPACE",
     "virtual_gpus": "ORCH_VIRTUAL_GPUS",
+    "virtual_gpu_memory_gb": "ORCH_VIRTUAL_GPU_MEMORY_GB",
     "scheduler_interval_s": "ORCH_SCHEDULER_INTERVAL_S",
     "policy": "ORCH_POLICY",
     "stop_grace_s": "ORCH_STOP_GRACE_S",
@@ -29,6 +31,10 @@ ENV_VARS = {
     "standby": "ORCH_STANDBY",
     "lease_ttl_ms": "ORCH_LEASE_TTL_MS",
     "redis_bind": "ORCH_REDIS_BIND",
+    "checkpoint_uri": "ORCH_CHECKPOINT_URI",
+    "guard_hold_s": "ORCH_GUARD_HOLD_S",
+    "guard_max_retunes": "ORCH_GUARD_MAX_RETUNES",
+    "warm_workers": "ORCH_WARM_WORKERS",
 }
 
 DEFAULT_RETENTION_S = 30 * 86400.0
@@ -56,9 +62,15 @@ class Settings(BaseModel):
     Attributes:
         redis_url: an existing Redis server; ``None`` starts the embedded one.
         ray_address: an existing Ray cluster; ``None`` starts a local Ray instance.
-        data_dir: embedded Redis data (append-only file), checkpoints, logs.
+        data_dir: embedded Redis data (append-only file), checkpoints (unless
+            ``checkpoint_uri`` says otherwise), logs.
         namespace: prefix of every Redis key, so several orchestrators share one Redis.
         virtual_gpus: GPU slots backed by the CPU when the local Ray has no CUDA GPU.
+        virtual_gpu_memory_gb: the memory each virtual GPU slot declares (GB), which placement
+            checks against a job's ``resources.gpu_memory_gb`` as it does a real GPU's; a
+            node of a joined cluster may declare its own with the Ray resource
+            ``orch_gpu_memory_gb`` (see ``orchestrator.pool``). Large by default, so a job
+            written for a big GPU still runs on a CPU machine.
         scheduler_interval_s: how often the scheduler takes a snapshot and decides.
         policy: the scheduling policy's registered name (``gang``, ``shared``, ...).
         stop_grace_s: how long a job being stopped (cancel, preemption) may take to write its
@@ -76,6 +88,18 @@ class Settings(BaseModel):
         redis_bind: the address the embedded Redis listens on besides loopback, and the one
             in the URL workers get: this host's address on the network for workers on other
             hosts (always with its password); ignored with ``REDIS_URL``.
+        warm_workers: worker actors kept started per node (torch and the harness imported),
+            handed to 1-GPU jobs so they start without a new process; each holds one of the
+            node's free GPUs until a job takes it or a gang needs it. 0 turns the pool off.
+        checkpoint_uri: where job checkpoints go: a path shared by every worker host, or an
+            fsspec URL (``s3://bucket/prefix``, with ``s3fs`` installed and the usual AWS
+            variables on every host); by default ``data_dir/checkpoints``. Each namespace gets
+            a folder in it, and each job one in that (see :attr:`checkpoint_dir`).
+
+        guard_hold_s: how long a running job's measured figure must stay out of its SLA (or
+            back inside) before the SLA guard says so and acts (see
+            :mod:`orchestrator.control.guard`).
+        guard_max_retunes: re-tunes the SLA guard may give one job (0: it never re-tunes).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -85,6 +109,7 @@ class Settings(BaseModel):
     data_dir: Path = Path(".orch-data")
     namespace: str = Field(default="orch", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     virtual_gpus: int = Field(default=4, ge=1, le=1024)
+    virtual_gpu_memory_gb: float = Field(default=80.0, gt=0, le=1 << 20)
     scheduler_interval_s: float = Field(default=0.5, gt=0, le=60)
     policy: str = Field(default="shared", min_length=1)
     stop_grace_s: float = Field(default=30.0, gt=0, le=3600)
@@ -94,7 +119,20 @@ class Settings(BaseModel):
     retention_s: float = Field(default=DEFAULT_RETENTION_S, gt=0)
     standby: bool = False
     lease_ttl_ms: int = Field(default=15_000, ge=1_000, le=600_000)
+    guard_hold_s: float = Field(default=10.0, gt=0, le=3600)
+    guard_max_retunes: int = Field(default=1, ge=0, le=10)
     redis_bind: str = "127.0.0.1"
+    warm_workers: int = Field(default=1, ge=0, le=64)
+    checkpoint_uri: str | None = Field(default=None, min_length=1)
+
+    @field_validator("checkpoint_uri")
+    @classmethod
+    def _storage(cls, value: str | None) -> str | None:
+        if value is not None and "://" in value:
+            scheme = value.split("://", 1)[0]
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+                raise ValueError("expected a path or a URL such as s3://bucket/prefix")
+        return value
 
     @field_validator("redis_bind")
     @classmethod
@@ -137,6 +175,11 @@ class Settings(BaseModel):
             raise ConfigError("invalid settings: " + "; ".join(problems)) from None
 
     @property
-    def checkpoint_dir(self) -> Path:
-        """Root of job checkpoints (one folder per job)."""
-        return self.data_dir.resolve() / "checkpoints" / self.namespace
+    def checkpoint_dir(self) -> StorageLocation:
+        """Root of this namespace's job checkpoints (one folder per job)."""
+        if self.checkpoint_uri is None:
+            return StorageLocation(str(self.data_dir.resolve() / "checkpoints" / self.namespace))
+        root = StorageLocation(self.checkpoint_uri)
+        if not root.is_url:
+            root = StorageLocation(str(Path(self.checkpoint_uri).expanduser().resolve()))
+        return root / self.namespace

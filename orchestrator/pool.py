@@ -13,6 +13,7 @@ import logging
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,6 +24,12 @@ log = logging.getLogger(__name__)
 
 FIRST_PROBE_S = 10.0
 """How long a round waits for a new node's first NVML probe (later probes are not waited on)."""
+
+MEMORY_RESOURCE = "orch_gpu_memory_gb"
+"""A Ray resource by which a node declares the memory of each of its GPU slots (GB), over what
+NVML reads: how a node with virtual slots in a joined cluster (``ray start --num-gpus 2
+--resources '{"orch_gpu_memory_gb": 24}'``) or a test cluster's node says how big they are.
+Nothing asks for it: it is a label, as Ray's own ``accelerator_type:...`` resources are."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,9 @@ class NodeInfo:
         gpus: GPU slots Ray offers on the node.
         virtual: the slots are CPU-backed (no NVIDIA GPU answered NVML on the node).
         models: the NVML view of each physical GPU (empty when virtual).
+        gpu_memory_gb: memory of each GPU slot in GB (10^9 bytes; the smallest GPU's), which
+            placement holds jobs' ``resources.gpu_memory_gb`` to (see
+            :func:`gpu_memory_gb`); ``None``: unknown, which holds back no job.
     """
 
     node_id: str
@@ -52,6 +62,7 @@ class NodeInfo:
     gpus: int
     virtual: bool
     models: tuple[GPUInfo, ...] = field(default_factory=tuple)
+    gpu_memory_gb: float | None = None
 
     def label(self) -> str:
         """A short description for tables, saying plainly when slots are virtual."""
@@ -59,6 +70,23 @@ class NodeInfo:
             return f"{self.gpus} virtual GPU slot(s) (CPU-backed)"
         names = sorted({g.model for g in self.models})
         return f"{self.gpus} x {', '.join(names)}"
+
+
+def gpu_memory_gb(models: Sequence[GPUInfo], declared: float | None, virtual_gb: float) -> float:
+    """The memory of each GPU slot of a node, in GB of 10^9 bytes as GPU makers count them (an
+    "80 GB" card reads at least 80, though NVML reports less in MiB).
+
+    Args:
+        models: the node's GPUs as NVML reads them (empty: virtual slots).
+        declared: what the node declares (:data:`MEMORY_RESOURCE`), which wins when given.
+        virtual_gb: what a virtual slot has when the node declares nothing
+            (``Settings.virtual_gpu_memory_gb``).
+    """
+    if declared:
+        return float(declared)
+    if models:  # a gang may get any of the node's GPUs: the smallest is what it can count on
+        return min(g.memory_mb for g in models) * 2**20 / 1e9
+    return virtual_gb
 
 
 def probe_nvml() -> list[dict[str, Any]]:
@@ -165,13 +193,17 @@ class GPUPool:
         out = []
         for n in alive:
             probe = self._probes.get(n["NodeID"], [])
+            models = tuple(GPUInfo(**g) for g in probe)
+            declared = n["Resources"].get(MEMORY_RESOURCE)
+            memory = gpu_memory_gb(models, declared, self.settings.virtual_gpu_memory_gb)
             out.append(
                 NodeInfo(
                     node_id=n["NodeID"],
                     address=n.get("NodeManagerAddress", "?"),
                     gpus=int(n["Resources"]["GPU"]),
                     virtual=not probe,
-                    models=tuple(GPUInfo(**g) for g in probe),
+                    models=models,
+                    gpu_memory_gb=memory,
                 )
             )
         return out

@@ -80,7 +80,13 @@ def serve_in_background(settings: Settings, policy: SchedulingPolicy | None = No
     store, url = open_store(settings)
     pool = GPUPool(settings)
     pool.start()
-    runtime = RayRuntime(pool, url, settings.namespace, stop_grace_s=settings.stop_grace_s)
+    runtime = RayRuntime(
+        pool,
+        url,
+        settings.namespace,
+        stop_grace_s=settings.stop_grace_s,
+        warm_workers=settings.warm_workers,
+    )
     scheduler = ControlLoop(settings, store, runtime, policy or make_policy(settings.policy))
     stop = threading.Event()
     if settings.redis_url is None:  # ours: restarted if it dies (it keeps its data and port)

@@ -163,7 +163,8 @@ class Resources(_Model):
     """GPU count range and, optionally, the GPU memory each worker needs."""
 
     gpus: GPURange = Field(default_factory=GPURange)
-    # Recorded and shown; not yet used by placement (virtual slots have no memory to check).
+    # Placement puts the job only on nodes whose GPUs have this much (GB of 10^9 bytes; a
+    # virtual slot has Settings.virtual_gpu_memory_gb); submission refuses it when no node does.
     gpu_memory_gb: float | None = Field(default=None, gt=0, le=1 << 20)
 
     @field_validator("gpus", mode="before")

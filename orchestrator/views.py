@@ -198,9 +198,10 @@ def pool_table(view: dict[str, Any]) -> Table:
     table = Table(
         title=f"pool (scheduler {view.get('scheduler', '?')}, policy {view.get('policy')})"
     )
-    for col in ("node", "address", "GPUs", "used", "free", "kind"):
+    for col in ("node", "address", "GPUs", "used", "free", "kind", "GB per GPU"):
         table.add_column(col)
     for n in view.get("nodes", []):
+        memory = n.get("gpu_memory_gb")
         models = n.get("models") or []
         kind = (
             "virtual (CPU-backed)"
@@ -214,6 +215,7 @@ def pool_table(view: dict[str, Any]) -> Table:
             str(n.get("used_gpus", 0)),
             str(n["gpus"] - n.get("used_gpus", 0)),
             kind,
+            "?" if memory is None else f"{memory:.3g}",
         )
     return table
 

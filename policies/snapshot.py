@@ -7,8 +7,9 @@ Every field added after the first version has a default, so a producer that know
 first fields (node ids, job class, team, GPUs, order) still builds a valid snapshot: a job then
 is rigid (``min_gpus == max_gpus == gpus``), scales linearly, has no deadline and no service, a
 running job counts as having made progress (``first_step_at=0.0``), a queued job as never
-preempted (``preempted_at=None``), and the rounds' interval as unknown (``interval_s=0.0``), which
-turns off the rules that read these fields.
+preempted (``preempted_at=None``), the rounds' interval as unknown (``interval_s=0.0``), and GPU
+memory as unknown on a node and not asked for by a job (``gpu_memory_gb=None``), which turns off
+the rules that read these fields.
 """
 
 from __future__ import annotations
@@ -30,11 +31,21 @@ class NodeView:
         node_id: the pool's id for the node (Ray's node id in the live scheduler).
         total_gpus: GPU slots the node has (real or virtual).
         free_gpus: slots not held by any job right now.
+        gpu_memory_gb: memory of each GPU slot (the node's smallest GPU), in GB of 10^9 bytes
+            as GPU makers count them; ``None``: unknown, which limits no job (see
+            :meth:`holds`).
     """
 
     node_id: str
     total_gpus: int
     free_gpus: int
+    gpu_memory_gb: float | None = None
+
+    def holds(self, gpu_memory_gb: float | None) -> bool:
+        """Whether a job needing ``gpu_memory_gb`` per GPU may run here: the one rule by
+        which GPU memory limits placement (unknown on either side limits nothing)."""
+        mine = self.gpu_memory_gb
+        return gpu_memory_gb is None or mine is None or mine >= gpu_memory_gb
 
 
 @dataclass(frozen=True)
@@ -121,6 +132,9 @@ class QueuedJob(_JobSizes):
             matters: a bulk job preempted within the last ``Snapshot.interval_s`` is "just
             preempted", and a policy may give it only the GPUs no other job wants this round
             (see :meth:`just_preempted`).
+        gpu_memory_gb: memory each of its GPUs must have (``resources.gpu_memory_gb``);
+            ``None``: any GPU will do. A policy places it only on nodes that
+            :meth:`NodeView.holds` it (see :meth:`Snapshot.too_small`).
     """
 
     job_id: str
@@ -137,6 +151,7 @@ class QueuedJob(_JobSizes):
     remaining_work: float | None = None
     speedup: tuple[float, ...] = ()
     preempted_at: float | None = None
+    gpu_memory_gb: float | None = None
 
     def just_preempted(self, now: float, interval_s: float) -> bool:
         """Whether a preemption stopped this job's last run within the last round.
@@ -169,6 +184,8 @@ class RunningJob(_JobSizes):
             "has stepped", so a producer that does not track steps changes nothing. A run with
             no step yet is never a victim (preempted or shrunk) for another bulk job: that
             would throw away its whole start-up and gain nothing (see :meth:`stepped`).
+        urgent: the SLA guard measured it short of its throughput floor or deadline: an
+            elastic job the policy should grow first when GPUs are spare.
     """
 
     job_id: str
@@ -186,6 +203,8 @@ class RunningJob(_JobSizes):
     remaining_work: float | None = None
     speedup: tuple[float, ...] = ()
     first_step_at: float | None = 0.0
+    gpu_memory_gb: float | None = None  # as for QueuedJob: a grow takes only such nodes
+    urgent: bool = False
 
     @property
     def gpus(self) -> int:
@@ -226,6 +245,10 @@ class Snapshot:
     total_gpus: int = field(init=False)
 
     _free: dict[str, int] = field(init=False, repr=False, compare=False)
+    # too_small's answers, per requirement: asked once per job needing memory, every round
+    _small: dict[float, frozenset[str]] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "total_gpus", sum(n.total_gpus for n in self.nodes))
@@ -237,3 +260,14 @@ class Snapshot:
         """Free GPUs per node id, in the pool's node order (a fresh dict: the caller's to
         change)."""
         return dict(self._free)
+
+    def too_small(self, gpu_memory_gb: float | None) -> frozenset[str]:
+        """Nodes whose GPUs have less memory than ``gpu_memory_gb``: no GPU of a job needing
+        that much may be placed there (empty for ``None``; see :meth:`NodeView.holds`)."""
+        if gpu_memory_gb is None:
+            return frozenset()
+        small = self._small.get(gpu_memory_gb)
+        if small is None:
+            small = frozenset(n.node_id for n in self.nodes if not n.holds(gpu_memory_gb))
+            self._small[gpu_memory_gb] = small
+        return small

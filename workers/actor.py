@@ -5,6 +5,11 @@
 is busy) and places one per GPU of the job's placement group. Ray and torch are imported only
 inside methods, so this module is cheap to import in the control plane.
 
+A warm worker pool (``orchestrator.runtime.warm``) starts actors before any job needs them:
+:meth:`WorkerActor.warm_up` imports torch and the harness and runs one tiny step, and
+:meth:`WorkerActor.bind` later gives the warm actor to a job (its reports then say
+``warm_start``). A job's actor, warm or fresh, runs one job and is killed after it.
+
 Metrics leave through ``reporter_factory``: a picklable callable, supplied by the orchestrator,
 that returns the report sink (for instance one that writes to Redis). Output leaves the same way:
 ``log_sink_factory(rank)`` returns the sink of that rank's captured stdout and stderr (see
@@ -13,10 +18,12 @@ that returns the report sink (for instance one that writes to Redis). Output lea
 
 from __future__ import annotations
 
+import gc
+import os
 import threading
+import time
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -62,6 +69,70 @@ class WorkerActor:
         self._log_sink_factory = log_sink_factory
         self._num_threads = num_threads
         self._stop = threading.Event()
+        self._warm = False  # warmed up before it was given a job (see warm_up)
+        self._set_up = threading.Event()  # a run's harness is built (see is_set_up)
+
+    def warm_up(self, imports: tuple[str, ...] = ()) -> dict[str, float]:
+        """Get this process ready for a job before there is one: import torch, the harness
+        and the built-in workloads, and run one tiny training step on this rank's device
+        (autograd, the optimizer and CUDA initialise lazily, on a first step). That is what
+        takes a fresh worker seconds (``BENCHMARKS.md``: 2.3 of a 3.1 s start); a job handed
+        this actor afterwards (:meth:`bind`) starts its first step at once.
+
+        Args:
+            imports: more modules to import now: those the orchestrator's report and log
+                sinks are unpickled into when :meth:`bind` receives them.
+
+        Returns:
+            ``{"pid": ..., "warm_up_s": ...}`` of this worker process.
+        """
+        import importlib
+
+        from workers.config import HarnessConfig
+        from workers.harness import Harness
+        from workers.workloads.registry import BUILTIN_WORKLOADS
+
+        began = time.perf_counter()
+        for name in (*(f"workers.workloads.{n}" for n in BUILTIN_WORKLOADS), *imports):
+            importlib.import_module(name)
+        config = HarnessConfig(
+            workload="mlp",
+            workload_args={"in_features": 8, "hidden": 8},
+            micro_batch=2,
+            steps=2,  # the second step runs the optimizer's steady-state path
+            warmup_steps=1,
+        )
+        Harness(config, num_threads=self._num_threads).run()
+        _release_memory()
+        # What is alive now (torch, the modules) lives as long as the process: out of the
+        # collector's reach, the collection a run starts with scans only what came after
+        # (a full collection took ~0.18 s of a warm start on a 2-core dev machine)
+        gc.freeze()
+        self._warm = True
+        return {"pid": os.getpid(), "warm_up_s": time.perf_counter() - began}
+
+    def bind(
+        self,
+        job_id: str,
+        *,
+        reporter_factory: ReporterFactory | None,
+        log_sink_factory: LogSinkFactory | None,
+        num_threads: int | None,
+    ) -> int:
+        """Give this actor (warmed up, no job yet) to rank 0 of a job's 1-GPU gang: what a
+        fresh actor gets when it is made. Returns this worker's pid."""
+        self.job_id = job_id
+        self.rank, self.world_size = 0, 1
+        self._reporter_factory = reporter_factory
+        self._log_sink_factory = log_sink_factory
+        self._num_threads = num_threads
+        return os.getpid()
+
+    def is_set_up(self) -> bool:
+        """Whether a run has built its harness (torch imported, model built): until then the
+        orchestrator warms no other worker on this host, whose start would compete with this
+        one for the host's CPUs. Answers at once (it runs beside :meth:`run`)."""
+        return self._set_up.is_set()
 
     def node_address(self) -> tuple[str, int]:
         """This node's IP and a free TCP port; rank 0's answer becomes ``tcp://ip:port``."""
@@ -131,12 +202,13 @@ class WorkerActor:
             rank=rank,
             world_size=self.world_size if world_size is None else world_size,
             init_method=init_method,
-            checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
+            checkpoint_dir=checkpoint_dir or None,  # a path or a URL, kept as given
             report=report,
             report_every_s=self._report_every_s,
             should_stop=self._stop.is_set,
             num_threads=self._num_threads,
         )
+        self._set_up.set()
         try:
             return harness.run().to_dict()
         finally:
@@ -151,10 +223,11 @@ class WorkerActor:
         if self.rank != 0 or self._reporter_factory is None:
             return None
         sink = self._reporter_factory()
-        job_id = self.job_id
+        job_id, warm = self.job_id, self._warm
 
         def report(data: dict[str, Any]) -> None:
-            sink({"job_id": job_id, **data})
+            # warm_start: this run skipped the worker's start (a warm pool's actor)
+            sink({"job_id": job_id, "warm_start": warm, **data})
 
         return report
 
@@ -162,8 +235,6 @@ class WorkerActor:
 def _release_memory() -> None:
     """Free what a run left behind (an OOM leaves tensors referenced from its traceback), so
     the next run in this actor (a tuning gang runs one trial after another) starts clean."""
-    import gc
-
     import torch
 
     gc.collect()

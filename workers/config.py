@@ -37,9 +37,10 @@ class HarnessConfig:
             ranks); one rank, or an inference workload, runs unsharded either way. Checkpoints
             are the same for both.
         steps: optimizer steps in total, counting those done before a resume.
-        duration_s: wall-clock seconds this run trains for, from the start of its step loop
-            (after building the model, the process group and the resume; ``torch.compile``'s
-            compilation, which happens in the first steps, counts).
+        duration_s: wall-clock seconds the job trains for, counted over its runs: each from
+            the start of its step loop (after building the model, the process group and the
+            resume; ``torch.compile``'s compilation, which happens in the first steps, counts),
+            a resumed run getting what its checkpoint says is left (``run_time_s``).
         work_tokens: tokens to train on in total; the harness turns it into steps from the
             workload's tokens per sample and the global batch. Exactly one of ``steps``,
             ``duration_s`` and ``work_tokens`` is set.

@@ -27,9 +27,9 @@ import torch
 
 from workers import distributed, sharding
 from workers.checkpoint import (
-    CHECKPOINT_FILE,
     Checkpoint,
     load_checkpoint,
+    load_tensors,
     restore_rng,
     rng_state,
     save_checkpoint,
@@ -41,6 +41,7 @@ from workers.latency import LatencySketch
 from workers.optimizations import apply_activation_checkpointing, autocast_context, make_grad_scaler
 from workers.result import RunResult
 from workers.telemetry import NvmlSampler, process_peak_rss_mb
+from workers.window import RecentSteps
 from workers.workloads.base import Batch
 from workers.workloads.registry import build_workload
 
@@ -63,7 +64,8 @@ class Harness:
         init_method: ``tcp://host:port`` of rank 0 (required when ``world_size > 1``).
         device: ``cpu``, ``cuda`` or ``cuda:N``; by default ``cuda:rank % n_gpus`` when CUDA is
             present, else ``cpu``.
-        checkpoint_dir: where checkpoints are written (rank 0) and resumed from (all ranks).
+        checkpoint_dir: where checkpoints are written and resumed from (every rank): a path
+            shared by the ranks, or an fsspec URL (``s3://...``); see :mod:`workers.checkpoint`.
         report: called with a report dict at most every ``report_every_s`` and once at the end.
         report_every_s: minimum seconds between two periodic reports.
         should_stop: polled once per optimizer step; when it returns True on any rank, all
@@ -98,7 +100,8 @@ class Harness:
         self.rank = rank
         self.world_size = world_size
         self.init_method = init_method
-        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        # a string, not a Path: a URL's "//" would not survive Path()
+        self.checkpoint_dir = str(checkpoint_dir) if checkpoint_dir is not None else None
         self._report = report
         self._report_every_s = report_every_s
         self._should_stop = should_stop or (lambda: False)
@@ -181,6 +184,7 @@ class _Run:
         self.loss: float | None = None
         # bounded at any step count: percentiles within the sketch's relative accuracy
         self.latency = LatencySketch()
+        self.recent = RecentSteps()  # the last seconds of steps, for the SLA guard
         self.measured_samples = 0
         self.measured_time_s = 0.0
         self.local_steps = 0
@@ -199,8 +203,11 @@ class _Run:
         self.optimizer: torch.optim.Optimizer | None = None
         self.forward_module: torch.nn.Module = h.model
         self.nvml = NvmlSampler(device_uuid(h.device))
-        # a run for a set time: its clock starts with the step loop (see HarnessConfig)
+        # a run for a set time: its clock starts with the step loop (see HarnessConfig) and
+        # counts the run time of earlier runs, kept in the checkpoint
         self.deadline: float | None = None
+        self.loop_started: float | None = None
+        self.run_time_before = 0.0
 
     def execute(self) -> RunResult:
         h, cfg = self.h, self.h.config
@@ -221,9 +228,10 @@ class _Run:
         self.nvml.start()
 
         status = "finished"
+        # set-up on a loaded machine can take longer than a short run: it does not count
+        self.loop_started = time.perf_counter()
         if cfg.duration_s is not None:
-            # set-up on a loaded machine can take longer than a short run: it does not count
-            self.deadline = time.perf_counter() + cfg.duration_s
+            self.deadline = self.loop_started + max(0.0, cfg.duration_s - self.run_time_before)
         while cfg.steps is None or self.step < cfg.steps:
             stop, time_up = distributed.agree_any(
                 [
@@ -280,6 +288,7 @@ class _Run:
             self.latency.add(elapsed * 1000.0)
             self.measured_samples += h.global_batch
             self.measured_time_s += elapsed
+            self.recent.add(t0 + elapsed, elapsed, h.global_batch)
 
     def _train_step(self) -> float:
         h, cfg = self.h, self.h.config
@@ -333,7 +342,10 @@ class _Run:
         ckpt = load_checkpoint(h.checkpoint_dir, h.config.workload, h.config.workload_args)
         if ckpt is None:
             return
-        sharding.load_full_state(h.model, self.optimizer, ckpt.model, ckpt.optimizer)
+        # this rank's (sharded) state dicts, filled in from the checkpoint's shards
+        state = sharding.state_dicts(h.model, self.optimizer)
+        self.checkpoint_path = load_tensors(h.checkpoint_dir, ckpt, state)
+        sharding.load_state_dicts(h.model, self.optimizer, state)
         if h._scaler is not None and ckpt.scaler:
             h._scaler.load_state_dict(ckpt.scaler)
         restore_rng(ckpt.rng)
@@ -342,8 +354,14 @@ class _Run:
         self.latency.merge(LatencySketch.from_state(ckpt.latency))
         self.measured_samples = ckpt.measured_samples
         self.measured_time_s = ckpt.measured_time_s
-        self.checkpoint_path = str(h.checkpoint_dir / CHECKPOINT_FILE)
+        self.run_time_before = ckpt.run_time_s
         self.last_saved_step = ckpt.step
+
+    def run_time_s(self, now: float) -> float:
+        """Step-loop time of every run of the job up to ``now`` (a ``perf_counter`` value)."""
+        if self.loop_started is None:
+            return self.run_time_before
+        return self.run_time_before + max(0.0, now - self.loop_started)
 
     def _save(self) -> None:
         h = self.h
@@ -351,24 +369,21 @@ class _Run:
             return
         self.last_saved_step = self.step
         t0 = time.perf_counter()
-        # On every rank: gathering a sharded model is a collective. Rank 0 alone gets the state.
-        model_sd, optimizer_sd = sharding.full_state(h.model, self.optimizer)
-        if h.rank != 0:
-            return
         ckpt = Checkpoint(
             step=self.step,
             samples_seen=self.samples_seen,
             workload=h.config.workload,
             workload_args=dict(h.config.workload_args),
-            model=model_sd,
-            optimizer=optimizer_sd,
             scaler=h._scaler.state_dict() if h._scaler is not None else {},
             rng=rng_state(),
             latency=self.latency.state(),
             measured_samples=self.measured_samples,
             measured_time_s=self.measured_time_s,
+            run_time_s=self.run_time_s(t0),
         )
-        self.checkpoint_path = str(save_checkpoint(h.checkpoint_dir, ckpt))
+        # On every rank: each writes its own shards, in parallel (rank 0 commits the record).
+        state = sharding.state_dicts(h.model, self.optimizer)
+        self.checkpoint_path = save_checkpoint(h.checkpoint_dir, ckpt, state)
         self.checkpoint_write_s = time.perf_counter() - t0
         self.checkpoint_at = time.time()
 
@@ -386,6 +401,7 @@ class _Run:
             "tokens_per_s": tps,
             "peak_mem_mb": self._peak_mem_mb(),
             "measured_steps": lat.count,
+            **self.recent.summary(time.perf_counter()),
         }
 
     def _peak_mem_mb(self) -> float:

@@ -12,9 +12,11 @@ gradients and their reduce-scatter stay fp32 as under DDP, so DDP and FSDP runs 
 to the same weights. A ``torch.amp.GradScaler`` works unchanged: DTensor reduces its inf/NaN check
 over the ranks, so every rank skips (or takes) the same steps.
 
-Checkpoints hold the *full* state (what an unsharded model and its optimizer would save, optimizer
-state keyed by parameter name), gathered through ``torch.distributed.checkpoint.state_dict``, so a
-job resumes with DDP or FSDP on any number of ranks.
+Checkpoints hold each rank's own state (:func:`state_dicts`, through
+``torch.distributed.checkpoint.state_dict``): FSDP shards as DTensors, optimizer state keyed by
+parameter name. ``torch.distributed.checkpoint`` writes the shards of every rank in parallel and
+reshards them on load, so a job resumes with DDP or FSDP on any number of ranks
+(:mod:`workers.checkpoint`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
     get_model_state_dict,
     get_state_dict,
     set_model_state_dict,
@@ -39,12 +40,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 __all__ = [
     "full_parameters",
-    "full_state",
     "grad_sync",
-    "load_full_state",
+    "load_state_dicts",
     "parallelize",
     "param_fingerprint",
     "shard",
+    "state_dicts",
 ]
 
 StateDict = dict[str, Any]
@@ -116,36 +117,29 @@ def param_fingerprint(model: torch.nn.Module) -> float:
         return sum(float(p.double().abs().sum()) for p in full_parameters(model))
 
 
-_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+def state_dicts(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> StateDict:
+    """This rank's model and optimizer state, ``{"model": ..., "optimizer": ...}`` (no
+    ``optimizer`` without one), to save or to load into with ``torch.distributed.checkpoint``.
 
-
-def full_state(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer | None
-) -> tuple[StateDict, StateDict]:
-    """The full model and optimizer state dicts, on the CPU of rank 0.
-
-    Every rank must call it (gathering a sharded model is a collective); ranks other than 0
-    get empty dicts when a process group is up. ``model`` is the unwrapped module (not DDP).
+    Under FSDP the model's tensors are DTensors holding this rank's shards (nothing is gathered:
+    each rank saves its own); the optimizer state is keyed by parameter name, so it maps onto
+    any sharding. A fresh optimizer's state is created (zero-filled) so a load has a place to
+    go. ``model`` is the unwrapped module (not DDP).
     """
     if optimizer is None:
-        return get_model_state_dict(model, options=_FULL), {}
-    return get_state_dict(model, optimizer, options=_FULL)
+        return {"model": get_model_state_dict(model)}
+    model_sd, optimizer_sd = get_state_dict(model, optimizer)
+    return {"model": model_sd, "optimizer": optimizer_sd}
 
 
-def load_full_state(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer | None,
-    model_sd: StateDict,
-    optimizer_sd: StateDict,
+def load_state_dicts(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, state: StateDict
 ) -> None:
-    """Load a :func:`full_state` into ``model`` and ``optimizer``, sharding it if they are.
-
-    Every rank passes the full state (each reads the checkpoint), so nothing is broadcast.
-    """
-    options = StateDictOptions(full_state_dict=True)
-    if optimizer is None or not optimizer_sd:
-        set_model_state_dict(model, model_sd, options=options)
+    """Load a :func:`state_dicts` value (filled in by ``torch.distributed.checkpoint.load``)
+    into ``model`` and ``optimizer``."""
+    if optimizer is None or "optimizer" not in state:
+        set_model_state_dict(model, state["model"])
         return
     set_state_dict(
-        model, optimizer, model_state_dict=model_sd, optim_state_dict=optimizer_sd, options=options
+        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
     )

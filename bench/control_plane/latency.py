@@ -7,26 +7,32 @@ training step, on an idle warm pool and on a full pool (preemption).
 It starts its own orchestrator in this process, as `orch up` does: Redis from ``REDIS_URL``
 (else an embedded server in a temporary data directory, stopped at the end), a new local Ray
 instance with ``--gpus`` virtual GPU slots (or the cluster at ``RAY_ADDRESS``), the ``shared``
-policy (interactive jobs preempt bulk ones) and the scheduling interval of the settings
-(``ORCH_SCHEDULER_INTERVAL_S``, default 0.5 s), in a fresh namespace deleted at the end.
+policy (interactive jobs preempt bulk ones), the scheduling interval of the settings
+(``ORCH_SCHEDULER_INTERVAL_S``, default 0.5 s; the scheduler also wakes on each submission)
+and their warm worker pool (``ORCH_WARM_WORKERS``, default 1 per node; 0 measures fresh worker
+starts), in a fresh namespace deleted at the end.
 
 - Idle pool: one job first, not counted (the pool is warm: scheduler, Ray and Redis are up
-  and have run a job); then each run submits a 1-GPU interactive job through
-  ``JobStore.submit`` (what `orch submit` calls) and waits for the worker's first optimizer
-  step (``first_step_at``: the harness's wall clock when step 1 ended, in the report it sends
-  right after it), then for the job to finish, so every run finds the pool idle.
+  and have run a job); then each run waits for the warm worker pool to be full and warm
+  again, submits a 1-GPU interactive job through ``JobStore.submit`` (what `orch submit`
+  calls) and waits for the worker's first optimizer step (``first_step_at``: the harness's
+  wall clock when step 1 ended, in the report it sends right after it), then for the job to
+  finish, so every run finds the pool idle.
 - Full pool: bulk jobs hold every GPU (one per node, all of its GPUs) and train; each run
   submits a 1-GPU interactive job, which preempts one, and is measured to the interactive
   job's first step. The victim's checkpoint write (``checkpoint_write_s`` of its stopped run)
   is reported apart. Before the next run the interactive job finishes and the victim resumes.
 
 Each run is broken down by the jobs' events: submit -> placed (waiting for a scheduling
-round), placed -> running (Ray places the gang, the worker actors are created), running ->
-first step, of which the worker's start (process, ``import torch``, model build; from the
-first report's ``elapsed_s``). With preemption, submit -> victim stopped (its stop report,
-after its checkpoint) and victim stopped -> placed (its gang torn down, reaped by the next
-round). Times come from this host's clock (Redis server time, the harness's ``time.time()``);
-on a remote Redis or cluster they are only as comparable as the machines' clocks.
+round), placed -> running (Ray places the gang, the worker actors are created or a warm one is
+handed over: the job's ``started_at``), running -> first step, of which the worker's start
+(process, ``import torch``, model build; from the first report's ``elapsed_s``; the report
+also says whether the job ran on a warm worker, and the tables count those runs). A full pool
+has no free GPU to keep a warm worker on, so the preempting job starts a fresh worker. With
+preemption, submit -> victim stopped (its stop report, after its checkpoint) and victim
+stopped -> placed (its gang torn down, reaped by the next round). Times come from this host's
+clock (Redis server time, the harness's and the runtime's ``time.time()``); on a remote Redis
+or cluster they are only as comparable as the machines' clocks.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from orchestrator.config import Settings
+from orchestrator.runtime.ray_gang import RayRuntime
 from orchestrator.services import Running, serve_in_background
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store import EmbeddedRedis, JobStore
@@ -147,6 +154,19 @@ class Bench:
 
         return float(self._until(f"{job_id}'s first step", ready))
 
+    def wait_warm_pool(self) -> None:
+        """Until the warm worker pool holds its full size, every worker warm (an idle pool)."""
+        runtime = self.running.scheduler.runtime
+        assert isinstance(runtime, RayRuntime)
+        per_node = runtime.warm.per_node
+        size = sum(min(per_node, n.gpus) for n in self.running.pool.nodes())
+
+        def ready() -> bool:
+            workers = runtime.warm.workers()
+            return len(workers) == size and all(warm for _, warm in workers)
+
+        self._until("a full warm worker pool", ready)
+
 
 def _last_event(store: JobStore, job_id: str, event: str, after: float = 0.0) -> float | None:
     times = [e["ts"] for e in store.events(job_id) if e["event"] == event and e["ts"] >= after]
@@ -154,12 +174,16 @@ def _last_event(store: JobStore, job_id: str, event: str, after: float = 0.0) ->
 
 
 def _stages(store: JobStore, job_id: str, submitted: float, first: float) -> dict[str, float]:
-    """Where a job's time from ``submitted`` to its first step ``first`` went."""
+    """Where a job's time from ``submitted`` to its first step ``first`` went (and
+    ``warm_start``: 1 if it ran on a warm worker, else 0). "Running" is the run's
+    ``started_at``: when the runtime had the gang's workers up (the ``running`` event itself is
+    written when the next round reaps that, which may be after the first step)."""
     placed = _last_event(store, job_id, "placed")
-    running = _last_event(store, job_id, "running")
+    started = store.get(job_id).fields.get("started_at")
     reports = [r for r in store.metrics_history(job_id, 1000) if r.get("first_step_at") == first]
-    if placed is None or running is None or not reports:
-        raise RuntimeError(f"{job_id}: no placed/running events or no report of its first step")
+    if placed is None or not started or not reports:
+        raise RuntimeError(f"{job_id}: no placed event, no start or no report of its first step")
+    running = float(started)
     # The first report is sent right after step 1; its elapsed_s counts from the harness's run
     # start, after the worker process started and built the model.
     harness_up = first - float(reports[0]["elapsed_s"])
@@ -169,6 +193,7 @@ def _stages(store: JobStore, job_id: str, submitted: float, first: float) -> dic
         "placed_to_running_s": running - placed,
         "running_to_first_step_s": first - running,
         "worker_start_s": harness_up - running,
+        "warm_start": float(bool(reports[0].get("warm_start"))),
     }
 
 
@@ -176,6 +201,7 @@ def idle_pool(b: Bench, runs: int, job: JobSpec, gap_s: float) -> list[dict[str,
     """Submit-to-first-step of ``runs`` interactive jobs, one at a time on an idle pool."""
     out = []
     for i in range(runs + 1):  # run 0 warms the pool up and is not counted
+        b.wait_warm_pool()
         t0 = time.time()
         job_id = b.store.submit(job, by="bench").id
         first = b.wait_first_step(job_id)
@@ -226,6 +252,7 @@ def full_pool(
         t0 = time.time()
         rec = b.store.submit(job, by="bench")
         first = b.wait_first_step(rec.id)
+        b.wait_state(rec.id, {JobState.RUNNING, JobState.FINISHED})  # its start is recorded
         victim, report = _victim(b, bulk, rec.submitted_at)
         stages = _stages(b.store, rec.id, t0, first)
         placed = stages["submit_to_placed_s"] + t0
@@ -252,6 +279,16 @@ def summarise(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
             "max": max(r[key] for r in runs),
         }
         for key in runs[0]
+        if key != "warm_start"
+    }
+
+
+def _part(runs: list[dict[str, float]]) -> dict[str, Any]:
+    """One measurement's runs, their summary, and how many ran on a warm worker."""
+    return {
+        "runs": runs,
+        "summary": summarise(runs),
+        "warm_starts": int(sum(r["warm_start"] for r in runs)),
     }
 
 
@@ -267,7 +304,7 @@ def measure(
     """Serve ``settings`` in this process, run both measurements, stop, delete the namespace.
 
     Returns:
-        ``{"idle": {"runs", "summary"}, "preemption": {...}, "pool": ...}``.
+        ``{"idle": {"runs", "summary", "warm_starts"}, "preemption": {...}, "pool": ...}``.
     """
     running = serve_in_background(settings)
     b = Bench(running)
@@ -282,15 +319,15 @@ def measure(
         b.store.delete_namespace()
     return {
         "pool": [{"gpus": n.gpus, "virtual": n.virtual, "label": n.label()} for n in nodes],
-        "idle": {"runs": idle, "summary": summarise(idle)},
-        "preemption": {"runs": full, "summary": summarise(full)},
+        "idle": _part(idle),
+        "preemption": _part(full),
     }
 
 
-def _table(title: str, summary: dict[str, dict[str, float]]) -> None:
-    print(title)
+def _table(title: str, part: dict[str, Any]) -> None:
+    print(f"{title}; {part['warm_starts']} of {len(part['runs'])} on a warm worker (s)")
     print(f"  {'stage':34s} {'p50':>8s} {'p95':>8s} {'max':>8s}")
-    for key, v in summary.items():
+    for key, v in part["summary"].items():
         print(f"  {key.removesuffix('_s'):34s} {v['p50']:8.3f} {v['p95']:8.3f} {v['max']:8.3f}")
 
 
@@ -352,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         "ray": settings.ray_address or "local",
         "policy": settings.policy,
         "scheduler_interval_s": settings.scheduler_interval_s,
+        "warm_workers": settings.warm_workers,
         "workload": workload,
         "idle_runs": idle_runs,
         "preempt_runs": preempt_runs,
@@ -359,12 +397,12 @@ def main(argv: list[str] | None = None) -> int:
         "gap_s": gap_s,
     }
     pool = ", ".join(n["label"] for n in out["pool"])
-    print(f"pool: {pool}; policy {settings.policy}, rounds every {settings.scheduler_interval_s} s")
-    _table(f"interactive job on an idle warm pool, {idle_runs} runs (s)", out["idle"]["summary"])
-    _table(
-        f"interactive job preempting a bulk job, {preempt_runs} runs (s)",
-        out["preemption"]["summary"],
+    print(
+        f"pool: {pool}; policy {settings.policy}, rounds every {settings.scheduler_interval_s} s"
+        f" (and on submission), {settings.warm_workers} warm worker(s) per node"
     )
+    _table(f"interactive job on an idle warm pool, {idle_runs} runs", out["idle"])
+    _table(f"interactive job preempting a bulk job, {preempt_runs} runs", out["preemption"])
     RESULTS.mkdir(exist_ok=True)
     name = "latency-smoke.json" if args.smoke else "latency.json"
     (RESULTS / name).write_text(json.dumps(out, indent=1))

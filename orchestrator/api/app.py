@@ -27,6 +27,7 @@ from orchestrator.errors import (
     SpecError,
     StoreError,
     TokenNotFound,
+    TuneError,
     Unauthenticated,
 )
 from orchestrator.store import JobStore
@@ -41,6 +42,7 @@ _STATUS: tuple[tuple[type[OrchError], int], ...] = (
     (NotPublished, 404),
     (AmbiguousJob, 409),
     (JobEnded, 409),
+    (TuneError, 409),
     (IllegalTransition, 409),
     (SpecError, 422),
     (ConfigError, 422),

@@ -17,6 +17,9 @@ Series (every name starts with ``orch_``):
 - ``orch_job_wait_to_start_seconds{class}`` (histogram): submission to first placement.
 - ``orch_sla_verdicts_total{class,verdict}``: finished jobs whose SLA was ``met``,
   ``violated`` or ``unmeasured``.
+- ``orch_sla_guard_total{event,check}``: the SLA guard's findings in running jobs
+  (``at_risk``, ``violated``, ``recovered``) and its re-tunes, per check (``latency``,
+  ``throughput``, ``deadline``, ``profile``).
 - ``orch_scheduling_round_seconds`` (histogram): one round of the control loop.
 - ``orch_preemptions_total``, ``orch_resizes_total``, ``orch_tuning_trials_total``,
   ``orch_policy_violations_total`` (decisions dropped for breaking the policy contract).
@@ -153,6 +156,16 @@ def _telemetry(t: Telemetry) -> Iterator[Metric]:
         for job_class, n in sorted(t.counter(f"sla_{verdict}").items()):
             verdicts.add_metric([job_class, verdict], n)
     yield verdicts
+    guard = CounterMetricFamily(
+        "orch_sla_guard",
+        "What the SLA guard found in running jobs (at_risk, violated, recovered) or did "
+        "(retune), per check (latency, throughput, deadline, profile).",
+        labels=["event", "check"],
+    )
+    for event in ("at_risk", "violated", "recovered", "retune"):
+        for check, n in sorted(t.counter(f"guard_{event}").items()):
+            guard.add_metric([event, check], n)
+    yield guard
     for name, doc in _COUNTERS:
         counter = CounterMetricFamily(f"orch_{name}", doc)
         counter.add_metric([], t.counter(name).get("", 0.0))

@@ -12,13 +12,13 @@ from typing import Any
 
 from orchestrator.api.identity import Principal
 from orchestrator.api.models import JobDetail, JobView
-from orchestrator.errors import SpecError
+from orchestrator.errors import JobEnded, SpecError, TuneError
 from orchestrator.sla import DeadlineCheck, check_deadline, profile_rate
 from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
 from orchestrator.store.audit import AuditEntry
 from orchestrator.store.records import JobRecord
-from orchestrator.store.states import JobState
+from orchestrator.store.states import TERMINAL, JobState
 from orchestrator.store.tokens import Role, TokenInfo
 from orchestrator.teams import TeamConfig
 
@@ -107,6 +107,33 @@ def cancel(store: JobStore, who: Principal, ref: str) -> JobRecord:
     who.check_write(store.get(job_id).team)
     rec = store.cancel(job_id, message=f"cancelled by {who.name}")
     _audit(store, who, "cancel", [job_id], f"team {rec.team}")
+    return rec
+
+
+def request_tune(store: JobStore, who: Principal, ref: str) -> JobRecord:
+    """Ask for a running job to be re-tuned from what it measures (see
+    ``ControlLoop.forward_tune_requests``), in the principal's name.
+
+    Raises:
+        JobNotFound, AmbiguousJob: ``ref`` names no job, or several.
+        Forbidden: a viewer, or a member of another team.
+        JobEnded: the job has ended.
+        TuneError: the job is not running, or does not ask to be tuned.
+    """
+    job_id = store.resolve(ref)
+    rec = store.get(job_id)
+    who.check_write(rec.team)
+    if rec.state in TERMINAL:
+        raise JobEnded(job_id, rec.state.value)
+    if not rec.spec.tuning.enabled:
+        raise TuneError(f"job {job_id}: tuning.enabled is false: its settings are used as given")
+    if rec.state is not JobState.RUNNING:
+        raise TuneError(
+            f"job {job_id} is {rec.state.value}: only a running job is re-tuned "
+            "(a waiting job is tuned when it first starts)"
+        )
+    store.request_tune(job_id)
+    _audit(store, who, "tune", [job_id], f"team {rec.team}")
     return rec
 
 

@@ -132,6 +132,7 @@ def job_facts(raw: dict[str, str]) -> JobFacts:
         attained_gpu_s=num("attained_gpu_s") or 0.0,
         remaining_s=num("remaining_s"),
         preempted_at=num("preempted_at"),
+        gpu_memory_gb=num("gpu_memory_gb"),
     )
     wait = num("wait_target_s")
     return facts if wait is None else dataclasses.replace(facts, wait_target_s=wait)

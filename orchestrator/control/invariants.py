@@ -1,7 +1,8 @@
 """The contract every policy's decisions keep, checked the same way live and simulated.
 
 A decision that breaks it (a start for a job that is not queued, a gang on GPUs that are not
-free, a size outside the job's range) is a :class:`~orchestrator.errors.PolicyViolation`: the
+free, a size outside the job's range, a GPU on a node too small for the job's
+``gpu_memory_gb``) is a :class:`~orchestrator.errors.PolicyViolation`: the
 simulator raises it, the live loop logs it and drops that decision (it never reshapes one into
 something the policy did not say).
 """
@@ -29,8 +30,10 @@ def check_decisions(
     """Split decisions (in apply order) into those that keep the contract and the others.
 
     Applying them in order against the snapshot: a ``START`` is for a queued job not started
-    yet, a ``PREEMPT`` or ``RESIZE`` for a running job, sizes within the job's range, and every
-    GPU taken is free after the releases before it.
+    yet, a ``PREEMPT`` or ``RESIZE`` for a running job, sizes within the job's range, every
+    GPU taken is free after the releases before it, and no GPU is newly taken on a node whose
+    GPUs have less memory than the job needs (``Snapshot.too_small``; a resize keeps what it
+    holds).
 
     Returns:
         ``(kept, broken)``, ``broken`` pairing each bad decision with what is wrong with it.
@@ -53,7 +56,7 @@ def check_decisions(
     holding = {r.job_id: r.nodes for r in snapshot.running}
     started: set[str] = set()
     for d in decisions:
-        problem = _problem(d, queued, running, holding, started, free)
+        problem = _problem(d, queued, running, holding, started, free, snapshot)
         if problem:
             broken.append((d, problem))
         else:
@@ -68,6 +71,7 @@ def _problem(
     holding: dict[str, tuple[str, ...]],
     started: set[str],
     free: Counter[str],
+    snapshot: Snapshot,
 ) -> str:
     """What is wrong with ``d`` applied now (``""``: nothing); applies it to ``free``."""
     kind = d.kind
@@ -91,9 +95,15 @@ def _problem(
         return f"{kind.value} {d.job_id} on {len(d.nodes)} GPUs; it runs on {job.lo}..{job.hi}"
     old = Counter(holding.get(d.job_id, ())) if kind is DecisionKind.RESIZE else Counter()
     need = Counter(d.nodes)
+    small = snapshot.too_small(job.gpu_memory_gb)
     for node, n in need.items():
         if free[node] + old[node] < n:
             return f"{kind.value} {d.job_id}: {n} GPUs on {node}, {free[node] + old[node]} free"
+        if n > old[node] and node in small:
+            return (
+                f"{kind.value} {d.job_id}: GPUs on {node}, whose GPUs have less memory than its "
+                f"gpu_memory_gb ({job.gpu_memory_gb:g} GB)"
+            )
     free.update(old)
     free.subtract(need)
     if kind is DecisionKind.START:

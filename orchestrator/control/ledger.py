@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.control.transitions import StopReason
 from orchestrator.pool import NodeInfo
@@ -32,6 +33,8 @@ class Run:
         stop_note: the reason given with the stop.
         resize_to: the GPUs a resizing run restarts on.
         stepped: its workers reported a first step (a run that has not is stopped at once).
+        retune: what the SLA guard measured when it stopped the run to re-tune it (the tuned
+            config and its measured figures), written with the job's requeue.
     """
 
     launch: Launch
@@ -41,6 +44,7 @@ class Run:
     stop_note: str = ""
     resize_to: tuple[str, ...] | None = None
     stepped: bool = False
+    retune: dict[str, Any] | None = None
 
     @property
     def job_id(self) -> str:
@@ -75,7 +79,9 @@ def physically_free(nodes: Sequence[NodeInfo], runs: Iterable[Run]) -> dict[str,
 def policy_nodes(nodes: Sequence[NodeInfo], runs: Iterable[Run]) -> tuple[NodeView, ...]:
     """The pool as the policy sees it: runs that are leaving hold nothing."""
     held = Counter(n for run in runs if not run.leaving for n in run.policy_nodes)
-    return tuple(NodeView(n.node_id, n.gpus, n.gpus - held.get(n.node_id, 0)) for n in nodes)
+    return tuple(
+        NodeView(n.node_id, n.gpus, n.gpus - held.get(n.node_id, 0), n.gpu_memory_gb) for n in nodes
+    )
 
 
 def reserve(free: dict[str, int], nodes: Iterable[str]) -> bool:

@@ -6,6 +6,11 @@ Each round, after checking the lease:
    workers came up: running or tuning; a run ended: the pure table in
    :mod:`~orchestrator.control.transitions` says where its job goes); cancellations users asked
    for reach their runs.
+   Re-tunes a job's team asked for reach its run the same way.
+1b. **guard**: the SLA guard (:mod:`~orchestrator.control.sla_guard`) compares each running
+   job's measured window with its SLA and the tuner's prediction: it records what trips or
+   clears, marks elastic jobs short of their floor or deadline urgent (a snapshot fact), and
+   stops a run whose measurements contradict its profile to re-tune it.
 2. **observe**: one snapshot, through the builder the simulator uses too
    (:mod:`~orchestrator.control.snapshot`), with every fact a policy reads filled in: deadlines,
    start-wait targets, attained service over all runs, last checkpoint and first step of each
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import logging
 import os
@@ -49,9 +55,11 @@ from orchestrator.control.facts import (
     remaining_s,
     tuned_of,
 )
+from orchestrator.control.guard import GuardConfig
 from orchestrator.control.invariants import check_decisions, guarded
 from orchestrator.control.ledger import Run, physically_free, policy_nodes, reserve
 from orchestrator.control.pool_view import pool_view
+from orchestrator.control.sla_guard import SLAGuard
 from orchestrator.control.snapshot import (
     JobFacts,
     RunFacts,
@@ -132,6 +140,11 @@ class ControlLoop:
         self._published: tuple[float, object] = (0.0, None)  # when, and what the pool view was
         self.facts = JobFactsReader(store)
         self.telemetry = LoopTelemetry(store.telemetry)  # counters for /metrics
+        self.sla_guard = SLAGuard(
+            store,
+            self.telemetry,
+            GuardConfig(hold_s=settings.guard_hold_s, max_retunes=settings.guard_max_retunes),
+        )
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -220,29 +233,48 @@ class ControlLoop:
         that fails on Redis or Ray being briefly unreachable is retried with back-off while the
         lease holds; running jobs go on meanwhile.
 
+        Between rounds it waits on the store's wake channel: a submission or a cancel starts
+        the next round at once; the interval is the fallback (a wake-up lost while Redis is
+        away). When it stops, the runtime gives up what it keeps between runs (warm workers)
+        before the jobs are stopped, so their GPUs are not refilled.
+
         Raises:
             LeaseLost: the lease was lost; this scheduler stopped its jobs.
         """
         from ray.exceptions import RayError
 
-        backoff = self.settings.scheduler_interval_s
+        interval = self.settings.scheduler_interval_s
+        backoff = interval
+        wakeups = self.store.wakeups()
+        # a run that started or ended wakes the loop too: the GPUs a preempted victim frees
+        # go to the job waiting for them at once, not at the next polling round
+        self.runtime.on_event = functools.partial(self.store.wake.publish, "run")
         try:
             while not stop.is_set():
                 try:
                     self.round()
                     self.telemetry.maybe_flush()  # between rounds: never in a round's time
-                    backoff = self.settings.scheduler_interval_s
+                    backoff = interval
                 except (redis.RedisError, RayError, OSError) as err:
                     backoff = min(backoff * 2, 10.0)
                     log.warning("scheduling round failed (%s); retrying in %.1f s", err, backoff)
-                stop.wait(backoff)
+                if backoff > interval:
+                    stop.wait(backoff)  # failing rounds back off whatever is submitted
+                else:
+                    wakeups.wait(backoff, stop)
         finally:
-            self.release()
+            self.runtime.on_event = None
+            wakeups.close()
+            try:
+                self.runtime.close()
+            finally:
+                self.release()
 
     # ---- one round -------------------------------------------------------------------------
 
     def round(self) -> list[Decision]:
-        """One round: reap, observe, decide, reserve and bind, publish (see the module doc).
+        """One round: reap, guard, observe, decide, reserve and bind, publish (see the module
+        doc).
 
         Returns:
             The decisions the policy made that kept the contract.
@@ -254,6 +286,8 @@ class ControlLoop:
         self.lease.check()
         self.reap(self.runtime.poll())
         self.forward_cancels()
+        self.forward_tune_requests()
+        self.guard()
         snapshot = self.observe()
         decisions = self.decide(snapshot)
         free = physically_free(self._nodes, self.runs.values())
@@ -330,6 +364,7 @@ class ControlLoop:
                 continue  # the state moved (a cancel): decide again on the new one
             self._queued.pop(job_id, None)
             self._facts.pop(job_id, None)
+            self.sla_guard.forget(job_id)
             if t.relaunch and run.resize_to:
                 self._relaunch(rec, run)
             return
@@ -345,12 +380,15 @@ class ControlLoop:
         fields["attained_gpu_s"] = float(rec.fields.get("attained_gpu_s", 0) or 0) + held_s
         if t.target is JobState.QUEUED:
             progress = self.store.latest_metrics([rec.id], PROGRESS).get(rec.id, {})
+            # a run for a set time: what is left of it, time_left_s (its run time so far is in
+            # its checkpoint, so the resumed run trains only for that; a run killed without a
+            # stop checkpoint resumes from an older one, with a little more left)
             remaining = remaining_s(progress)
-            if progress.get("time_left_s") is not None:
-                # a run for a set time starts its clock again when it resumes
-                remaining = rec.spec.run.duration_s
             fields["remaining_s"] = "" if remaining is None else remaining
             fields["preempted_at"] = at if run.stop is StopReason.PREEMPT else ""
+            if run.stop is StopReason.RETUNE and run.retune is not None:
+                fields["retune"] = run.retune
+                fields["retunes"] = int(rec.fields.get("retunes", 0) or 0) + 1
         if t.relaunch and run.resize_to:
             fields["placement"] = {"nodes": list(run.resize_to), "strategy": run.launch.strategy}
         if t.target in TERMINAL:
@@ -378,6 +416,12 @@ class ControlLoop:
         for job_id in self.store.cancelling(self.runs):
             self._stop(self.runs[job_id], StopReason.CANCEL, "cancelled")
 
+    def forward_tune_requests(self) -> None:
+        """Re-tunes a job's team asked for (``orch retune``, ``POST /v1/jobs/{id}/tune``)
+        reach its run: stopped to be tuned again from its measured window."""
+        for run, why in self.sla_guard.requested(self.runs):
+            self._stop(run, StopReason.RETUNE, why)
+
     def _stop(self, run: Run, reason: StopReason, note: str) -> None:
         """Ask a run to stop, remembering why (a cancel or shutdown overrides a preemption or
         resize: the job is not restarted then)."""
@@ -389,6 +433,14 @@ class ControlLoop:
         # a bulk run with no step reported is killed: nothing to save, and its set-up would
         # hold the GPUs for seconds (interactive runs' progress is not read: they checkpoint)
         self.runtime.stop(run.job_id, at_once=not run.stepped and _is_bulk_run(run))
+
+    # ---- 1b. guard -------------------------------------------------------------------------
+
+    def guard(self) -> None:
+        """The SLA guard (:class:`~orchestrator.control.sla_guard.SLAGuard`): running jobs'
+        measured windows against their SLA; a job it re-tunes is stopped here."""
+        for run, why in self.sla_guard.check(self.runs, self.clock()):
+            self._stop(run, StopReason.RETUNE, why)
 
     # ---- 2. observe ------------------------------------------------------------------------
 
@@ -457,6 +509,7 @@ class ControlLoop:
                         started_at=started,
                         checkpoint_at=at_or_after(p.get("checkpoint_at"), started),
                         first_step_at=first if run.launch.kind == "run" else started,
+                        urgent=run.job_id in self.sla_guard.urgent,
                     ),
                 )
             )
@@ -544,7 +597,7 @@ class ControlLoop:
             first = err.errors()[0]
             self._fail_placed(job_id, JobState.FAILED, f"the stored job is invalid: {first}")
             return
-        tune = spec.tuning.enabled and "tuned" not in rec.fields
+        tune = spec.tuning.enabled and not rec.fields.get("tuned")  # "": being re-tuned
         try:
             if not tune:
                 spec = run_spec(spec, tuned_of(rec), len(nodes))
@@ -566,6 +619,8 @@ class ControlLoop:
             return
         self.runs[job_id] = Run(launch, self.clock())
         self._facts[job_id] = self.facts.running(rec, launch.kind)
+        if not tune:
+            self.sla_guard.watch(rec, spec, len(nodes))
         if tune:
             gpus = len(nodes)
             self.store.annotate(job_id, f"tuning: profiling configs on up to {gpus} GPU(s)")
@@ -666,7 +721,7 @@ class ControlLoop:
         """For a tuned job that ran as tuned: how far the tuner's prediction was from what the
         run measured (kept in its profile). A run resized to another GPU count ran another
         config (its micro-batch was re-derived), so its figures are not compared."""
-        if "tuned" not in rec.fields or not result:
+        if not rec.fields.get("tuned") or not result:
             return ""
         tuned = tuned_of(rec) or {}
         if int(tuned.get("gpus", 1)) != int(result.get("world_size", 1)):

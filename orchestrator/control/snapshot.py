@@ -35,6 +35,7 @@ class JobFacts:
         remaining_s: estimated seconds of work left on ``gpus`` GPUs (``None``: unknown).
         speedup: goodput on 1, 2, ... GPUs (empty: linear).
         preempted_at: when its last run was stopped by a preemption (``None``: never).
+        gpu_memory_gb: memory each of its GPUs must have (``None``: any will do).
     """
 
     job_id: str
@@ -51,6 +52,7 @@ class JobFacts:
     remaining_s: float | None = None
     speedup: tuple[float, ...] = ()
     preempted_at: float | None = None
+    gpu_memory_gb: float | None = None
 
     @property
     def deadline(self) -> float | None:
@@ -67,12 +69,16 @@ class RunFacts:
         started_at: when it got these GPUs (start, resume or resize).
         checkpoint_at: when it last wrote a checkpoint (``None``: not since it started).
         first_step_at: when it did its first step (``None``: none yet).
+        urgent: the SLA guard found it short of its throughput floor or deadline (live, from
+            its measured window; the simulator's jobs run at their modelled rate and carry no
+            floor, so it never sets it).
     """
 
     nodes: tuple[str, ...]
     started_at: float
     checkpoint_at: float | None = None
     first_step_at: float | None = None
+    urgent: bool = False
 
 
 def queued_view(job: JobFacts) -> QueuedJob:
@@ -92,6 +98,7 @@ def queued_view(job: JobFacts) -> QueuedJob:
         remaining_work=job.remaining_s,
         speedup=job.speedup,
         preempted_at=job.preempted_at,
+        gpu_memory_gb=job.gpu_memory_gb,
     )
 
 
@@ -114,6 +121,8 @@ def running_view(job: JobFacts, run: RunFacts) -> RunningJob:
         remaining_work=job.remaining_s,
         speedup=job.speedup,
         first_step_at=run.first_step_at,
+        gpu_memory_gb=job.gpu_memory_gb,
+        urgent=run.urgent,
     )
 
 

@@ -78,6 +78,11 @@ class LoopTelemetry:
         if isinstance(trials, int) and trials > 0:
             self.buffer.count("tuning_trials", by=trials)
 
+    def guarded(self, what: str, check: str) -> None:
+        """The SLA guard found a check ``at-risk``, ``violated`` or ``recovered``, or acted
+        (``retune``), on ``check`` (``latency``, ``throughput``, ``deadline``, ``profile``)."""
+        self.buffer.count(f"guard_{what.replace('-', '_')}", check)
+
     def dropped(self, decisions: int) -> None:
         """The policy's decisions dropped for breaking the contract."""
         self.buffer.count("policy_violations", by=decisions)

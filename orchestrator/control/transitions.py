@@ -30,6 +30,7 @@ class StopReason(enum.Enum):
     PREEMPT = "preempt"  # its GPUs go to another job; it is requeued
     RESIZE = "resize"  # it restarts on another set of GPUs
     SHUTDOWN = "shutdown"  # the scheduler is stopping; it is requeued
+    RETUNE = "retune"  # the SLA guard re-tunes it from its measured data; it is requeued
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,12 @@ def run_ended(
         return Transition(JobState.FAILED, msg, base)
     if k is OutcomeKind.STOPPED and stop is StopReason.PREEMPT:
         return Transition(JobState.QUEUED, f"requeued: preempted: {stop_note}", base)
+    if k is OutcomeKind.STOPPED and stop is StopReason.RETUNE:
+        # its tuned settings are dropped: it is tuned again (from the measured data) when the
+        # policy next places it, then resumes from its checkpoint with what that chose
+        return Transition(
+            JobState.QUEUED, f"requeued: re-tuning: {stop_note}", {**base, "tuned": ""}
+        )
     if k is OutcomeKind.STOPPED and stop is StopReason.RESIZE:
         # stopped for a resize before it had started: the policy places it afresh
         return Transition(JobState.QUEUED, "requeued: resized before it started", base)
@@ -104,6 +111,8 @@ def tuning_ended(answer: dict[str, Any]) -> Transition:
     """The next state of a job whose tuning finished: queued with its tuned settings, or
     failed as SLA-infeasible (``answer`` is the tuner's, see ``tuner.remote.tune_job``)."""
     cache, trials = answer.get("cache", "?"), answer.get("trials", 0)
+    if answer.get("retune") and answer.get("previous"):  # the SLA guard's, of a running job
+        return _retuned(answer, trials)
     if answer.get("run") and answer.get("config"):
         from orchestrator.tuner.space import Config
 
@@ -116,3 +125,24 @@ def tuning_ended(answer: dict[str, Any]) -> Transition:
         "tuning.best_effort: true to run the closest config anyway"
     )
     return Transition(JobState.FAILED, msg, {"placement": ""})
+
+
+def _retuned(answer: dict[str, Any], trials: object) -> Transition:
+    """A re-tune's answer: the new settings when they are predicted to meet the SLA, else
+    the ones it ran with (a job that was running is never failed by a re-tune)."""
+    from orchestrator.tuner.space import Config
+
+    previous: dict[str, Any] = answer["previous"]  # the caller checked it is there
+    if answer.get("feasible") and answer.get("config"):
+        config = Config.from_dict(answer["config"])
+        if answer["config"] == previous:
+            msg = f"re-tuned ({trials} trials): its settings stay the best: {config.describe()}"
+        else:
+            msg = f"re-tuned from the measured data ({trials} trials): {config.describe()}"
+        return Transition(JobState.QUEUED, msg, {"placement": "", "tuned": answer["config"]})
+    msg = (
+        f"re-tuned ({trials} trials): no config is predicted to meet the SLA "
+        f"({answer.get('reason') or 'none'}); resumes with its settings: "
+        f"{Config.from_dict(previous).describe()}"
+    )
+    return Transition(JobState.QUEUED, msg, {"placement": "", "tuned": previous})

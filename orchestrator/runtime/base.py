@@ -13,12 +13,13 @@ one worker actor per GPU, the real thing) and :class:`~orchestrator.runtime.loca
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from orchestrator.pool import NodeInfo
 from orchestrator.spec import JobSpec
+from orchestrator.storage import StorageLocation
 
 __all__ = [
     "EventKind",
@@ -89,7 +90,8 @@ class Launch:
         nodes: the node id of each GPU, from the policy's decision.
         strategy: the Ray placement-group strategy the placement policy asks for.
         serial: increases with every launch of the loop (see :attr:`RunEvent.launch`).
-        checkpoint_dir: where the job's checkpoints live (kept across runs).
+        checkpoint_dir: where the job's checkpoints live (kept across runs): a path or an
+            fsspec URL, given to the workers as a string.
         virtual: the GPUs are CPU-backed slots (one torch thread per worker then).
     """
 
@@ -99,12 +101,20 @@ class Launch:
     nodes: tuple[str, ...]
     strategy: str
     serial: int
-    checkpoint_dir: Path
+    checkpoint_dir: StorageLocation
     virtual: bool
 
 
 class Runtime(Protocol):
-    """Starts and stops gangs; reports what happened to them (see the module doc)."""
+    """Starts and stops gangs; reports what happened to them (see the module doc).
+
+    Attributes:
+        on_event: called (from the runtime's threads) when an event is ready for :meth:`poll`;
+            the control loop sets it to wake itself, so a run that ended (its GPUs free for a
+            waiting job) is seen at once, not at the next polling round. ``None``: not called.
+    """
+
+    on_event: Callable[[], None] | None
 
     def nodes(self) -> list[NodeInfo]:
         """The pool's nodes with GPU slots, in a stable order."""
@@ -130,4 +140,9 @@ class Runtime(Protocol):
     def alive(self) -> set[str]:
         """Jobs whose gang still holds GPUs (launched and not yet ended, or ended but not
         yet polled)."""
+        ...
+
+    def close(self) -> None:
+        """Give up what the runtime keeps between runs (the Ray runtime's warm workers), when
+        the loop stops; runs are stopped by the loop, not here."""
         ...

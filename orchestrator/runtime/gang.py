@@ -9,12 +9,48 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DISTRIBUTED_ERRORS", "failure_message", "start_workers"]
+__all__ = [
+    "DISTRIBUTED_ERRORS",
+    "failure_message",
+    "place_gang",
+    "start_workers",
+    "worker_options",
+]
 
 # torch.distributed's own error types: a collective failed because of a peer or the network.
 DISTRIBUTED_ERRORS = frozenset(
     {"DistError", "DistBackendError", "DistNetworkError", "DistStoreError"}
 )
+
+
+def place_gang(nodes: tuple[str, ...], strategy: str, name: str) -> Any:
+    """A placement group of one ``{"GPU": 1}`` bundle per entry of ``nodes``, bundle ``i`` on
+    node ``nodes[i]`` (the policy chose the nodes; Ray only reserves them)."""
+    from ray.util.placement_group import placement_group
+
+    return placement_group(
+        [{"GPU": 1} for _ in nodes],
+        strategy=strategy,
+        name=name,
+        bundle_label_selector=[{"ray.io/node-id": n} for n in nodes],
+    )
+
+
+def worker_options(pg: Any, rank: int) -> dict[str, Any]:
+    """Ray options of the worker actor of bundle ``rank`` of ``pg``: one GPU of the bundle, no
+    CPU (a virtual GPU slot is the worker's CPU share), no restart (a lost rank is a lost run).
+    The same for a job's, a tuning gang's and a warm pool's actors."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return {
+        "num_cpus": 0,
+        "num_gpus": 1,
+        "max_concurrency": 2,  # request_stop runs while run is busy
+        "max_restarts": 0,
+        "scheduling_strategy": PlacementGroupSchedulingStrategy(
+            pg, placement_group_bundle_index=rank
+        ),
+    }
 
 
 def start_workers(
@@ -29,22 +65,13 @@ def start_workers(
     (a job's gang, or a tuning gang); only rank 0 gets the report sink, every rank the log
     sink factory (``log_sink_factory(rank)``: where its captured output goes)."""
     import ray
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from workers.actor import WorkerActor
 
     world = len(pg.bundle_specs)
     remote_cls = ray.remote(WorkerActor)
     return [
-        remote_cls.options(
-            num_cpus=0,
-            num_gpus=1,
-            max_concurrency=2,  # request_stop runs while run is busy
-            max_restarts=0,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                pg, placement_group_bundle_index=rank
-            ),
-        ).remote(
+        remote_cls.options(**worker_options(pg, rank)).remote(
             job_id=job_id,
             rank=rank,
             world_size=world,

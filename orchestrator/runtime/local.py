@@ -9,7 +9,7 @@ checkpoint).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator.pool import NodeInfo
@@ -38,6 +38,7 @@ class LocalRuntime:
         self._nodes = [NodeInfo(n, "127.0.0.1", g, virtual=True) for n, g in nodes]
         self.auto_start = auto_start
         self.stop_ends = stop_ends
+        self.on_event: Callable[[], None] | None = None  # its events come when a test says
         self.launches: list[Launch] = []
         self.stops: list[str] = []
         self.killed: list[str] = []
@@ -77,6 +78,9 @@ class LocalRuntime:
     def alive(self) -> set[str]:
         """See :meth:`Runtime.alive`."""
         return set(self._live)
+
+    def close(self) -> None:
+        """See :meth:`Runtime.close` (nothing is kept between runs here)."""
 
     # ---- driving runs ----------------------------------------------------------------------
 

@@ -8,6 +8,10 @@ controller under it would make two layers decide about the same GPUs. The harnes
 
 Each run is a thread that blocks on Ray; it reports ``STARTED`` and ``ENDED`` events into a
 queue that :meth:`RayRuntime.poll` drains. It never writes job state.
+
+A 1-GPU job run starts on a warm worker of its node when there is one, and every other launch
+gives up the warm workers on its nodes before it asks Ray for its GPUs (see
+:mod:`orchestrator.runtime.warm`).
 """
 
 from __future__ import annotations
@@ -18,13 +22,20 @@ import logging
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from orchestrator.pool import GPUPool, NodeInfo
 from orchestrator.runtime.base import EventKind, Launch, Outcome, OutcomeKind, RunEvent
-from orchestrator.runtime.gang import DISTRIBUTED_ERRORS, failure_message, start_workers
+from orchestrator.runtime.gang import (
+    DISTRIBUTED_ERRORS,
+    failure_message,
+    place_gang,
+    start_workers,
+)
 from orchestrator.runtime.harness_config import job_harness_config
+from orchestrator.runtime.warm import WarmPool, WarmWorker
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +56,16 @@ class GangRun(threading.Thread):
             output is not captured).
         placement_timeout_s: give the GPUs back if Ray cannot place the gang in this time.
         stop_grace_s: how long a stop request waits for the checkpoint before killing.
+        warm: a warm worker (with its placement group) to run on instead of a new gang: a
+            1-GPU run on its node.
+        evicted: warm workers on the gang's nodes, given up before its placement group is
+            asked for (so it never waits on them).
+
+    Attributes:
+        settled: set once the gang is placed and its workers are set up (rank 0 built its
+            harness), or the run is over: until then the warm pool does not refill (see
+            :mod:`orchestrator.runtime.warm`), so a warm-up never competes with a gang for its
+            GPUs or with its workers' start for the host's CPUs.
     """
 
     def __init__(
@@ -56,6 +77,8 @@ class GangRun(threading.Thread):
         log_sink_factory: Callable[[int], Any] | None = None,
         placement_timeout_s: float = 60.0,
         stop_grace_s: float = 30.0,
+        warm: WarmWorker | None = None,
+        evicted: list[WarmWorker] | None = None,
     ) -> None:
         super().__init__(name=f"{launch.kind}-{launch.job_id}", daemon=True)
         self.launch = launch
@@ -69,6 +92,10 @@ class GangRun(threading.Thread):
         self._stop_requested = threading.Event()
         self._at_once = False
         self._actors: list[Any] = []
+        self._pg: Any = None
+        self.warm = warm
+        self.evicted = list(evicted or ())
+        self.settled = threading.Event()
 
     def request_stop(self, at_once: bool = False) -> None:
         """Ask the workers to checkpoint and stop (idempotent; returns at once). ``at_once``:
@@ -79,18 +106,13 @@ class GangRun(threading.Thread):
     def run(self) -> None:
         """Thread body: never raises; always frees the GPUs, then reports how the run ended."""
         import ray
-        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.placement_group import remove_placement_group
 
-        pg = None
         outcome = Outcome(OutcomeKind.LOST, "no outcome")
         try:
-            pg = placement_group(
-                [{"GPU": 1} for _ in self.launch.nodes],
-                strategy=self.launch.strategy,
-                name=f"orch-{self.job_id}",
-                bundle_label_selector=[{"ray.io/node-id": n} for n in self.launch.nodes],
-            )
-            ready = self._wait_placed(pg)
+            for w in self.evicted:  # before our group exists: it must never wait on them
+                w.give_up()
+            ready = self._place()
             if self._stop_requested.is_set():
                 outcome = Outcome(OutcomeKind.STOPPED, "stopped before it started")
             elif not ready:
@@ -99,30 +121,72 @@ class GangRun(threading.Thread):
                     f"Ray could not place the gang in {self.placement_timeout_s:g} s",
                 )
             else:
-                outcome = self._run_gang(pg)
+                outcome = self._run_gang(self._pg)
         except Exception as err:  # the thread must report, never die silently
             log.exception("job %s: launcher error", self.job_id)
             outcome = Outcome(OutcomeKind.LOST, failure_message(err))
         finally:
-            for actor in self._actors:
+            self.settled.set()
+            for actor in self._actors:  # used once: a warm worker too, never back to the pool
                 with contextlib.suppress(Exception):  # already dead
                     ray.kill(actor)
-            if pg is not None:
+            if self._pg is not None:
                 with contextlib.suppress(Exception):  # already removed (cluster shutting down)
-                    remove_placement_group(pg)
+                    remove_placement_group(self._pg)
             self.emit(EventKind.ENDED, outcome)
 
-    def _wait_placed(self, pg: Any) -> bool:
-        """Wait for Ray to place the gang, in short slices so a stop request is seen at once."""
+    def _place(self) -> bool:
+        """Get the gang's GPUs (``self._pg``); whether they are placed (``False``: a stop came
+        first, or the placement timeout passed).
+
+        A run given a warm worker takes its placement group and waits for its warm-up; if the
+        warm worker died, the run asks for a fresh group instead.
+        """
+        import ray
+
+        warm, self.warm = self.warm, None
+        if warm is not None:
+            self._pg, self._actors = warm.pg, [warm.actor]
+            if not self._wait_ready(warm.ready):
+                return False
+            try:
+                ray.get(warm.ready)
+                return True
+            except Exception as err:  # its process died while warming up: start fresh
+                log.warning("job %s: warm worker lost (%s); starting a new one", self.job_id, err)
+                warm.give_up()
+                self._pg, self._actors = None, []
+        self._pg = place_gang(self.launch.nodes, self.launch.strategy, f"orch-{self.job_id}")
+        return self._wait_ready(self._pg.ready())
+
+    def _wait_ready(self, ref: Any) -> bool:
+        """Wait for ``ref`` (a group's placement, a warm-up) in short slices, so a stop request
+        is seen at once; ``False`` if a stop came or the placement timeout passed first."""
         import ray
 
         deadline = time.monotonic() + self.placement_timeout_s
-        ref = pg.ready()
         while time.monotonic() < deadline and not self._stop_requested.is_set():
             ready, _ = ray.wait([ref], timeout=0.25)
             if ready:
                 return True
         return False
+
+    def _ask_set_up(self, asked: Any) -> Any:
+        """Settle once rank 0 has built its harness: ask it (one question at a time) and
+        return the question still open, if any."""
+        import ray
+
+        if asked is not None:
+            if not ray.wait([asked], timeout=0)[0]:
+                return asked
+            try:
+                up = bool(ray.get(asked))
+            except Exception:  # rank 0 died: the run ends on its own; refills need not wait
+                up = True
+            if up:
+                self.settled.set()
+                return None
+        return self._actors[0].is_set_up.remote()
 
     def _lost_peer(self, failed: Any) -> bool:
         """After a rank raised: whether a distributed error or a dead peer caused it. A peer
@@ -145,13 +209,23 @@ class GangRun(threading.Thread):
         from ray.exceptions import RayActorError, RayTaskError
 
         world = len(self.launch.nodes)
-        self._actors = start_workers(
-            pg,
-            self.job_id,
-            num_threads=self.num_threads,
-            reporter_factory=self.reporter_factory,
-            log_sink_factory=self.log_sink_factory,
-        )
+        if self._actors:  # a warm worker: it becomes this job's rank 0
+            bound = self._actors[0].bind.remote(
+                self.job_id,
+                reporter_factory=self.reporter_factory,
+                log_sink_factory=self.log_sink_factory,
+                num_threads=self.num_threads,
+            )
+            ray.get(bound, timeout=120)
+            self.settled.set()  # warm: nothing left to set up
+        else:
+            self._actors = start_workers(
+                pg,
+                self.job_id,
+                num_threads=self.num_threads,
+                reporter_factory=self.reporter_factory,
+                log_sink_factory=self.log_sink_factory,
+            )
         init_method = None
         if world > 1:
             host, port = ray.get(self._actors[0].node_address.remote(), timeout=120)
@@ -162,8 +236,11 @@ class GangRun(threading.Thread):
         refs = [a.run.remote(cfg, init_method, ckpt) for a in self._actors]
         pending = list(refs)
         stop_sent_at: float | None = None
+        set_up: Any = None  # rank 0's answer to "is your harness built?" (fresh workers)
         while pending:
             done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.25)
+            if not self.settled.is_set():
+                set_up = self._ask_set_up(set_up)
             for ref in done:
                 try:
                     ray.get(ref)
@@ -229,6 +306,7 @@ class TuneRun(GangRun):
             self.num_threads,
         )
         self.emit(EventKind.STARTED, None)
+        self.settled.set()  # the trials' actors come and go: refills wait no longer
         while True:
             done, _ = ray.wait([ref], timeout=0.25)
             if done:
@@ -258,6 +336,11 @@ class RayRuntime:
         namespace: the store's namespace.
         placement_timeout_s: Ray must place a gang within this, or the run ends as lost.
         stop_grace_s: how long a stopping run may take to checkpoint before it is killed.
+        warm_workers: warm workers kept per node (``Settings.warm_workers``; 0: none). The
+            pool fills after the loop's first round, and is given up by :meth:`close`.
+
+    Attributes:
+        warm: the warm worker pool (:mod:`orchestrator.runtime.warm`).
     """
 
     def __init__(
@@ -268,6 +351,7 @@ class RayRuntime:
         *,
         placement_timeout_s: float = 60.0,
         stop_grace_s: float = 30.0,
+        warm_workers: int = 0,
     ) -> None:
         self.pool = pool
         self.redis_url = redis_url
@@ -276,10 +360,30 @@ class RayRuntime:
         self.stop_grace_s = stop_grace_s
         self._runs: dict[str, GangRun] = {}
         self._events: queue.SimpleQueue[RunEvent] = queue.SimpleQueue()
+        self._nodes: list[NodeInfo] = []  # as the loop last saw them: where warm workers go
+        self._cooling: Counter[str] = Counter()  # GPUs of the runs the last poll handed back
+        self.warm = WarmPool(warm_workers, self._warm_demand)
+        self.on_event: Callable[[], None] | None = None
 
     def nodes(self) -> list[NodeInfo]:
         """See :meth:`Runtime.nodes`."""
-        return self.pool.nodes()
+        self._nodes = self.pool.nodes()
+        return self._nodes
+
+    def _warm_demand(self) -> tuple[list[NodeInfo], Counter[str]] | None:
+        """Where warm workers may go (called with the warm pool's lock held): the nodes, and
+        per node the GPUs that runs hold or may be about to take; ``None`` while a launch has
+        not settled (see :attr:`GangRun.settled`).
+
+        GPUs a poll hands back (their run ended) stay off limits until the next poll: the loop
+        polls at the start of a round and launches in it, so a job waiting for those GPUs
+        (the one a preemption freed them for) has had its round to take them.
+        """
+        runs = list(self._runs.values())
+        if not all(run.settled.is_set() for run in runs):
+            return None
+        held = Counter(n for run in runs for n in run.launch.nodes)
+        return self._nodes, held + self._cooling
 
     def launch(self, launch: Launch) -> None:
         """See :meth:`Runtime.launch`."""
@@ -291,17 +395,28 @@ class RayRuntime:
             "stop_grace_s": self.stop_grace_s,
         }
         run: GangRun
-        if launch.kind == "tune":
-            run = TuneRun(launch, emit, self.redis_url, self.namespace, **kw)
-        else:
-            sink = functools.partial(MetricsSink, self.redis_url, self.namespace, launch.job_id)
-            logs = functools.partial(LogSink, self.redis_url, self.namespace, launch.job_id)
-            run = GangRun(launch, emit, sink, log_sink_factory=logs, **kw)
-        self._runs[launch.job_id] = run
+        # Registered with the warm pool's lock held: a refill counts this run's GPUs as taken
+        # from here on, and the warm workers it takes or gives up are out of the pool.
+        with self.warm.lock:
+            adopt = launch.kind == "run" and len(launch.nodes) == 1
+            warm, kw["evicted"] = self.warm.claim(launch.nodes, adopt=adopt)
+            if launch.kind == "tune":
+                run = TuneRun(launch, emit, self.redis_url, self.namespace, **kw)
+            else:
+                sink = functools.partial(MetricsSink, self.redis_url, self.namespace, launch.job_id)
+                logs = functools.partial(LogSink, self.redis_url, self.namespace, launch.job_id)
+                run = GangRun(launch, emit, sink, log_sink_factory=logs, warm=warm, **kw)
+            self._runs[launch.job_id] = run
         run.start()
 
     def _emit(self, job_id: str, serial: int, kind: EventKind, outcome: Outcome | None) -> None:
         self._events.put(RunEvent(job_id, kind, time.time(), serial, outcome))
+        notify = self.on_event
+        if notify is not None:
+            try:
+                notify()
+            except Exception:  # a wake-up is an optimisation: polling still sees the event
+                log.debug("could not wake the loop for %s", job_id, exc_info=True)
 
     def stop(self, job_id: str, *, at_once: bool = False) -> None:
         """See :meth:`Runtime.stop`."""
@@ -312,14 +427,27 @@ class RayRuntime:
     def poll(self) -> list[RunEvent]:
         """See :meth:`Runtime.poll`."""
         events: list[RunEvent] = []
+        freed: Counter[str] = Counter()
         while not self._events.empty():
             event = self._events.get_nowait()
             run = self._runs.get(event.job_id)
             ended = event.kind is EventKind.ENDED
             if ended and run is not None and run.launch.serial == event.launch:
-                del self._runs[event.job_id]
+                with self.warm.lock:  # a refill between here and the end sees them cooling
+                    del self._runs[event.job_id]
+                    freed.update(run.launch.nodes)
+                    self._cooling.update(run.launch.nodes)
             events.append(event)
+        with self.warm.lock:  # the previous poll's GPUs have had their round: refillable
+            self._cooling = freed
+        # the pool fills from the second poll on: the first round's launches come first
+        if self._nodes:
+            self.warm.start()
         return events
+
+    def close(self) -> None:
+        """See :meth:`Runtime.close`: gives up the warm workers."""
+        self.warm.close()
 
     def alive(self) -> set[str]:
         """See :meth:`Runtime.alive`."""

@@ -49,6 +49,8 @@ class NodeSpec(BaseModel):
 
     name: str = Field(min_length=1, max_length=253)
     gpus: int = Field(ge=1, le=1024)
+    gpu_memory_gb: float | None = Field(default=None, gt=0, le=1 << 20)
+    """Memory of each of its GPUs (GB); jobs' ``gpu_memory_gb`` is held to it."""
 
 
 def parse_pool(text: str) -> list[tuple[str, int]]:
@@ -63,8 +65,9 @@ def parse_pool(text: str) -> list[tuple[str, int]]:
     return uniform_pool(int(m[1]), int(m[2]))
 
 
-def load_nodes(path: Path) -> list[tuple[str, int]]:
-    """Read a nodes file: a YAML or JSON list of ``{name, gpus}``, in the pool's order.
+def load_nodes(path: Path) -> list[NodeSpec]:
+    """Read a nodes file: a YAML or JSON list of ``{name, gpus, gpu_memory_gb}`` (the last
+    optional), in the pool's order.
 
     Raises:
         SpecError: unreadable file, invalid entries or repeated names, one line per problem.
@@ -82,7 +85,7 @@ def load_nodes(path: Path) -> list[tuple[str, int]]:
     if not nodes or dupes:
         why = f"node names must be unique; repeated: {', '.join(dupes)}" if dupes else "no nodes"
         raise SpecError(str(path), [why])
-    return [(n.name, n.gpus) for n in nodes]
+    return nodes
 
 
 def make_policies(names: Sequence[str]) -> dict[str, SchedulingPolicy]:
@@ -153,7 +156,9 @@ def simulate(
     if pool is not None and nodes is not None:
         raise ConfigError("give --pool or --nodes, not both")
     chosen = make_policies(policies or [DEFAULT_POLICY])
-    pool_nodes = load_nodes(nodes) if nodes is not None else parse_pool(pool or DEFAULT_POOL)
+    specs = load_nodes(nodes) if nodes is not None else []
+    pool_nodes = [(n.name, n.gpus) for n in specs] or parse_pool(pool or DEFAULT_POOL)
+    memory = {n.name: n.gpu_memory_gb for n in specs if n.gpu_memory_gb is not None}
     total = sum(g for _, g in pool_nodes)
     views: tuple[TeamView, ...] = ()
     jobs = read_trace(trace)
@@ -167,7 +172,9 @@ def simulate(
     runs: dict[str, SimResult] = {}
     stuck: dict[str, StuckSimulation] = {}
     for name, policy in chosen.items():
-        sim = Simulator(jobs, policy, pool_nodes, views, config, traces_root=root)
+        sim = Simulator(
+            jobs, policy, pool_nodes, views, config, traces_root=root, gpu_memory_gb=memory
+        )
         if not runs and not stuck:  # the first constructor has refused unplaceable jobs
             inter = sum(j.job_class == "interactive" for j in jobs)
             console.print(
@@ -186,7 +193,7 @@ def simulate(
     folder = out or default_out(trace)
     folder.mkdir(parents=True, exist_ok=True)
     results = folder / "results.json"
-    body = results_json(trace, pool_nodes, config, runs, stuck)
+    body = results_json(trace, pool_nodes, config, runs, stuck, memory)
     results.write_text(json.dumps(body, indent=1, allow_nan=False))
     console.print(f"wrote {results}")
     png = folder / "results.png"
@@ -216,6 +223,7 @@ def results_json(
     config: SimConfig,
     runs: Mapping[str, SimResult],
     stuck: Mapping[str, StuckSimulation],
+    gpu_memory_gb: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """The ``results.json`` document: inputs, then per policy its summary and job records."""
     policies: dict[str, Any] = {}
@@ -232,7 +240,11 @@ def results_json(
         policies[name] = {"error": str(err), "stuck_jobs": err.jobs}
     return {
         "trace": str(trace),
-        "pool": [{"name": n, "gpus": g} for n, g in nodes],
+        "pool": [
+            {"name": n, "gpus": g}
+            | ({"gpu_memory_gb": gpu_memory_gb[n]} if gpu_memory_gb and n in gpu_memory_gb else {})
+            for n, g in nodes
+        ],
         "config": asdict(config),
         "policies": policies,
     }

@@ -142,6 +142,8 @@ class Simulator:
         traces_root: the Pollux data folder for ``app`` jobs (default: the standard lookup).
         models: a job model per job name, in place of the one its trace row implies (a
             :class:`~orchestrator.sim.wallclock.WallClockJobModel` to replay a live run).
+        gpu_memory_gb: the memory of each node's GPUs (GB) by node id, which jobs'
+            ``gpu_memory_gb`` is held to as live; a node not in it: unknown (any job fits).
     """
 
     def __init__(
@@ -153,6 +155,7 @@ class Simulator:
         config: SimConfig | None = None,
         traces_root: str | None = None,
         models: Mapping[str, ParametricJobModel] | None = None,
+        gpu_memory_gb: Mapping[str, float] | None = None,
     ) -> None:
         self.config = config or SimConfig()
         self.policy = guarded(policy)  # inside the team caps, as the live loop runs it
@@ -161,12 +164,14 @@ class Simulator:
         self.free = dict(nodes)
         self.total_gpus = sum(self.capacity.values())
         self.teams = tuple(teams)
+        self.memory = dict(gpu_memory_gb or {})
         never = {
             s.name: f"needs {'at least ' if s.lo < s.hi else ''}{s.lo} GPUs; "
             f"the pool has {self.total_gpus}"
             for s in jobs
             if s.lo > self.total_gpus
         }
+        never.update(self._too_small(jobs))
         if never:
             raise UnplaceableJobs(never)
         self.jobs: list[_Job] = []
@@ -199,11 +204,31 @@ class Simulator:
         self.rounds = 0
         # kept up to date instead of recomputed every round (a round must cost little more
         # than the policy's decision, for 100,000-job traces)
-        self._node_views = {n: NodeView(n, self.capacity[n], self.free[n]) for n in self.node_ids}
+        self._node_views = {n: self._node_view(n) for n in self.node_ids}
         self._nodes = tuple(map(self._node_views.__getitem__, self.node_ids))
         self._changed: set[str] = set()  # nodes whose free GPUs changed since the last snapshot
         self._completed: list[_Job] = []  # running jobs that completed in the last interval
         self._asked = 0  # GPUs the queued and running jobs asked for
+
+    def _node_view(self, node_id: str) -> NodeView:
+        return NodeView(
+            node_id, self.capacity[node_id], self.free[node_id], self.memory.get(node_id)
+        )
+
+    def _too_small(self, jobs: Sequence[TraceJob]) -> dict[str, str]:
+        """Jobs whose ``gpu_memory_gb`` too few GPUs of the pool have (by the live rule,
+        :meth:`NodeView.holds`), with why: they could start under no policy."""
+        views = [self._node_view(n) for n in self.node_ids]
+        out = {}
+        for s in jobs:
+            if s.gpu_memory_gb is None:
+                continue
+            fit = sum(v.total_gpus for v in views if v.holds(s.gpu_memory_gb))
+            if s.lo > fit:
+                out[s.name] = (
+                    f"needs {s.lo} GPUs with gpu_memory_gb {s.gpu_memory_gb:g}; the pool has {fit}"
+                )
+        return out
 
     # ---- main loop -------------------------------------------------------------------------
 
@@ -374,7 +399,7 @@ class Simulator:
         """The immutable view of this round (what the live scheduler would build)."""
         if self._changed:
             for nid in self._changed:
-                self._node_views[nid] = NodeView(nid, self.capacity[nid], self.free[nid])
+                self._node_views[nid] = self._node_view(nid)
             self._changed.clear()
             self._nodes = tuple(map(self._node_views.__getitem__, self.node_ids))
         nodes = self._nodes
@@ -451,6 +476,7 @@ class Simulator:
             remaining_s=remaining,
             speedup=speedup,
             preempted_at=job.preempted_at,
+            gpu_memory_gb=s.gpu_memory_gb,
         )
         view: QueuedJob | RunningJob
         if not running:

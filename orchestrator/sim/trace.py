@@ -17,6 +17,7 @@ deadline       bulk: seconds after submission the work should be done by (empty:
 wait_target    interactive: start-wait target in seconds (default 60)
 latency_ms     interactive: p95 latency ceiling of the session (recorded, see README)
 checkpoint     seconds between checkpoints (0: continuous, no work lost on preemption)
+gpu_memory_gb  memory each of its GPUs must have, GB (empty: any; see ``orch sim --nodes``)
 ============== ======================================================================
 
 Either ``duration`` or ``app`` gives the job's work.
@@ -53,6 +54,7 @@ COLUMNS = (
     "wait_target",
     "latency_ms",
     "checkpoint",
+    "gpu_memory_gb",
 )
 MAX_TRACE_BYTES = 256 << 20
 """Largest trace file read (about two million jobs as CSV)."""
@@ -76,6 +78,7 @@ class TraceJob:
     wait_target: float = 60.0
     latency_ms: float | None = None
     checkpoint: float = 0.0
+    gpu_memory_gb: float | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -90,6 +93,8 @@ class TraceJob:
             problems.append(f"give app or a duration > 0, got duration {self.duration}")
         if self.submit_time < 0:
             problems.append(f"submit_time must be >= 0, got {self.submit_time}")
+        if self.gpu_memory_gb is not None and self.gpu_memory_gb <= 0:
+            problems.append(f"gpu_memory_gb must be > 0, got {self.gpu_memory_gb}")
         if problems:
             raise TraceError(f"job {self.name!r}: " + "; ".join(problems))
 
@@ -106,7 +111,7 @@ class TraceJob:
 
 _INT = {"gpus", "min_gpus", "max_gpus", "batch_size"}
 _FLOAT = {"submit_time", "duration", "wait_target", "checkpoint"}
-_OPT_FLOAT = {"deadline", "latency_ms"}
+_OPT_FLOAT = {"deadline", "latency_ms", "gpu_memory_gb"}
 
 
 def _parse(row: dict[str, object], where: str) -> TraceJob:

@@ -1,10 +1,14 @@
 """A job that runs for a set wall-clock time whatever its GPU count.
 
-What a live job with ``run.duration_s`` does: it runs that long on 1 GPU or on 4, and starts its
-clock again when it is restarted without a checkpoint. The policy is still shown a speedup curve
-(``reported``, linear by default: what the live loop assumes of a job whose runs measured
-nothing yet), so it decides as it would live; only the progress ignores the GPUs. Used to
-replay a live run in the simulator (the twin test), where decisions must match the live ones.
+What a live job with ``run.duration_s`` does: it runs that long in total, on 1 GPU or on 4, over
+all its runs: the run time so far is in the checkpoint a run writes when it is stopped
+(preempted, resized), so the next run trains only for what is left. Progress here is never lost
+on a stop for the same reason, whatever the trace's checkpoint interval, which then only shapes
+what the policy is shown (when the job last checkpointed, as live with ``checkpoint_every``).
+The policy is still shown a speedup curve (``reported``, linear by default: what the live loop
+assumes of a job whose runs measured nothing yet), so it decides as it would live; only the
+progress ignores the GPUs. Used to replay a live run in the simulator (the twin test), where
+decisions must match the live ones.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ class WallClockJobModel(ParametricJobModel):
     """``duration`` seconds of progress on any placement (see the module doc).
 
     Args:
-        duration: seconds the job runs once started.
+        duration: seconds the job runs in total, over all its runs.
         reported: the speedup curve shown to the policy on 1..n GPUs (default linear).
         starts: each run's start-up in order (placement to first step, as measured live;
             ``None``: not measured), in place of the simulator's one restart cost.
@@ -33,6 +37,10 @@ class WallClockJobModel(ParametricJobModel):
         super().__init__(duration, 1, sigma=1.0)  # Amdahl with a serial fraction of 1: s(n) = 1
         self.reported = reported
         self._starts = list(starts)
+
+    def restore(self, state: tuple[float, int]) -> None:
+        """See :meth:`JobModel.restore`: nothing to go back to, the stop checkpoint kept the
+        run time (see the module doc)."""
 
     def start_s(self, default: float) -> float:
         """The start-up of the next run: the next measured one, else ``default``."""

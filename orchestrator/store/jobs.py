@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import json
 import secrets
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib import resources
 from typing import Any, cast
@@ -32,7 +33,7 @@ from orchestrator.store.connection import open_url
 from orchestrator.store.keys import Keys
 from orchestrator.store.lease import LEASE_MS, Lease, LeaseLost, lease_holder
 from orchestrator.store.logs import LogStore
-from orchestrator.store.pool_view import PoolViewStore
+from orchestrator.store.pool_view import PoolViewStore, memory_problem
 from orchestrator.store.records import CORE_FIELDS, JobRecord
 from orchestrator.store.retention import RetentionStore
 from orchestrator.store.scaling import ScalingStore
@@ -40,6 +41,7 @@ from orchestrator.store.states import TERMINAL, JobState, sources
 from orchestrator.store.telemetry import TelemetryStore
 from orchestrator.store.tokens import TokenStore
 from orchestrator.store.tuning import ProfileStore, StudyJournal, TuneCacheStore, TuneReportStore
+from orchestrator.store.wake import WakeChannel, Wakeups
 from orchestrator.teams import TeamConfig, parse_teams
 
 __all__ = ["EVENTS_MAXLEN", "METRICS_MAXLEN", "QUEUE_FACTS", "JobStore"]
@@ -72,6 +74,14 @@ for i, key in ipairs(KEYS) do
 end
 return out
 """
+# The same fields of many hashes in one command: a pipeline of one HMGET per running job costs
+# the client a command to pack and a reply to parse each (about 2 ms a round at 64 jobs in
+# bench/control_plane); one script call costs one of each.
+_HMGET_MANY_LUA = """
+local out = {}
+for i, key in ipairs(KEYS) do out[i] = redis.call("HMGET", key, unpack(ARGV)) end
+return out
+"""
 _ID_TRIES = 16
 _BATCH = 500
 
@@ -88,9 +98,11 @@ QUEUE_FACTS = (
     "attained_gpu_s",
     "remaining_s",
     "preempted_at",
+    "gpu_memory_gb",
 )
-"""The job fields a scheduling snapshot reads (see :meth:`JobStore.queue_facts`); the last
-three are written by the control loop when a run ends."""
+"""The job fields a scheduling snapshot reads (see :meth:`JobStore.queue_facts`);
+``attained_gpu_s``, ``remaining_s`` and ``preempted_at`` are written by the control loop when a
+run ends, the others at submission."""
 
 
 class JobStore:
@@ -112,6 +124,8 @@ class JobStore:
         logs: the captured output of jobs, per rank.
         retention: expiry of ended jobs' keys and the sweep of what is left (``orch gc``).
         retention_s: how long an ended job's keys live (``Settings.retention_s``).
+        wake: the wake channel, published on by submissions and cancels (see
+            :meth:`wakeups`).
     """
 
     def __init__(
@@ -131,11 +145,13 @@ class JobStore:
         self.telemetry = TelemetryStore(client, self.keys)
         self.logs = LogStore(client, self.keys)
         self.retention = RetentionStore(client, self.keys, self.logs)
+        self.wake = WakeChannel(client, self.keys)
         self._submit = client.register_script(_SUBMIT_LUA)
         self._transition = client.register_script(_TRANSITION_LUA)
         self._incr_attempts = client.register_script(_INCR_ATTEMPTS_LUA)
         self._annotate = client.register_script(_ANNOTATE_LUA)
         self._cancelling = client.register_script(_CANCELLING_LUA)
+        self._hmget_keys = client.register_script(_HMGET_MANY_LUA)
         self._teams: tuple[str | None, TeamConfig | None] = (None, None)
         self.fence: str | None = None
         """The scheduler lease holder this store writes state for (set by the control loop
@@ -186,21 +202,32 @@ class JobStore:
         return self._teams[1]
 
     def check_admission(self, specs: Iterable[JobSpec]) -> None:
-        """Refuse jobs the team config forbids, before any is written.
+        """Refuse jobs the team config forbids, or whose GPU memory no node of the pool the
+        scheduler last published has (none published: the job waits, saying so), before any
+        is written.
 
         Raises:
             SpecError: one line per refused job, naming the field and what is allowed.
         """
+        specs = builtins.list(specs)
         config = self.teams()
-        if config is None:
-            return
-        problems = [
-            f"job {spec.name!r}: {problem}"
-            for spec in specs
-            for problem in config.admission_problems(spec.team, spec.resources.gpus.min)
-        ]
-        if problems:
-            raise SpecError("team config", problems)
+        if config is not None:
+            problems = [
+                f"job {spec.name!r}: {problem}"
+                for spec in specs
+                for problem in config.admission_problems(spec.team, spec.resources.gpus.min)
+            ]
+            if problems:
+                raise SpecError("team config", problems)
+        if any(spec.resources.gpu_memory_gb is not None for spec in specs):
+            view = self.pool_view.read() or {}
+            problems = [
+                f"job {spec.name!r}: {problem}"
+                for spec in specs
+                if (problem := memory_problem(spec, view.get("nodes") or []))
+            ]
+            if problems:
+                raise SpecError("pool", problems)
 
     # ---- writing -----------------------------------------------------------------------------
 
@@ -276,6 +303,8 @@ class JobStore:
                 EVENTS_MAXLEN,
                 *_gpu_range(spec),
                 *_targets(spec),
+                self.wake.channel,
+                _gpu_memory(spec),
             ],
         }
 
@@ -378,12 +407,21 @@ class JobStore:
             waiting = rec.state in (JobState.SUBMITTED, JobState.QUEUED)
             target = JobState.CANCELLED if waiting else JobState.CANCELLING
             try:
-                return self.transition(job_id, target, expect=rec.state, message=message)
+                done = self.transition(job_id, target, expect=rec.state, message=message)
             except IllegalTransition:
                 rec = self.get(job_id)
                 if rec.state in TERMINAL or rec.state is JobState.CANCELLING:
                     raise JobEnded(job_id, rec.state.value) from None
+                continue
+            if target is JobState.CANCELLING:  # its run stops now, not at the next round
+                self.wake.publish(job_id)
+            return done
         raise StoreError(f"job {job_id} keeps changing state ({rec.state.value}); try again")
+
+    def wakeups(self) -> Wakeups:
+        """Subscribe to the wake channel: the control loop waits on it between rounds, so a
+        submission or a cancel is acted on at once rather than at the next polling round."""
+        return self.wake.subscribe()
 
     def annotate(self, job_id: str, message: str) -> None:
         """Set the job's message without changing its state (e.g. why it is waiting).
@@ -393,6 +431,35 @@ class JobStore:
         """
         if self._annotate(keys=[self.keys.job(job_id)], args=[message]) is None:
             raise JobNotFound(job_id)
+
+    def request_tune(self, job_id: str) -> None:
+        """Ask the control loop to re-tune a running job (it takes the request next round:
+        :meth:`take_tune_requests`)."""
+        self.client.sadd(self.keys.tune_requests, job_id)
+
+    def take_tune_requests(self) -> builtins.list[str]:
+        """The jobs whose re-tune was asked for since the last call (taken atomically)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.smembers(self.keys.tune_requests)
+        pipe.delete(self.keys.tune_requests)
+        members, _ = pipe.execute()
+        return sorted(members)
+
+    def note_event(self, job_id: str, event: str, message: str) -> None:
+        """Add an event that changes no state to the job's event stream (``event`` names what
+        was seen: ``sla-violated``, ``guard``...; its ``from`` is empty) and make ``message``
+        the job's message, as a state change would.
+
+        Raises:
+            JobNotFound: no such job.
+        """
+        self.annotate(job_id, message)
+        self.client.xadd(
+            self.keys.events(job_id),
+            {"event": event, "ts": f"{time.time():.6f}", "message": message, "from": ""},
+            maxlen=EVENTS_MAXLEN,
+            approximate=True,
+        )
 
     def incr_attempts(self, job_id: str, by: int = 1) -> int:
         """Count one more start of the job; returns the new count.
@@ -460,12 +527,11 @@ class JobStore:
         batch (jobs or metrics never reported are left out)."""
         ids, names = builtins.list(job_ids), tuple(names)
         out: dict[str, dict[str, Any]] = {}
+        metrics = self.keys.metrics
         for start in range(0, len(ids), _BATCH):
             chunk = ids[start : start + _BATCH]
-            pipe = self.client.pipeline(transaction=False)
-            for job_id in chunk:
-                pipe.hmget(self.keys.metrics(job_id), names)
-            for job_id, values in zip(chunk, pipe.execute(), strict=True):
+            replies = self._hmget_keys(keys=[metrics(j) for j in chunk], args=names)
+            for job_id, values in zip(chunk, replies, strict=True):
                 got = {k: json.loads(v) for k, v in zip(names, values, strict=True) if v}
                 if got:
                     out[job_id] = got
@@ -656,6 +722,12 @@ def _targets(spec: JobSpec) -> tuple[str, str]:
     deadline = tp.deadline_s if tp is not None and spec.job_class == "bulk" else None
     wait = lat.start_within_s if lat is not None and spec.job_class == "interactive" else None
     return ("" if deadline is None else f"{deadline:g}", "" if wait is None else f"{wait:g}")
+
+
+def _gpu_memory(spec: JobSpec) -> str:
+    """GB each of the job's GPUs must have ("": any), as the snapshot reads it back."""
+    gb = spec.resources.gpu_memory_gb
+    return "" if gb is None else repr(float(gb))
 
 
 def _pairs(flat: list[str]) -> dict[str, str]:

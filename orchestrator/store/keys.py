@@ -50,6 +50,7 @@ class Keys:
         ns:tokens                  hash    API token id -> its record (JSON, secret hashed)
         ns:audit                   stream  every mutation and who made it, capped
         ns:telemetry               hash    the loop's counters and histogram buckets (/metrics)
+        ns:wake                    channel pub/sub: submissions and cancels wake the scheduler
 
     ``{job}`` is a job id, or a job name for ``orch tune FILE`` (tuned without submitting).
     Each family has one owner in ``orchestrator/store/`` (``JobStore`` and the stores it
@@ -190,6 +191,11 @@ class Keys:
     def audit(self) -> str:
         """The audit stream: each mutation, who made it and on what."""
         return self.key("audit")
+
+    @property
+    def tune_requests(self) -> str:
+        """Jobs whose team asked for a re-tune (a set), until the control loop takes them."""
+        return self.key("tune-requests")
 
     @property
     def telemetry(self) -> str:

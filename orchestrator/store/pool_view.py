@@ -8,12 +8,14 @@ absence is how the CLI tells that no scheduler is up.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from orchestrator.spec import JobSpec
 from orchestrator.store.keys import KeyFamily
+from policies import NodeView
 
-__all__ = ["PoolViewStore"]
+__all__ = ["PoolViewStore", "memory_problem"]
 
 
 class PoolViewStore(KeyFamily):
@@ -27,3 +29,27 @@ class PoolViewStore(KeyFamily):
         """The view last published, or ``None`` when none is live (no scheduler runs)."""
         raw = cast(str | None, self._client.get(self._keys.pool_view))
         return json.loads(raw) if raw else None
+
+
+def memory_problem(spec: JobSpec, nodes: Sequence[Mapping[str, Any]]) -> str:
+    """Why the published pool's ``nodes`` can never run ``spec`` for its GPU memory
+    (``""``: they can, it needs none, or the pool is not known), by the placement rule
+    itself (:meth:`policies.NodeView.holds`)."""
+    need = spec.resources.gpu_memory_gb
+    if need is None or not nodes:
+        return ""
+    views = [NodeView(n["node_id"], int(n["gpus"]), 0, n.get("gpu_memory_gb")) for n in nodes]
+    fit = sum(v.total_gpus for v in views if v.holds(need))
+    gpus = spec.resources.gpus.min
+    if fit >= gpus:
+        return ""
+    largest = max(v.gpu_memory_gb or 0.0 for v in views)
+    if fit == 0:
+        return (
+            f"resources.gpu_memory_gb must be at most {largest:g} (the pool's largest GPUs), "
+            f"got {need:g}"
+        )
+    return (
+        f"resources.gpu_memory_gb is {need:g}, which {fit} GPU(s) of the pool have; "
+        f"the job needs at least {gpus}"
+    )

@@ -27,6 +27,7 @@ CORE_FIELDS: frozenset[str] = frozenset(
         "gpus_max",
         "deadline_s",
         "wait_target_s",
+        "gpu_memory_gb",
         "submitted_at",
         "updated_at",
         "message",

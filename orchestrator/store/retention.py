@@ -13,6 +13,10 @@ Two halves (Redis is run with ``noeviction``: nothing else ever frees memory):
   study, which lives in the namespace's one journal. It also removes at once any ended job older
   than the age it is given (jobs that ended before retention existed, or a shorter age asked
   for by ``orch gc --older-than``). A job that has not ended is never touched.
+- **Checkpoints.** The sweep deletes the checkpoint folder of every job it clears (given the
+  checkpoint root: a path or an fsspec URL, see :class:`orchestrator.storage.StorageLocation`),
+  step directories and record alike. A folder it cannot delete (storage unreachable, no
+  permission) keeps its job's keys too, so the next sweep tries again; nothing is orphaned.
 
 The journal is one Redis key per Optuna operation, append-only, for every study of the
 namespace. A study is deleted through Optuna (a reader no longer sees it and Optuna's next
@@ -34,6 +38,7 @@ from orchestrator.store.states import TERMINAL
 if TYPE_CHECKING:
     import redis
 
+    from orchestrator.storage import StorageLocation
     from orchestrator.store.logs import LogStore
     from orchestrator.store.tuning import StudyJournal
 
@@ -87,6 +92,9 @@ class GcReport:
         keys: keys deleted (0 on a dry run).
         studies: Optuna studies deleted.
         journal_aged: journal entries newly set to expire (held by Optuna's snapshot).
+        checkpoints: checkpoint folders deleted.
+        checkpoint_errors: ``job id: why`` for each checkpoint folder that could not be
+            deleted (that job is kept, for the next sweep).
     """
 
     expired: list[str] = field(default_factory=list)
@@ -95,6 +103,8 @@ class GcReport:
     keys: int = 0
     studies: int = 0
     journal_aged: int = 0
+    checkpoints: int = 0
+    checkpoint_errors: list[str] = field(default_factory=list)
 
     @property
     def gone(self) -> list[str]:
@@ -130,6 +140,7 @@ class RetentionStore(KeyFamily):
         dry_run: bool = False,
         journal: StudyJournal | None = None,
         study_name: Callable[[str], str] | None = None,
+        checkpoints: StorageLocation | None = None,
     ) -> GcReport:
         """Remove the leftovers of expired jobs and every ended job older than ``older_than_s``
         (since it ended, by the Redis clock), with their studies in ``journal`` (the study of
@@ -141,6 +152,8 @@ class RetentionStore(KeyFamily):
             dry_run: only say what would be removed.
             journal: the namespace's Optuna journal (``None``: leave studies alone).
             study_name: the study of a job id (required with ``journal``).
+            checkpoints: the namespace's checkpoint root (job ``j``'s folder is
+                ``checkpoints / j``); ``None``: leave checkpoints alone.
         """
         seconds, micros = self._client.time()
         cutoff = seconds + micros / 1e6 - older_than_s
@@ -150,6 +163,8 @@ class RetentionStore(KeyFamily):
             self._classify(ids[start : start + _BATCH], cutoff, report)
         if dry_run:
             return report
+        if checkpoints is not None:
+            self._remove_checkpoints(checkpoints, report)
         gone = report.gone
         for start in range(0, len(gone), _BATCH):
             report.keys += self._delete(gone[start : start + _BATCH])
@@ -169,6 +184,18 @@ class RetentionStore(KeyFamily):
                 report.removed.append(job_id)
             else:
                 report.kept += 1
+
+    def _remove_checkpoints(self, root: StorageLocation, report: GcReport) -> None:
+        """Delete the cleared jobs' checkpoint folders, before their keys: a job whose folder
+        stays is taken off the report's lists (its keys stay), so no folder loses its job."""
+        for ids in (report.expired, report.removed):
+            for job_id in builtins.list(ids):
+                try:
+                    report.checkpoints += (root / job_id).remove()
+                except Exception as err:  # any storage failure: fsspec backends raise their own
+                    ids.remove(job_id)
+                    report.kept += 1
+                    report.checkpoint_errors.append(f"{job_id}: {type(err).__name__}: {err}")
 
     def _delete(self, ids: builtins.list[str]) -> int:
         """Delete the jobs' keys and index entries; returns how many keys went."""

@@ -7,6 +7,9 @@
 -- ARGV[9] fewest GPUs  ARGV[10] most GPUs (an elastic job's range)
 -- ARGV[11] deadline, seconds after submission ("" if none)
 -- ARGV[12] start-wait target, seconds after submission ("" if none)
+-- ARGV[13] the wake channel: the new job's id is published on it, so the scheduler starts a
+--          round now instead of at its next polling interval (a channel, not a key)
+-- ARGV[14] GPU memory each GPU must have, GB ("" if any will do)
 --
 -- Returns {"exists"} when the id is taken (the caller draws another), else {"ok", job hash}.
 
@@ -23,7 +26,7 @@ redis.call("HSET", KEYS[2],
   "id", id, "name", ARGV[2], "team", ARGV[3], "class", ARGV[4], "state", "queued",
   "spec", ARGV[5], "submitted_at", ts, "updated_at", ts, "seq", seq, "gpus", ARGV[6],
   "attempts", 0, "message", "", "by", ARGV[7], "gpus_min", ARGV[9], "gpus_max", ARGV[10],
-  "deadline_s", ARGV[11], "wait_target_s", ARGV[12])
+  "deadline_s", ARGV[11], "wait_target_s", ARGV[12], "gpu_memory_gb", ARGV[14])
 redis.call("ZADD", KEYS[3], seq, id)
 redis.call("ZADD", KEYS[4], seq, id)
 redis.call("INCR", KEYS[7])
@@ -37,5 +40,6 @@ redis.call("XADD", KEYS[5], "MAXLEN", "~", ARGV[8], "*",
   "event", "submitted", "ts", ts, "message", by, "from", "")
 redis.call("XADD", KEYS[5], "MAXLEN", "~", ARGV[8], "*",
   "event", "queued", "ts", ts, "message", "", "from", "submitted")
+redis.call("PUBLISH", ARGV[13], id)
 
 return {"ok", redis.call("HGETALL", KEYS[2])}

@@ -21,6 +21,8 @@ from orchestrator.spec import JobSpec
 
 if TYPE_CHECKING:
     from orchestrator.config import Settings
+    from orchestrator.tuner.objective import Measurement
+    from orchestrator.tuner.space import Config
 
 
 def tune_job(
@@ -60,8 +62,16 @@ def tune_job(
     )
     try:
         store = JobStore.from_url(redis_url, namespace)
+        retune = _retune_of(store, job_id)
         report = tune_spec(
-            spec, store, redis_url, job=job_id, evaluator=evaluator, free_gpus=evaluator.size
+            spec,
+            store,
+            redis_url,
+            job=job_id,
+            evaluator=evaluator,
+            free_gpus=evaluator.size,
+            retune=retune is not None,
+            measured=[] if retune is None or retune[1] is None else [(retune[0], retune[1])],
         )
     finally:
         evaluator.close()
@@ -76,7 +86,34 @@ def tune_job(
         "cache": report.cache,
         "trials": result.trials,
         "gpus": evaluator.size,
+        "feasible": result.status == "feasible",
+        "retune": retune is not None,
+        "previous": None if retune is None else retune[0].to_dict(),
     }
+
+
+def _retune_of(store: Any, job_id: str) -> tuple[Config, Measurement | None] | None:
+    """The settings a job being re-tuned ran with and what they measured (``None`` when its
+    run had no measured window), as the control loop wrote them with its requeue; ``None``
+    if the job is not being re-tuned."""
+    import json
+
+    from orchestrator.errors import JobNotFound
+    from orchestrator.tuner.objective import Measurement
+    from orchestrator.tuner.space import Config
+
+    try:
+        rec = store.get(job_id)
+    except JobNotFound:
+        return None
+    raw = rec.fields.get("retune")
+    if not raw or rec.fields.get("tuned"):
+        return None
+    data = json.loads(raw)
+    seen = data.get("measured") or {}
+    if not seen.get("samples_per_s"):
+        return Config.from_dict(data["config"]), None
+    return Config.from_dict(data["config"]), Measurement.from_dict({"status": "ok", **seen})
 
 
 @contextlib.contextmanager

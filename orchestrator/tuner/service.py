@@ -7,6 +7,7 @@ the cache entry (``JobStore.tune_cache``) and the profile (``JobStore.profiles``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -85,6 +86,8 @@ def tune_spec(
     patience: int | None = 10,
     on_trial: OnTrial | None = None,
     free_gpus: int = 1,
+    retune: bool = False,
+    measured: Sequence[tuple[Config, Measurement]] = (),
 ) -> TuneReport:
     """Tune ``spec`` and store the study, cache entry, profile and report in Redis.
 
@@ -99,6 +102,12 @@ def tune_spec(
         fresh: start the study over instead of resuming it.
         free_gpus: GPUs the evaluator can run trials on at once (a tuning gang's size): up
             to this many one-GPU trials run together (``Tuner(free_gpus=...)``).
+        retune: a re-tune of a job that ran (the SLA guard's, or asked for): the cache is not
+            read (its entries are what the run contradicted) and the study is a new one beside
+            the first (``tune-JOB-retune``), so the first tuning stays as it was in the
+            dashboard.
+        measured: a re-tune's warm start: what the job's running settings measured while it
+            ran; they count as trials already made.
 
     Raises:
         TuneError: the bounds leave nothing to search.
@@ -116,8 +125,8 @@ def tune_spec(
     goal = Goal.from_spec(spec)
     chosen_strategy = STRATEGIES.create(strategy, seed=spec.run.seed)
     descriptor = describe(spec.workload.ref, dict(spec.workload.args), caps, space)
-    cache = TuneCache(store.tune_cache) if use_cache else None
-    known: list[tuple[Config, Measurement]] = []
+    cache = TuneCache(store.tune_cache) if use_cache and not retune else None
+    known: list[tuple[Config, Measurement]] = list(measured)
     warm: list[Config] = []
     status: CacheStatus = "off" if cache is None else "miss"
     if cache is not None:
@@ -128,13 +137,13 @@ def tune_spec(
             for other in cache.similar(descriptor):
                 warm.extend(other.best(goal, n=2))
             status = "warm" if warm else "miss"
-    name = study_name(job)
+    name = study_name(job) + ("-retune" if retune else "")
     study = open_study(
         store.study_journal(redis_url),
         name,
         goal.direction,
         chosen_strategy.sampler(),
-        fresh=fresh,
+        fresh=fresh or retune,
         metric_name=objective_name(goal),
     )
     budget = spec.tuning.budget

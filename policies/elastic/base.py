@@ -24,6 +24,8 @@ class ElasticJob:
         speedup: relative goodput on 1..n GPUs (empty: linear; see ``QueuedJob.speedup``).
         floor: GPUs it must get if it is admitted at all (its team's guarantee), 0 for none.
         run_s: seconds since its current allocation started (how long a change has paid off).
+        urgent: a running job the SLA guard measured short of its floor or deadline
+            (``RunningJob.urgent``): an allocator should grow it first with spare GPUs.
     """
 
     job_id: str
@@ -34,6 +36,7 @@ class ElasticJob:
     speedup: tuple[float, ...] = ()
     floor: int = 0
     run_s: float = 0.0
+    urgent: bool = False
 
     def rate(self, gpus: int) -> float:
         """Relative goodput on ``gpus`` GPUs."""

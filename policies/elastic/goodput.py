@@ -25,6 +25,9 @@ class GoodputElastic(ElasticAllocation):
     * ``objective="harmonic"``: the sum of ``-1 / speedup``, i.e. the harmonic mean of the
       speedups, Pollux's default fairness exponent ``p = -1``: fairer still than ``log``.
 
+    A running job the SLA guard found short of its floor or deadline (``urgent``) gets the
+    spare GPUs first, up to its maximum, whatever the restart costs: its SLA is at stake.
+
     A running job is only grown when the change pays for its restart within the time it has
     already run (a job's expected remaining time, for heavy-tailed run times):
     ``rate(new) / rate(now) - 1 >= restart_cost_s / max(run_s, restart_cost_s)``; otherwise it
@@ -61,8 +64,15 @@ class GoodputElastic(ElasticAllocation):
                     add = left
                 size[j.job_id] = n + add
                 left -= add
-        value = self._value
         frozen: set[str] = set()
+        for j in jobs:  # urgent (short of its SLA): the spare GPUs, up to its max, first
+            n = size[j.job_id]
+            if j.urgent and n and n < j.hi and left > 0:
+                add = min(j.hi - n, left)
+                size[j.job_id] = n + add
+                left -= add
+                frozen.add(j.job_id)  # grown for its SLA: not undone for the restart cost
+        value = self._value
         while left > 0:
             # (-gain of one more GPU, position, the value with it): the largest gain pops first,
             # ties to the earlier job; the value is kept for the job's next gain

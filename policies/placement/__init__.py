@@ -1,6 +1,6 @@
 """Placement policies, selected by name through ``PLACEMENTS``."""
 
-from policies.placement.base import PLACEMENTS, Placement
+from policies.placement.base import PLACEMENTS, Placement, without
 from policies.placement.most_free import MostFreePlacement
 from policies.placement.pack import PackPlacement
 from policies.placement.spread import SpreadPlacement
@@ -13,4 +13,5 @@ __all__ = [
     "Placement",
     "SpreadPlacement",
     "TopologyPlacement",
+    "without",
 ]

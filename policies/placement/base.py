@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from itertools import compress
 
 from policies.registry import Registry
@@ -31,6 +31,15 @@ class Placement(abc.ABC):
 
 
 PLACEMENTS: Registry[Placement] = Registry("placement")
+
+
+def without(free: Mapping[str, int], nodes: Collection[str]) -> Mapping[str, int]:
+    """``free`` less ``nodes``: what a placement may take for a job that must not go there
+    (``Snapshot.too_small`` of its GPU memory). ``free`` itself when ``nodes`` is empty, so
+    callers take the GPUs a placement returns from ``free``, never from this."""
+    if not nodes:
+        return free
+    return {n: f for n, f in free.items() if n not in nodes}
 
 
 def free_total(free: Mapping[str, int]) -> int:

@@ -163,6 +163,7 @@ class BulkAdmission:
                 j.speedup,
                 max(floor, kept) if kept else floor,
                 now - started,
+                cur > 0 and isinstance(j, RunningJob) and j.urgent,
             )
             if kept:
                 groups[0 if nostep and j.job_id in nostep else 1].append(ej)

@@ -34,4 +34,4 @@ class GangSchedulingPolicy(SchedulingPolicy):
         """See :meth:`SchedulingPolicy.decide`."""
         free = {n.node_id: max(0, n.free_gpus) for n in snapshot.nodes}
         ordered = self.queue.order(snapshot.queue, snapshot.now)
-        return place_in_order(ordered, free, snapshot.total_gpus, self.placement)
+        return place_in_order(ordered, free, snapshot.total_gpus, self.placement, snapshot=snapshot)

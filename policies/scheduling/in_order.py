@@ -6,7 +6,8 @@ from collections.abc import Iterable
 
 from policies.decisions import Decision, DecisionKind
 from policies.placement import Placement
-from policies.snapshot import QueuedJob
+from policies.scheduling import gpu_memory
+from policies.snapshot import QueuedJob, Snapshot
 
 
 def place_in_order(
@@ -15,6 +16,7 @@ def place_in_order(
     capacity: int,
     placement: Placement,
     *,
+    snapshot: Snapshot,
     where: str = "the pool",
     label: str = "",
     blocked_by: str | None = None,
@@ -23,13 +25,15 @@ def place_in_order(
 
     The first job that does not fit blocks every job after it (no backfill), so a large job is
     never starved by small ones; a job larger than ``capacity`` can never fit, is told so, and
-    blocks nobody. ``free`` is updated with the GPUs the starts take.
+    blocks nobody, as is one larger than the pool's GPUs with the memory it needs
+    (``gpu_memory_gb``). ``free`` is updated with the GPUs the starts take.
 
     Args:
         jobs: queued jobs, already in the order to consider them.
         free: free GPUs per node id (mutated).
         capacity: GPUs of ``where`` in total (the pool, or a partition of it).
         placement: chooses the nodes of each gang.
+        snapshot: the round's snapshot (which nodes are too small for a job).
         where: how messages name the capacity (``"the pool"``, ``"the bulk partition"``).
         label: prefix of a START's reason.
         blocked_by: a job already blocking these ones (e.g. a waiting interactive job).
@@ -40,14 +44,19 @@ def place_in_order(
             reason = f"needs {job.gpus} GPUs; {where} has {capacity}"
             decisions.append(Decision(DecisionKind.WAIT, job.job_id, reason=reason))
             continue
+        note = gpu_memory.memory_note(snapshot, job)
+        if note and job.gpus > gpu_memory.capacity(snapshot, job):
+            decisions.append(Decision(DecisionKind.WAIT, job.job_id, reason=note))
+            continue
         if blocked_by is not None:
             reason = f"queued behind {blocked_by}"
             decisions.append(Decision(DecisionKind.WAIT, job.job_id, reason=reason))
             continue
-        nodes = placement.place(job.gpus, free)
+        nodes = placement.place(job.gpus, gpu_memory.usable(free, snapshot, job))
         if nodes is None:
             blocked_by = job.job_id
             reason = f"needs {job.gpus} GPUs; {sum(free.values())} free"
+            reason = f"{reason}; {note}" if note else reason
             decisions.append(Decision(DecisionKind.WAIT, job.job_id, reason=reason))
             continue
         for node in nodes:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from policies.decisions import Decision, DecisionKind
-from policies.placement import PLACEMENTS, Placement
+from policies.placement import PLACEMENTS, Placement, without
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
+from policies.scheduling.gpu_memory import capacity
 from policies.scheduling.pollux_search import CountProblem, genetic_search
 from policies.scheduling.resize import drop_gpus
 from policies.snapshot import QueuedJob, RunningJob, Snapshot
@@ -48,6 +49,8 @@ class PolluxSchedulingPolicy(SchedulingPolicy):
     5. The counts become nodes: a shrinking job drops GPUs where it has fewest, a growing or new
        job takes the most compact placement of the free GPUs (its own included), and, for
        interference avoidance, no node holds GPUs of two jobs that span several nodes each.
+       A job's count is capped by, and its GPUs taken from, the nodes whose GPUs have the
+       memory it needs (``gpu_memory_gb``).
 
     A running job that has not done its first step yet (``RunningJob.first_step_at``) keeps
     exactly its GPUs (a change would throw its start-up away): it is pinned, and served before
@@ -125,7 +128,8 @@ class PolluxSchedulingPolicy(SchedulingPolicy):
                 continue
             lo[i] = j.lo
             most = max(2 * have, 1) if self.ramp else j.hi
-            cap[i] = min(j.hi, max(most, j.lo), total)
+            # only GPUs with the memory it needs count (below lo: it gets none)
+            cap[i] = min(j.hi, max(most, j.lo), capacity(snapshot, j))
         width = int(cap.max()) + 1
         counts = np.arange(width)
         fair = math.ceil(total / len(jobs))
@@ -181,7 +185,8 @@ def place_counts(
         if len(set(have)) > 1:
             spread.subtract(set(have))
         floor = max(len(have), j.lo - 1)  # never below what it holds, nor its minimum
-        nodes = _place(sizes[j.job_id], floor, have, free, spread, placement)
+        small = snapshot.too_small(j.gpu_memory_gb)
+        nodes = _place(sizes[j.job_id], floor, have, free, spread, placement, small)
         if nodes is None:
             if len(set(have)) > 1:
                 spread.update(set(have))
@@ -231,22 +236,25 @@ def _place(
     free: dict[str, int],
     spread: Counter[str],
     placement: Placement,
+    too_small: Collection[str] = (),
 ) -> tuple[str, ...] | None:
     """The nodes for ``target`` GPUs (a job holding ``have``), lowered down to ``floor + 1``.
 
     Candidates: its own GPUs kept and free ones added on its nodes first, or a fresh compact
     placement over the free GPUs and its own; the one on fewer nodes wins (ties: staying). A
-    candidate over several nodes may not use a node in ``spread``.
+    candidate over several nodes may not use a node in ``spread``; none takes a GPU on a node
+    in ``too_small`` (its GPUs lack the job's memory).
     """
     mine = Counter(have)
     pool = dict(free)
     for n, c in mine.items():
         pool[n] = pool.get(n, 0) + c
+    pool = dict(without(pool, too_small))
     taken = {n for n, c in spread.items() if c > 0}
     alone = {n: c for n, c in pool.items() if n not in taken}
     for size in range(target, floor, -1):
         options = []
-        stay = _grow_in_place(have, size, free, placement)
+        stay = _grow_in_place(have, size, free, placement, too_small)
         if stay is not None:
             options.append(stay)
         fresh = placement.place(size, pool)
@@ -262,16 +270,21 @@ def _place(
 
 
 def _grow_in_place(
-    have: Sequence[str], size: int, free: dict[str, int], placement: Placement
+    have: Sequence[str],
+    size: int,
+    free: dict[str, int],
+    placement: Placement,
+    too_small: Collection[str] = (),
 ) -> tuple[str, ...] | None:
     if not have:
         return None
     nodes = list(have)
-    left = dict(free)
+    left = dict(without(free, too_small))
     for n in dict.fromkeys(have):
         take = min(left.get(n, 0), size - len(nodes))
         nodes.extend([n] * take)
-        left[n] -= take
+        if take:
+            left[n] -= take
     if len(nodes) < size:
         more = placement.place(size - len(nodes), left)
         if more is None:

@@ -10,10 +10,11 @@ for every job.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from policies.decisions import Decision, DecisionKind
-from policies.placement import Placement
+from policies.placement import Placement, without
+from policies.scheduling.gpu_memory import usable
 from policies.snapshot import QueuedJob, RunningJob, Snapshot
 
 
@@ -31,18 +32,25 @@ def drop_gpus(nodes: list[str], count: int) -> list[str]:
 
 
 def grow_gpus(
-    have: Sequence[str], extra: int, free: dict[str, int], placement: Placement
+    have: Sequence[str],
+    extra: int,
+    free: dict[str, int],
+    placement: Placement,
+    too_small: Collection[str] = (),
 ) -> list[str] | None:
-    """``extra`` more GPUs for a running job: on its own nodes first, then by ``placement``.
+    """``extra`` more GPUs for a running job: on its own nodes first, then by ``placement``
+    on any node but ``too_small`` (``Snapshot.too_small`` of the job's GPU memory).
 
     Takes them from ``free``; returns the added node ids, or ``None`` (``free`` unchanged)."""
     added: list[str] = []
     for n in dict.fromkeys(have):
+        if n in too_small:
+            continue  # it keeps what it holds there, but takes no more
         take = min(free.get(n, 0), extra - len(added))
         added.extend([n] * take)
         free[n] -= take
     if len(added) < extra:
-        more = placement.place(extra - len(added), free)
+        more = placement.place(extra - len(added), without(free, too_small))
         if more is None:
             for n in added:
                 free[n] += 1
@@ -100,14 +108,15 @@ def sizes_to_decisions(
         target = sizes[j.job_id]
         if isinstance(j, RunningJob):
             have = hold[j.job_id]
-            added = grow_gpus(have, target - len(have), free, placement)
+            small = snapshot.too_small(j.gpu_memory_gb)
+            added = grow_gpus(have, target - len(have), free, placement, small)
             if added is not None:
                 kind = DecisionKind.RESIZE
                 nodes = tuple(have + added)
             else:
                 continue
         else:
-            placed = placement.place(target, free)
+            placed = placement.place(target, usable(free, snapshot, j))
             if placed is None:
                 continue
             for n in placed:

@@ -8,12 +8,13 @@ from operator import itemgetter
 
 from policies.decisions import Decision, DecisionKind
 from policies.elastic import ELASTIC, ElasticAllocation
-from policies.placement import PLACEMENTS, Placement
+from policies.placement import PLACEMENTS, Placement, without
 from policies.preemption import PREEMPTIONS, Preemption
 from policies.queue.las import las_level
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
 from policies.scheduling.bulk import BulkAdmission, Row
 from policies.scheduling.deadlines import at_risk
+from policies.scheduling.gpu_memory import capacity, memory_note, usable
 from policies.scheduling.resize import drop_gpus, grow_gpus
 from policies.scheduling.room import Room
 from policies.sharing import SHARINGS, TeamSharing
@@ -175,14 +176,18 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         inter.sort(key=lambda q: (q.submitted_at + q.wait_target_s, q.seq, q.job_id))
         room = Room(self.preemption, snapshot, hold, free, ent, preempted, touched, inter_held)
         for q in inter:
-            short = q.gpus - free_total
-            if short > 0:
+            small = snapshot.too_small(q.gpu_memory_gb)  # nodes without the memory it needs
+            mine = without(free, small)
+            short = q.gpus - (sum(mine.values()) if small else free_total)
+            # the room is made wherever bulk GPUs are: with nodes too small for the job, only
+            # when no bulk job is on those and it can fit at all (never a preemption for nothing)
+            if short > 0 and (not small or _may_make_room(q, small, hold, snapshot)):
                 free_total += room.make(short, q.team, q.gpus)
-            nodes = self.placement.place(q.gpus, free) if q.gpus <= free_total else None
+                mine = without(free, small)
+            nodes = self.placement.place(q.gpus, mine) if q.gpus <= free_total else None
             if nodes is None:
-                waits.append(
-                    Decision(DecisionKind.WAIT, q.job_id, reason="interactive jobs hold the pool")
-                )
+                why = memory_note(snapshot, q) if small else "interactive jobs hold the pool"
+                waits.append(Decision(DecisionKind.WAIT, q.job_id, reason=why))
                 continue
             for n in nodes:
                 free[n] -= 1
@@ -203,10 +208,14 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         bulk_pool = total - sum(inter_held.values())
         queued: list[tuple[QueuedJob, int, int]] = []
         for row in queued_bulk:
-            if row[1] <= total:
+            # GPUs it could ever have: the pool, less the nodes too small for its memory
+            most = total if row[0].gpu_memory_gb is None else capacity(snapshot, row[0])
+            if row[1] <= most:
                 queued.append(row)
             else:
                 reason = f"needs {row[1]} GPUs; the pool has {total}"
+                if most < total:
+                    reason = f"needs {row[1]} GPUs; {memory_note(snapshot, row[0])}"
                 waits.append(Decision(DecisionKind.WAIT, row[0].job_id, reason=reason))
         kept = [row for row in running_bulk if row[0].job_id not in gone] if gone else running_bulk
         sizes = self._bulk_sizes(
@@ -255,7 +264,8 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             have = hold.get(j.job_id, ())
             extra = sizes[j.job_id] - len(have)
             if isinstance(j, RunningJob):
-                added = grow_gpus(have, extra, free, self.placement)
+                small = snapshot.too_small(j.gpu_memory_gb)
+                added = grow_gpus(have, extra, free, self.placement, small)
                 if added is None:
                     continue
                 grows.append(
@@ -268,7 +278,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
                     )
                 )
             else:
-                nodes = self.placement.place(extra, free)
+                nodes = self.placement.place(extra, usable(free, snapshot, j))
                 if nodes is None:
                     continue
                 for n in nodes:
@@ -290,6 +300,8 @@ class SharedSchedulingPolicy(SchedulingPolicy):
                     if q.job_id in late
                     else "waiting for GPUs"
                 )
+                note = memory_note(snapshot, q) if q.gpu_memory_gb is not None else ""
+                reason = f"{reason}; {note}" if note else reason
                 waits.append(Decision(DecisionKind.WAIT, q.job_id, reason=reason))
         preempts = [
             Decision(DecisionKind.PREEMPT, job_id, reason="gives way") for job_id in preempted
@@ -387,6 +399,20 @@ class SharedSchedulingPolicy(SchedulingPolicy):
 
 _Running = tuple[RunningJob, int, int, int]
 """A running bulk job with its ``lo``, ``hi`` and ``gpus``, read once per round."""
+
+
+def _may_make_room(
+    job: QueuedJob, small: frozenset[str], hold: dict[str, Sequence[str]], snapshot: Snapshot
+) -> bool:
+    """Whether bulk GPUs may be freed for an interactive ``job`` that ``small`` nodes are too
+    small for: only when it fits the other nodes at all and no bulk job holds a GPU on
+    ``small`` (``Room`` frees GPUs wherever bulk jobs hold them)."""
+    if job.gpus > capacity(snapshot, job):
+        return False
+    return not any(
+        not r.interactive and any(n in small for n in hold.get(r.job_id, ()))
+        for r in snapshot.running
+    )
 
 
 def _bounds(job: QueuedJob | RunningJob, gpus: int) -> tuple[int, int]:

@@ -7,6 +7,7 @@ from collections import Counter
 from policies.decisions import Decision, DecisionKind
 from policies.placement import PLACEMENTS, Placement
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
+from policies.scheduling.gpu_memory import memory_note, usable
 from policies.scheduling.in_order import place_in_order
 from policies.snapshot import Snapshot
 
@@ -68,11 +69,14 @@ class StaticPartitionSchedulingPolicy(SchedulingPolicy):
             key=lambda q: (q.submitted_at + q.wait_target_s, q.seq, q.job_id),
         )
         for q in inter:
-            nodes = self.placement.place(q.gpus, free_i) if q.gpus <= size_i else None
+            fits = q.gpus <= size_i
+            nodes = self.placement.place(q.gpus, usable(free_i, snapshot, q)) if fits else None
             if nodes is None:
-                why = "interactive partition full" if q.gpus <= size_i else "partition too small"
+                why = "interactive partition full" if fits else "partition too small"
+                why = f"{why} ({size_i} GPUs)"
+                note = memory_note(snapshot, q)
                 decisions.append(
-                    Decision(DecisionKind.WAIT, q.job_id, reason=f"{why} ({size_i} GPUs)")
+                    Decision(DecisionKind.WAIT, q.job_id, reason=f"{why}; {note}" if note else why)
                 )
                 continue
             for n in nodes:
@@ -82,7 +86,13 @@ class StaticPartitionSchedulingPolicy(SchedulingPolicy):
             (q for q in snapshot.queue if not q.interactive), key=lambda q: (q.seq, q.job_id)
         )
         decisions += place_in_order(
-            bulk, free_b, size_b, self.placement, where="the bulk partition", label="bulk partition"
+            bulk,
+            free_b,
+            size_b,
+            self.placement,
+            snapshot=snapshot,
+            where="the bulk partition",
+            label="bulk partition",
         )
         return decisions
 

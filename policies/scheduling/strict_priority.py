@@ -6,6 +6,7 @@ from policies.decisions import Decision, DecisionKind
 from policies.placement import PLACEMENTS, Placement
 from policies.preemption import PREEMPTIONS, Preemption, VictimIndex
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
+from policies.scheduling.gpu_memory import capacity, memory_note, usable
 from policies.scheduling.in_order import place_in_order
 from policies.snapshot import Snapshot
 
@@ -21,7 +22,9 @@ class StrictPrioritySchedulingPolicy(SchedulingPolicy):
     in start-deadline order; nothing is preempted for one that would not fit even with every
     bulk job gone (it waits, and bulk jobs do not start past it). Bulk jobs then start in
     strict submission order on what is left (the first that does not fit blocks the rest).
-    Jobs run at their requested ``gpus``; teams are not looked at.
+    Jobs run at their requested ``gpus``; teams are not looked at. A job goes only on nodes
+    whose GPUs have the memory it needs (``gpu_memory_gb``), and bulk jobs are preempted for
+    an interactive one only when the GPUs they free then let it start.
 
     Args:
         placement: a placement policy, or its registered name.
@@ -58,18 +61,32 @@ class StrictPrioritySchedulingPolicy(SchedulingPolicy):
             key=lambda q: (q.submitted_at + q.wait_target_s, q.seq, q.job_id),
         )
         for q in inter:
-            short = q.gpus - free_total
+            note = memory_note(snapshot, q)  # "" unless nodes are too small for it
+            if note and q.gpus > capacity(snapshot, q):
+                starts.append(Decision(DecisionKind.WAIT, q.job_id, reason=note))
+                continue  # it can never start: it holds back nobody
+            short = q.gpus - (sum(usable(free, snapshot, q).values()) if note else free_total)
             if short > 0:
                 if index is None:
                     bulk = [r for r in snapshot.running if not r.interactive]
                     one_group = {r.job_id: "" for r in bulk}
                     index = self.preemption.index(bulk, one_group, snapshot.now)
                 victims = index.choose(("",), short)
+                if victims is not None and note:
+                    # victims are chosen by count: GPUs they free on nodes too small for the
+                    # job would be preempted for nothing, so they go only if it then fits
+                    trial = dict(free)
+                    for v in victims:
+                        for n in v.nodes:
+                            trial[n] += 1
+                    if self.placement.place(q.gpus, usable(trial, snapshot, q)) is None:
+                        victims = None
                 if victims is None:
                     blocked = blocked or q.job_id
+                    why = "interactive jobs hold the pool"
                     starts.append(
                         Decision(
-                            DecisionKind.WAIT, q.job_id, reason="interactive jobs hold the pool"
+                            DecisionKind.WAIT, q.job_id, reason=f"{why}; {note}" if note else why
                         )
                     )
                     continue
@@ -81,7 +98,7 @@ class StrictPrioritySchedulingPolicy(SchedulingPolicy):
                     preempts.append(
                         Decision(DecisionKind.PREEMPT, v.job_id, reason=f"gives way to {q.job_id}")
                     )
-            nodes = self.placement.place(q.gpus, free)
+            nodes = self.placement.place(q.gpus, usable(free, snapshot, q))
             if nodes is None:  # cannot happen: the count fits, and placements span nodes
                 starts.append(Decision(DecisionKind.WAIT, q.job_id, reason="fragmented"))
                 continue
@@ -97,6 +114,7 @@ class StrictPrioritySchedulingPolicy(SchedulingPolicy):
             free,
             snapshot.total_gpus,
             self.placement,
+            snapshot=snapshot,
             label="bulk: low priority",
             blocked_by=blocked,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from policies.decisions import Decision, DecisionKind
 from policies.placement import PLACEMENTS, Placement
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
+from policies.scheduling.gpu_memory import capacity, memory_note, usable
 from policies.snapshot import QueuedJob, RunningJob, Snapshot
 
 
@@ -27,7 +28,10 @@ class TiresiasSchedulingPolicy(SchedulingPolicy):
     ``placement`` (default: most free node first, as published). Jobs run at their requested
     ``gpus`` (no elasticity). One addition to the published policy: a running job that has
     not done its first step yet (``RunningJob.first_step_at``) is never preempted; its GPUs are
-    counted as taken before the queues are walked.
+    counted as taken before the queues are walked. Another: a job goes only on nodes whose
+    GPUs have the memory it needs (``gpu_memory_gb``), and a queued job larger than all such
+    nodes together is passed over (the budget stays pool-wide, as published: a job whose
+    nodes are busy waits as "fragmented").
 
     State: unlike most scheduling policies this one remembers one thing between rounds, the
     order in which jobs were demoted to queue 1 (Tiresias orders queue 1 by demotion time). A
@@ -64,6 +68,10 @@ class TiresiasSchedulingPolicy(SchedulingPolicy):
         budget -= sum(r.gpus for r in snapshot.running if r.job_id in runs)
         for j in ordered:
             if j.gpus <= budget and j.job_id not in runs:
+                # a queued job larger than the GPUs with the memory it needs would take its
+                # share of the budget (and preempt for it) every round and never start
+                if isinstance(j, QueuedJob) and j.gpus > capacity(snapshot, j):
+                    continue
                 runs.add(j.job_id)
                 budget -= j.gpus
         decisions: list[Decision] = []
@@ -78,13 +86,14 @@ class TiresiasSchedulingPolicy(SchedulingPolicy):
             if j.job_id not in queued:
                 continue
             if j.job_id not in runs:
-                decisions.append(
-                    Decision(DecisionKind.WAIT, j.job_id, reason="waiting for GPUs (Tiresias)")
-                )
+                why, note = "waiting for GPUs (Tiresias)", memory_note(snapshot, j)
+                why = f"{why}; {note}" if note else why
+                decisions.append(Decision(DecisionKind.WAIT, j.job_id, reason=why))
                 continue
-            nodes = self.placement.place(j.gpus, free)
-            if nodes is None:  # cannot happen: the pool-wide count fits
-                decisions.append(Decision(DecisionKind.WAIT, j.job_id, reason="fragmented"))
+            nodes = self.placement.place(j.gpus, usable(free, snapshot, j))
+            if nodes is None:  # only for want of nodes with its memory: the count fits
+                why = memory_note(snapshot, j) or "fragmented"
+                decisions.append(Decision(DecisionKind.WAIT, j.job_id, reason=why))
                 continue
             for node in nodes:
                 free[node] -= 1

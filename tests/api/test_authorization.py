@@ -17,7 +17,9 @@ import pytest
 from orchestrator.api import operations
 from orchestrator.api.identity import Principal
 from orchestrator.api.server import ApiServer
+from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
+from orchestrator.store.states import JobState
 from orchestrator.store.tokens import Role
 from tests.api.conftest import PRINCIPALS, http, job_spec, spec_data
 
@@ -45,6 +47,15 @@ def _job(team: str = "vision", *, cancelled: bool = False) -> Callable[[JobStore
         return job_id
 
     return submit
+
+
+def _running_tuned_job(store: JobStore) -> str:
+    """A tuned job of team vision that the store says is running (as a scheduler leaves it)."""
+    data = {**spec_data(), "tuning": {"enabled": True, "budget": {"trials": 2}}}
+    (job_id,) = operations.submit(store, ROOT, [JobSpec.model_validate(data)])
+    store.transition(job_id, JobState.PLACED, expect=JobState.QUEUED)
+    store.transition(job_id, JobState.RUNNING, expect=JobState.PLACED)
+    return job_id
 
 
 def _spare_token(store: JobStore) -> str:
@@ -79,6 +90,13 @@ CASES: dict[str, Case] = {
         "GET", lambda s: f"/v1/jobs/{_job(cancelled=True)(s)}/events/stream", READ_VISION
     ),
     "cancel": Case("POST", lambda s: f"/v1/jobs/{_job()(s)}/cancel", _only("admin", "member")),
+    "tune": Case(
+        "POST", lambda s: f"/v1/jobs/{_running_tuned_job(s)}/tune", _only("admin", "member")
+    ),
+    # a waiting job is tuned when it starts: asking for a re-tune is a conflict (409)
+    "tune-queued": Case(
+        "POST", lambda s: f"/v1/jobs/{_job()(s)}/tune", _only("admin", "member", ok=409)
+    ),
     "pool": Case("GET", lambda s: "/v1/pool", ALL),
     "teams": Case("GET", lambda s: "/v1/teams", ALL),
     "teams-apply": Case("PUT", lambda s: "/v1/teams", _only("admin"), lambda s: TEAMS),

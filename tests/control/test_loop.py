@@ -3,6 +3,7 @@ job state, the ledger, and the regressions of runs interrupted by a new decision
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -277,3 +278,41 @@ def test_a_bulk_run_with_no_step_is_stopped_at_once_and_one_that_stepped_checkpo
         loop.bind(Decision(DecisionKind.PREEMPT, job_id, reason="test"), {"n0": 0})
     assert rt.stops == [fresh, stepped]
     assert rt.killed == [fresh]  # nothing to save: no set-up to wait for
+
+
+def test_a_retune_asked_for_stops_the_run_and_tunes_it_again_from_its_window(
+    store: JobStore, make_loop: Any
+) -> None:
+    loop, rt = make_loop([("n0", 1)])
+    job_id = store.submit(job("drifts", tuning={"enabled": True})).id
+    loop.round()
+    loop.round()
+    tuned = {"micro_batch": 32, "gpus": 1}
+    rt.end(job_id, OutcomeKind.FINISHED, "tuned", {"run": True, "config": tuned, "trials": 3})
+    loop.round()
+    loop.round()
+    assert store.get(job_id).state is S.RUNNING
+    store.put_metrics(
+        job_id,
+        {"first_step_at": time.time(), "window_samples_per_s": 40.0, "window_p95_ms": 9.0},
+    )
+    store.request_tune(job_id)
+    loop.round()  # stopped (the local runtime ends it at once), requeued to be tuned again
+    loop.round()
+    rec = store.get(job_id)
+    assert rec.fields["tuned"] == "" and int(rec.fields["retunes"]) == 1
+    assert json.loads(rec.fields["retune"]) == {
+        "config": tuned,
+        "measured": {"samples_per_s": 40.0, "p50_ms": None, "p95_ms": 9.0, "p99_ms": None},
+    }
+    assert rt.launches[-1].kind == "tune"  # placed again: a tuning run, from that point
+    messages = [e["message"] for e in store.events(job_id)]
+    assert any(
+        m.startswith("guard: re-tuning from the measured data (its team asked") for m in messages
+    )
+    assert any(m.startswith("requeued: re-tuning") for m in messages)
+    # a request for a job that is not running is dropped, and the job is told
+    store.request_tune(job_id)
+    loop.round()
+    assert store.get(job_id).fields["tuned"] == ""
+    assert "re-tune not done" in store.events(job_id)[-1]["message"]

@@ -55,7 +55,7 @@ def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
             "class": "bulk",
             "workload": "mlp",
             "sla": {"throughput": {"work_samples": 1000, "deadline_s": 3600}},
-            "resources": {"gpus": {"min": 1, "max": 2}},
+            "resources": {"gpus": {"min": 1, "max": 2}, "gpu_memory_gb": 16},
             "run": {"micro_batch": 8},
         }
     )
@@ -69,7 +69,9 @@ def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
             "run": {"steps": 10},
         }
     )
-    settings = Settings(redis_url="unused", namespace=store.namespace, data_dir=tmp_path)
+    settings = Settings(
+        redis_url="unused", namespace=store.namespace, data_dir=tmp_path, guard_hold_s=0.01
+    )
     rt = LocalRuntime([("n0", 4)])
     loop = ControlLoop(settings, store, rt, make_policy("shared"))
     loop.lease.acquire(store.namespace)
@@ -97,6 +99,12 @@ def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
         loop.round()  # placed again (the pool is free), then running
         loop.round()
         _report(store, job_id)
+        # its last seconds ran at 0.1 samples/s: its deadline will be missed at that rate, and
+        # the SLA guard (after its hold) makes the elastic job urgent
+        store.put_metrics(job_id, {"window_steps": 20, "window_samples_per_s": 0.1})
+        now = time.time()
+        loop.sla_guard.check(loop.runs, now + 1.0)  # (the guard checks every 0.5 s at most)
+        loop.sla_guard.check(loop.runs, now + 2.0)  # out of bounds for longer than its hold
         snap = loop.observe()
         (running,) = [r for r in snap.running if r.job_id == job_id]
         for name, default in _defaults(RunningJob).items():
@@ -136,6 +144,8 @@ def test_a_run_for_a_set_time_has_its_time_left_as_remaining_work(
         loop.bind(Decision(DecisionKind.PREEMPT, job_id, reason="contract"), {})
         loop.reap(rt.poll())
         (queued,) = loop.observe().queue
-        assert queued.remaining_work == 30  # its clock starts again when it resumes
+        # its run time so far is in its checkpoint, so it resumes for what is left, not for
+        # its whole duration_s again (issue 15, item 5b: the clock used to start again)
+        assert queued.remaining_work == 12.5
     finally:
         loop.release(grace_s=5)

@@ -92,10 +92,19 @@ class Orch:
 
 
 def start_orch(
-    ray_address: str, redis_url: str | None, namespace: str, data_dir: Path, policy: str = "gang"
+    ray_address: str,
+    redis_url: str | None,
+    namespace: str,
+    data_dir: Path,
+    policy: str = "gang",
+    **settings_: Any,
 ) -> Orch:
     """A scheduler on the shared cluster, in its own namespace and data directory (Redis at
-    ``redis_url``; ``None``: the embedded server)."""
+    ``redis_url``; ``None``: the embedded server); ``settings_`` set other settings."""
+    # No warm worker pool unless a test asks for one (test_warm.py; the latency benchmark's
+    # smoke run has the default): on the test machine's few cores, the warm workers every
+    # test's scheduler would start, and refill after each job, slow the other tests' jobs.
+    settings_.setdefault("warm_workers", 0)
     settings = Settings(
         redis_url=redis_url,
         ray_address=ray_address,
@@ -103,6 +112,7 @@ def start_orch(
         namespace=namespace,
         scheduler_interval_s=0.2,
         policy=policy,
+        **settings_,
     )
     running = serve_in_background(settings)
     return Orch(settings, running.scheduler.store, running)

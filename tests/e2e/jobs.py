@@ -19,7 +19,7 @@ def mlp_job(
     *,
     gpus: int | dict[str, int] = 1,
     cls: str = "bulk",
-    workload: str = "mlp",
+    workload: str | dict[str, Any] = "mlp",
     team: str = "e2e",
     **run: Any,
 ) -> JobSpec:

@@ -16,7 +16,12 @@ from tests.e2e.jobs import mlp_job
 from workers.config import HarnessConfig
 from workers.harness import Harness
 
-STEPS = 6000
+STEPS = 1500
+# Every micro-batch of the elastic job sleeps 30 ms (the wrapper changes no data): the job
+# lives through the filler's end, a grow, an interactive start and a shrink in ~1,500 steps,
+# sleeping instead of computing (6,000 computed steps used to take 110-160 s, and twice that
+# on a shared machine).
+SLOWED = {"entry": "tests.e2e.slowed_workload:build", "args": {"slow_after": 0, "slow_ms": 30}}
 
 
 def _gpus_now(o: Orch, job_id: str) -> int:
@@ -32,15 +37,18 @@ def _until(cond: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
-# Two 6,000-step runs (the resized job and the in-process reference): 110-160 s on an idle
-# 2-core machine, over the suite's 300 s limit when the machine is shared.
 @pytest.mark.timeout(600)
 def test_bulk_job_grows_then_shrinks_and_trains_on(shared: Orch) -> None:
     o = shared
     # 6 GPUs: a rigid 4-GPU job and an elastic one (1-4 GPUs, global batch 16 = 8 x 2 GPUs).
     filler = o.store.submit(mlp_job("filler", gpus=4, steps=300)).id
     spec = mlp_job(
-        "elastic", gpus={"min": 1, "max": 4}, steps=STEPS, data_parallel=2, checkpoint_every=200
+        "elastic",
+        gpus={"min": 1, "max": 4},
+        workload=SLOWED,
+        steps=STEPS,
+        data_parallel=2,
+        checkpoint_every=100,
     )
     job = o.store.submit(spec).id
     o.wait(job, {JobState.RUNNING})
@@ -61,8 +69,10 @@ def test_bulk_job_grows_then_shrinks_and_trains_on(shared: Orch) -> None:
     assert end.result is not None and end.result["steps_done"] == STEPS
     assert end.result["resumed_from_step"] > 0
 
-    # The same training without resizes: one process with the same global batch and seed.
+    # The same training without resizes: one process with the same global batch and seed
+    # (and the same workload, not slowed).
     cfg = job_harness_config(spec)
     cfg["micro_batch"] *= 2
+    cfg["workload_args"] = {**cfg["workload_args"], "slow_ms": 0}
     reference = Harness(HarnessConfig.from_dict(cfg), num_threads=1).run()
     assert math.isclose(end.result["loss"], reference.loss or 0.0, rel_tol=1e-3)

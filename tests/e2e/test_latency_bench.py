@@ -39,6 +39,8 @@ def test_latency_benchmark_smoke(
             assert math.isclose(sum(run[p] for p in parts), run["submit_to_first_step_s"])
         for v in out[part]["summary"].values():
             assert v["p50"] <= v["p95"] <= v["max"]
+    # each idle run waited for a full, warm worker pool: every one started on a warm worker
+    assert out["idle"]["warm_starts"] == len(out["idle"]["runs"])
     for run in out["preemption"]["runs"]:
         assert run["checkpoint_write_s"] > 0
         assert run["submit_to_victim_stopped_s"] > 0

@@ -11,9 +11,10 @@ ran, the submission times the live run had, each job's measured run length (firs
 end) and start-up (placement to first step: the median for a run stopped before its first step),
 and the restart cost the live loop weighs.
 
-Lining the two worlds up: live jobs run for a wall-clock ``run.duration_s`` whatever their GPU
-count and start it again when they resume (no checkpoint counts time), which the simulator's
-:class:`~orchestrator.sim.wallclock.WallClockJobModel` does too. Events are spaced well apart
+Lining the two worlds up: live jobs run for a wall-clock ``run.duration_s`` in total whatever
+their GPU count, a resumed run for what is left of it (the run time is in the checkpoint a
+stopped run writes), which the simulator's :class:`~orchestrator.sim.wallclock.WallClockJobModel`
+does too, for the sum of the live runs' measured lengths. Events are spaced well apart
 against the jitter of live gang starts (a few seconds on a loaded 2-core machine): the trace
 tests decisions, not timing.
 """
@@ -223,8 +224,9 @@ def simulate(
     for name, f in facts.items():
         job = by_name[name]
         lo, hi = job.gpus if isinstance(job.gpus, tuple) else (job.gpus, job.gpus)
-        length = f.lengths[-1]  # the run that finished: every restart runs its whole length
-        assert length is not None, f"{name}: its last run has no first step"
+        assert f.lengths[-1] is not None, f"{name}: its last run has no first step"
+        # each run trains for what the earlier ones left: the job's length is their sum
+        length = sum(x for x in f.lengths if x is not None)
         trace.append(
             TraceJob(
                 name,
@@ -237,7 +239,9 @@ def simulate(
                 duration=length,
                 deadline=job.deadline_s,
                 wait_target=5.0 if job.cls == "interactive" else 60.0,
-                checkpoint=1e9,  # never: a restart loses the run's work, as live
+                # none since the start, as the policy sees it live (checkpoint_every 0); the
+                # model keeps the run time on a stop all the same, as the stop checkpoint does
+                checkpoint=1e9,
             )
         )
         starts = tuple(median_start_s if x is None else x for x in f.starts)

@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from orchestrator.config import DEFAULT_RETENTION_S, Settings, parse_duration
+from orchestrator.storage import StorageLocation
 from orchestrator.store import JobStore
 from orchestrator.store.retention import job_keys
 from orchestrator.store.states import JobState
@@ -154,6 +155,46 @@ def test_gc_deletes_the_studies_of_the_jobs_it_removes(
     assert names == {study_name(young), study_name("a-name-tuned-without-a-job")}
 
 
+def test_gc_deletes_the_checkpoints_of_the_jobs_it_removes(
+    store: JobStore,
+    redis_client: redis.Redis,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = StorageLocation(str(tmp_path / "checkpoints"))
+    old, stuck, young = (make_job(store, redis_client, S.FINISHED, d) for d in (40, 50, 2))
+    running = make_job(store, redis_client, S.RUNNING, 40)
+    for job_id in (old, stuck, young, running):  # the layout workers/checkpoint.py writes
+        step = Path((root / job_id).uri) / "step-000000007"
+        step.mkdir(parents=True)
+        (step / "__0_0.distcp").write_bytes(b"shard")
+        (step.parent / "checkpoint.pt").write_bytes(b"record")
+
+    dry = store.retention.sweep(30 * DAY, dry_run=True, checkpoints=root)
+    assert set(dry.removed) == {old, stuck} and dry.checkpoints == 0
+    assert all(Path((root / j).uri).exists() for j in (old, stuck, young, running))
+
+    real_remove = StorageLocation.remove
+
+    def remove(self: StorageLocation) -> bool:  # storage refusing one folder
+        if self.uri.endswith(stuck):
+            raise PermissionError("read-only bucket")
+        return real_remove(self)
+
+    monkeypatch.setattr(StorageLocation, "remove", remove)
+    report = store.retention.sweep(30 * DAY, checkpoints=root)
+    assert report.removed == [old] and report.checkpoints == 1
+    assert report.checkpoint_errors == [f"{stuck}: PermissionError: read-only bucket"]
+    assert not Path((root / old).uri).exists()
+    # the job whose checkpoint stayed keeps its keys, for the next sweep to try again
+    assert store.get(stuck).state is S.FINISHED
+    assert all(Path((root / j).uri).exists() for j in (stuck, young, running))
+
+    monkeypatch.undo()
+    again = store.retention.sweep(30 * DAY, checkpoints=root)
+    assert again.removed == [stuck] and again.checkpoints == 1 and not again.checkpoint_errors
+
+
 def test_journal_entries_a_snapshot_holds_are_set_to_expire(
     store: JobStore, redis_client: redis.Redis, redis_url: str
 ) -> None:
@@ -192,6 +233,9 @@ def test_orch_gc_command(
         "ORCH_DATA_DIR": str(tmp_path),
     }
     exe = [str(Path(sys.executable).parent / "orch"), "gc"]
+    folders = Settings(data_dir=tmp_path, namespace=store.namespace).checkpoint_dir
+    for job_id in (old, kept):
+        Path((folders / job_id).uri).mkdir(parents=True)
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*exe, *args], env=env, capture_output=True, text=True, timeout=60)
@@ -203,5 +247,7 @@ def test_orch_gc_command(
     done = run("--older-than", "2d")
     assert done.returncode == 0 and done.stdout.startswith("removed 1"), done.stderr
     assert [r.id for r in store.list()] == [kept]
+    assert "1 checkpoint folders" in done.stdout
+    assert not Path((folders / old).uri).exists() and Path((folders / kept).uri).exists()
     bad = run("--older-than", "soon")
     assert bad.returncode == 2 and "--older-than" in bad.stderr and "Traceback" not in bad.stderr

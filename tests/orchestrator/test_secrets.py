@@ -115,18 +115,12 @@ def test_printed_commands_hold_no_password(tmp_path: Path) -> None:
 
 def test_checkpoint_folders_and_files_are_private(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    from workers.checkpoint import Checkpoint, save_checkpoint
+    from workers.checkpoint import CHECKPOINT_FILE, Checkpoint, save_checkpoint
 
     target = tmp_path / "data" / "checkpoints" / "orch" / "job-1"
-    ckpt = Checkpoint(
-        step=1,
-        samples_seen=8,
-        workload="mlp",
-        workload_args={},
-        model={"w": torch.zeros(1)},
-        optimizer={},
-    )
-    path = save_checkpoint(target, ckpt)
-    assert _mode(path) == 0o600
-    for folder in (target, target.parent, target.parent.parent, tmp_path / "data"):
+    ckpt = Checkpoint(step=1, samples_seen=8, workload="mlp", workload_args={})
+    step_dir = Path(save_checkpoint(target, ckpt, {"model": {"w": torch.zeros(1)}}))
+    assert _mode(target / CHECKPOINT_FILE) == 0o600
+    # the shards are written with DCP's own modes, inside a step folder made private first
+    for folder in (step_dir, target, target.parent, target.parent.parent, tmp_path / "data"):
         assert _mode(folder) == 0o700, folder

@@ -68,7 +68,8 @@ def test_two_ranks_equal_one_process_with_the_same_global_batch(
         result = rank["result"]
         assert result["world_size"] == WORLD and result["global_batch"] == 16
         assert result["loss"] == pytest.approx(single_result.loss, rel=1e-5)
-    assert ranks[WORLD]["ckpt_files"] == ["checkpoint.pt"]
+    # one record (committed by rank 0) and the last step's tensors (written by both ranks)
+    assert ranks[WORLD]["ckpt_files"] == ["checkpoint.pt", "step-000000003"]
 
 
 @pytest.mark.timeout(180)

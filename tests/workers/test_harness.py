@@ -216,7 +216,7 @@ def test_should_stop_stops_and_checkpoints(tmp_path: Path) -> None:
     assert result.status == "stopped"
     assert result.steps_done == 2
     assert (tmp_path / "checkpoint.pt").exists()
-    assert result.checkpoint_path == str(tmp_path / "checkpoint.pt")
+    assert result.checkpoint_path == str(tmp_path / "step-000000002")  # its tensors
 
 
 def test_inference_runs_forward_only() -> None:

@@ -1,4 +1,5 @@
-"""FSDP: two sharded Gloo ranks train like DDP and like one process, and checkpoints cross over.
+"""FSDP: two sharded Gloo ranks train like DDP and like one process, and checkpoints cross over
+(sharding and world size: saved on 2 ranks, resumed on 1, and saved on 1, resumed on 2).
 
 Every run below has two ranks in two processes (one spawn for the module, each run with its own
 process group, met through a file rather than a TCP port, so concurrent test runs cannot race
@@ -16,10 +17,11 @@ from typing import Any
 import pytest
 import torch
 import torch.multiprocessing as mp
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torch.distributed.fsdp import FSDPModule
 
 from tests.workers.helpers import tiny
-from workers.checkpoint import CHECKPOINT_FILE
+from workers.checkpoint import load_checkpoint
 from workers.config import HarnessConfig
 from workers.harness import Harness
 
@@ -83,6 +85,8 @@ RUNS: dict[str, tuple[HarnessConfig, str | None, bool]] = {
     "ddp_resume": (_resumable("ddp"), "f2d", False),
     "ddp_stop": (_resumable("ddp"), "d2f", True),
     "fsdp_resume": (_resumable("fsdp"), "d2f", False),
+    # the checkpoint of one process (written before the spawn), resumed sharded on two
+    "fsdp_from_one": (_resumable("fsdp"), "12", False),
 }
 
 
@@ -111,12 +115,21 @@ def _rank_main(rank: int, out: Path) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], Path]:
     out = tmp_path_factory.mktemp("fsdp")
+    one = Harness(
+        _one_process(_resumable("ddp")), checkpoint_dir=out / "12", should_stop=_stop_after(STOP_AT)
+    ).run()
+    assert (one.status, one.steps_done) == ("stopped", STOP_AT)
     mp.spawn(_rank_main, args=(out,), nprocs=WORLD)
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)], out
 
 
 def _saved(out: Path, sub: str) -> dict[str, Any]:
-    data: dict[str, Any] = torch.load(out / sub / CHECKPOINT_FILE, weights_only=True)
+    """The model and optimizer state of a checkpoint, gathered whole (DCP's own converter)."""
+    ckpt = load_checkpoint(out / sub, "gpt", _equal("ddp").workload_args)
+    assert ckpt is not None
+    full = out / f"{sub}.pt"
+    dcp_to_torch_save(out / sub / ckpt.tensors, full)
+    data: dict[str, Any] = torch.load(full, weights_only=True)
     return data
 
 
@@ -187,6 +200,22 @@ def test_a_checkpoint_resumes_under_the_other_sharding(
     for rank in ranks:
         assert (rank[stopped]["status"], rank[stopped]["steps_done"]) == ("stopped", STOP_AT)
         end = rank[resumed]
+        assert (end["status"], end["resumed_from_step"], end["steps_done"]) == (
+            "finished",
+            STOP_AT,
+            5,
+        )
+        _agrees(end, straight)
+
+
+@pytest.mark.timeout(240)
+def test_a_checkpoint_of_one_process_resumes_sharded_on_two(
+    runs: tuple[list[dict[str, Any]], Path],
+) -> None:
+    ranks, _ = runs
+    straight = Harness(_one_process(_resumable("ddp"))).run()
+    for rank in ranks:
+        end = rank["fsdp_from_one"]
         assert (end["status"], end["resumed_from_step"], end["steps_done"]) == (
             "finished",
             STOP_AT,

@@ -71,6 +71,15 @@ def cancel(ref: Ref, who: Who, store: Store) -> JobView:
     return operations.job_view(store, operations.cancel(store, who, ref))
 
 
+@router.post("/jobs/{ref}/tune")
+def tune(ref: Ref, who: Who, store: Store) -> JobView:
+    """Re-tune a running job from what it measures: it is stopped at a checkpoint, tuned
+    again (its measured settings as a known trial) and resumes with the new settings when
+    they are predicted to meet its SLA, else with its own (409 if it is not running or does
+    not ask to be tuned)."""
+    return operations.job_view(store, operations.request_tune(store, who, ref))
+
+
 @router.get("/jobs/{ref}/events")
 def events(ref: Ref, who: Who, store: Store) -> list[dict[str, Any]]:
     """The job's state changes, oldest first: ``{id, event, from, message, ts}``."""

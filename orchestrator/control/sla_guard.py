@@ -1,0 +1,227 @@
+"""The control loop's SLA guard phase: the I/O around :mod:`orchestrator.control.guard`.
+
+Each round (:meth:`SLAGuard.check`) it reads every running job's latest worker report (one
+pipelined read for all of them), runs the pure judgement, and records what tripped or cleared
+as an event on the job (``sla-at-risk``, ``sla-violated``, ``sla-recovered``: ``orch show``
+lists them) and a ``/metrics`` count. It keeps which elastic jobs are urgent (the snapshot's
+``RunningJob.urgent``) and returns the runs to stop for a re-tune, with the measured point the
+re-tune starts from set on the run; the loop stops them (it alone acts on runs). A re-tune a
+job's team asks for (:meth:`SLAGuard.requested`) takes the same path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from orchestrator.control.facts import at_or_after, tuned_of
+from orchestrator.control.guard import (
+    GUARD_KEYS,
+    Check,
+    Finding,
+    GuardConfig,
+    Targets,
+    Watch,
+    actions,
+    assess,
+    reading_of,
+)
+from orchestrator.control.ledger import Run
+from orchestrator.control.telemetry import LoopTelemetry
+from orchestrator.errors import JobNotFound
+from orchestrator.spec import JobSpec
+from orchestrator.store import JobStore
+from orchestrator.store.records import JobRecord
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CHECK_EVERY_S", "SLAGuard"]
+
+CHECK_EVERY_S = 0.5
+"""The shortest gap between two checks: workers report once a second, so reading their reports
+in every round (rounds come every 50 ms when submissions flood in) would only re-read them."""
+
+Retune = tuple[Run, str]
+"""A run to stop for a re-tune, and why (the stop's note)."""
+
+
+class SLAGuard:
+    """Watches running jobs against their SLA (see the module doc).
+
+    Args:
+        store: the job store.
+        telemetry: the loop's ``/metrics`` recorder.
+        config: the guard's thresholds.
+
+    Attributes:
+        urgent: elastic jobs short of their floor or deadline, as of the last check.
+    """
+
+    def __init__(self, store: JobStore, telemetry: LoopTelemetry, config: GuardConfig) -> None:
+        self.store = store
+        self.telemetry = telemetry
+        self.config = config
+        self.urgent: set[str] = set()
+        self._targets: dict[str, tuple[Targets, int]] = {}  # (targets, re-tunes so far)
+        self._watch: dict[str, tuple[int, Watch]] = {}  # (run serial, hysteresis state)
+        self._checked = -float("inf")  # the clock of the last check
+
+    def watch(self, rec: JobRecord, spec: JobSpec, gpus: int) -> None:
+        """A run of the job started on ``gpus`` GPUs with ``spec`` (its running settings)."""
+        retunes = int(rec.fields.get("retunes", 0) or 0)
+        self._targets[rec.id] = (self._targets_of(rec, spec, gpus), retunes)
+
+    def forget(self, job_id: str) -> None:
+        """The job's run ended."""
+        self._targets.pop(job_id, None)
+        self._watch.pop(job_id, None)
+
+    def check(self, runs: Mapping[str, Run], now: float) -> list[Retune]:
+        """The running jobs' latest reports judged (at most every :data:`CHECK_EVERY_S`;
+        ``urgent`` stays as it was in between); returns the runs to stop for a re-tune."""
+        watched = [
+            r
+            for r in runs.values()
+            if r.started and r.stop is None and r.launch.kind == "run" and r.job_id in self._targets
+        ]
+        if not watched:
+            self.urgent = set()
+            return []
+        if now - self._checked < CHECK_EVERY_S:
+            return []
+        self._checked = now
+        reports = self.store.latest_metrics([r.job_id for r in watched], GUARD_KEYS)
+        urgent: set[str] = set()
+        retunes: list[Retune] = []
+        for run in watched:
+            report = reports.get(run.job_id)
+            # a report of an earlier run of the job is not this run's
+            if not report or at_or_after(report.get("first_step_at"), run.launched_at) is None:
+                continue
+            targets, done = self._targets[run.job_id]
+            serial, watch = self._watch.get(run.job_id, (run.launch.serial, Watch()))
+            if serial != run.launch.serial:
+                watch = Watch()
+            reading = reading_of(report, targets, now)
+            watch, findings = assess(targets, reading, watch, self.config)
+            self._watch[run.job_id] = (run.launch.serial, watch)
+            for f in findings:
+                self._found(run.job_id, f)
+            act = actions(targets, watch, done, self.config)
+            if act.urgent:
+                urgent.add(run.job_id)
+            if act.retune:
+                why = self._retune(run, reading.samples_per_s, report, findings)
+                if why:
+                    retunes.append((run, why))
+            elif act.note and any(f.check is Check.PROFILE and f.tripped for f in findings):
+                self.store.note_event(run.job_id, "guard", f"guard: {act.note}")
+        for job_id in urgent - self.urgent:
+            self.store.note_event(
+                job_id, "guard", "guard: urgent: the policy grows it first when it can"
+            )
+        self.urgent = urgent
+        return retunes
+
+    def requested(self, runs: Mapping[str, Run]) -> list[Retune]:
+        """The re-tunes teams asked for since the last round (``orch retune``), as runs to
+        stop; a request for a job with no running run is dropped with an event."""
+        out: list[Retune] = []
+        for job_id in self.store.take_tune_requests():
+            run = runs.get(job_id)
+            if run is None or not run.started or run.stop is not None or run.launch.kind != "run":
+                with contextlib.suppress(JobNotFound):
+                    self.store.note_event(
+                        job_id, "guard", "guard: re-tune not done: the job was not running"
+                    )
+                continue
+            report = self.store.latest_metrics([job_id], GUARD_KEYS).get(job_id, {})
+            rate = report.get("window_samples_per_s")
+            why = self._retune(
+                run, float(rate) if isinstance(rate, int | float) else None, report, [], "asked"
+            )
+            if why:
+                out.append((run, why))
+        return out
+
+    def _found(self, job_id: str, f: Finding) -> None:
+        """Record a check that tripped or cleared: an event, a ``/metrics`` count."""
+        log.info("%s: %s", job_id, f.describe())
+        self.store.note_event(job_id, f"sla-{f.severity}", f.describe())
+        self.telemetry.guarded(f.severity, f.check.value)
+
+    def _retune(
+        self,
+        run: Run,
+        rate: float | None,
+        report: dict[str, Any],
+        findings: list[Finding],
+        asked: str = "",
+    ) -> str:
+        """Prepare a run's re-tune: the measured point it starts from (on the run), the event
+        and count; returns the stop's note (empty: the job cannot be re-tuned)."""
+        try:
+            tuned = tuned_of(self.store.get(run.job_id))
+        except JobNotFound:
+            return ""
+        if tuned is None:
+            self.store.note_event(run.job_id, "guard", "guard: not re-tuned: it runs untuned")
+            return ""
+        pct = {f"p{q}_ms": report.get(f"window_p{q}_ms") for q in (50, 95, 99)}
+        # what it measured is a trial of its tuned config only on the tuned GPU count (on
+        # another, its micro-batch was re-derived: another config)
+        same = int(tuned.get("gpus", 1)) == len(run.nodes)
+        run.retune = {"config": tuned, "measured": {"samples_per_s": rate, **pct} if same else {}}
+        seen = next((f for f in findings if f.check is Check.PROFILE), None)
+        if seen is not None:
+            why = f"measured {seen.measured} against {seen.target}"
+        else:
+            why = "its team asked" + (f"; it measured {rate:,.1f} samples/s" if rate else "")
+        self.telemetry.guarded("retune", Check.PROFILE.value if seen else asked or "asked")
+        self.store.note_event(
+            run.job_id,
+            "guard",
+            f"guard: re-tuning from the measured data ({why}); it resumes from its checkpoint "
+            "with the new settings if they are predicted to meet the SLA, else with its own",
+        )
+        return why
+
+    def _targets_of(self, rec: JobRecord, spec: JobSpec, gpus: int) -> Targets:
+        """What a run is held to: its SLA, and the tuner's prediction when it runs the tuned
+        settings on the tuned GPU count (on another count its micro-batch was re-derived:
+        the profile says nothing of that config)."""
+        tp, lat = spec.sla.throughput, spec.sla.latency
+        floor, unit = None, "samples"
+        if tp is not None and tp.min_samples_per_s is not None:
+            floor = tp.min_samples_per_s
+        elif tp is not None and tp.min_tokens_per_s is not None:
+            floor, unit = tp.min_tokens_per_s, "tokens"
+        deadline = None
+        if tp is not None and tp.deadline_s is not None:
+            deadline = rec.submitted_at + tp.deadline_s
+        tuned = tuned_of(rec)
+        rate = ms = None
+        if tuned is not None and int(tuned.get("gpus", 1)) == gpus:
+            chosen = (self.store.profiles.load(rec.id) or {}).get("chosen") or {}
+            rate = _positive(chosen.get("samples_per_s"))
+            ms = _positive(chosen.get("latency_ms"))
+        gpu_range = spec.resources.gpus
+        return Targets(
+            percentile=lat.percentile if lat is not None else None,
+            max_ms=lat.max_ms if lat is not None else None,
+            floor=floor,
+            floor_unit=unit,
+            deadline_at=deadline,
+            predicted_rate=rate,
+            predicted_ms=ms,
+            elastic=spec.job_class == "bulk" and gpu_range.min != gpu_range.upper,
+            tuned=tuned is not None,
+        )
+
+
+def _positive(value: Any) -> float | None:
+    """A positive number from a stored profile, else ``None``."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    return float(value) if ok else None
