@@ -43,7 +43,10 @@ class StoreError(OrchError):
 
 
 class JobNotFound(OrchError):
-    """No job with this id (or name) exists under the namespace."""
+    """No job with this id (or name) exists under the namespace (a bad reference: exit 2, as
+    the API's 404 is in API mode)."""
+
+    exit_code = 2
 
     def __init__(self, ref: str) -> None:
         self.ref = ref
@@ -52,6 +55,8 @@ class JobNotFound(OrchError):
 
 class AmbiguousJob(OrchError):
     """A job reference (a name) matches several jobs."""
+
+    exit_code = 2
 
     def __init__(self, ref: str, matches: list[str]) -> None:
         self.ref = ref
@@ -81,7 +86,10 @@ class TuneError(OrchError):
 
 
 class JobEnded(OrchError):
-    """A job asked to stop has already ended, or is already being stopped."""
+    """A job asked to stop has already ended, or is already being stopped (a refusal: exit 2,
+    as the API's 409 is in API mode)."""
+
+    exit_code = 2
 
     def __init__(self, job_id: str, state: str) -> None:
         self.job_id = job_id

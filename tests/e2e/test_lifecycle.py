@@ -58,7 +58,7 @@ def test_cancel_a_queued_job_and_refuse_to_cancel_twice(orch: Orch) -> None:
     assert out.returncode == 0 and "cancelled" in out.stdout
     assert orch.store.get(job_id).state is JobState.CANCELLED
     again = orch.cli("cancel", job_id)
-    assert again.returncode == 1 and "already cancelled" in again.stderr
+    assert again.returncode == 2 and "already cancelled" in again.stderr
     assert "Traceback" not in again.stderr
 
 

@@ -126,8 +126,10 @@ def test_a_preempted_job_resumes_on_the_other_host_from_its_checkpoint(cluster: 
 
 def test_a_dead_host_has_its_job_requeued_and_finished_elsewhere_once(cluster: Cluster) -> None:
     c = cluster
-    steps, short = 600, 200
-    doomed = c.store.submit(mlp_job("doomed", steps=steps, checkpoint_every=20)).id
+    # long enough that the host dies mid-run however slowly it is cut and killed (with 600
+    # steps the run once finished on the dying host before its processes were killed)
+    steps, short = 3000, 200
+    doomed = c.store.submit(mlp_job("doomed", steps=steps, checkpoint_every=100)).id
     other = c.store.submit(mlp_job("survivor", steps=short)).id
     with c.placements(doomed) as placements, c.placements(other) as others:
         c.wait(doomed, {JobState.RUNNING})
@@ -148,7 +150,7 @@ def test_a_dead_host_has_its_job_requeued_and_finished_elsewhere_once(cluster: C
     assert rec.result is not None
     # Resumed from its last checkpoint, never run twice: its steps add up to the spec's once.
     assert rec.result["steps_done"] == steps
-    assert 20 <= rec.result["resumed_from_step"] < steps
+    assert 100 <= rec.result["resumed_from_step"] < steps
     assert _step(c, doomed) == steps
     events = c.store.events(doomed)
     assert [e["event"] for e in events] == RESUMED_ONCE

@@ -66,8 +66,8 @@ def test_submit_show_cancel_list(env: dict[str, str], store: JobStore) -> None:
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (("show", "no-such-job"), 1, "no job matches 'no-such-job'"),
-        (("cancel", "no-such-job"), 1, "no job matches 'no-such-job'"),
+        (("show", "no-such-job"), 2, "no job matches 'no-such-job'"),
+        (("cancel", "no-such-job"), 2, "no job matches 'no-such-job'"),
         (("list", "--state", "done"), 2, "allowed: submitted, queued"),
         (("pool",), 1, "no scheduler is running for this namespace"),
         (("frobnicate",), 2, "No such command"),
