@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from policies.decisions import Decision, DecisionKind
+from policies.gpu_memory import capacity as gpus_that_fit
+from policies.gpu_memory import memory_note, usable
 from policies.placement import Placement
-from policies.scheduling import gpu_memory
 from policies.snapshot import QueuedJob, Snapshot
 
 
@@ -44,15 +45,15 @@ def place_in_order(
             reason = f"needs {job.gpus} GPUs; {where} has {capacity}"
             decisions.append(Decision(DecisionKind.WAIT, job.job_id, reason=reason))
             continue
-        note = gpu_memory.memory_note(snapshot, job)
-        if note and job.gpus > gpu_memory.capacity(snapshot, job):
+        note = memory_note(snapshot, job)
+        if note and job.gpus > gpus_that_fit(snapshot, job):
             decisions.append(Decision(DecisionKind.WAIT, job.job_id, reason=note))
             continue
         if blocked_by is not None:
             reason = f"queued behind {blocked_by}"
             decisions.append(Decision(DecisionKind.WAIT, job.job_id, reason=reason))
             continue
-        nodes = placement.place(job.gpus, gpu_memory.usable(free, snapshot, job))
+        nodes = placement.place(job.gpus, usable(free, snapshot, job))
         if nodes is None:
             blocked_by = job.job_id
             reason = f"needs {job.gpus} GPUs; {sum(free.values())} free"

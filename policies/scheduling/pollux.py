@@ -11,9 +11,9 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 
 from policies.decisions import Decision, DecisionKind
+from policies.gpu_memory import capacity
 from policies.placement import PLACEMENTS, Placement, without
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
-from policies.scheduling.gpu_memory import capacity
 from policies.scheduling.pollux_search import CountProblem, genetic_search
 from policies.scheduling.resize import drop_gpus
 from policies.snapshot import QueuedJob, RunningJob, Snapshot

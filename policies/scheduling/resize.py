@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
 from policies.decisions import Decision, DecisionKind
+from policies.gpu_memory import usable
 from policies.placement import Placement, without
-from policies.scheduling.gpu_memory import usable
 from policies.snapshot import QueuedJob, RunningJob, Snapshot
 
 

@@ -8,13 +8,13 @@ from operator import itemgetter
 
 from policies.decisions import Decision, DecisionKind
 from policies.elastic import ELASTIC, ElasticAllocation
+from policies.gpu_memory import capacity, memory_note, usable
 from policies.placement import PLACEMENTS, Placement, without
 from policies.preemption import PREEMPTIONS, Preemption
 from policies.queue.las import las_level
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
 from policies.scheduling.bulk import BulkAdmission, Row
 from policies.scheduling.deadlines import at_risk
-from policies.scheduling.gpu_memory import capacity, memory_note, usable
 from policies.scheduling.resize import drop_gpus, grow_gpus
 from policies.scheduling.room import Room
 from policies.sharing import SHARINGS, TeamSharing

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 
 from policies.decisions import Decision, DecisionKind
+from policies.gpu_memory import memory_note, usable
 from policies.placement import PLACEMENTS, Placement
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
-from policies.scheduling.gpu_memory import memory_note, usable
 from policies.scheduling.in_order import place_in_order
 from policies.snapshot import Snapshot
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from policies.decisions import Decision, DecisionKind
+from policies.gpu_memory import capacity, memory_note, usable
 from policies.placement import PLACEMENTS, Placement
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
-from policies.scheduling.gpu_memory import capacity, memory_note, usable
 from policies.snapshot import QueuedJob, RunningJob, Snapshot
 
 

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies import SCHEDULING_POLICIES, DecisionKind, NodeView, QueuedJob, RunningJob, Snapshot
+from policies.gpu_memory import capacity, memory_note, usable
 from policies.scheduling import SchedulingPolicy
-from policies.scheduling.gpu_memory import capacity, memory_note, usable
 from tests.policies.test_scheduling_contract import apply, snapshots
 
 # the small node first and emptier: without the rule, every placement would pick it
