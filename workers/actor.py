@@ -72,7 +72,7 @@ class WorkerActor:
         self._warm = False  # warmed up before it was given a job (see warm_up)
         self._set_up = threading.Event()  # a run's harness is built (see is_set_up)
 
-    def warm_up(self, imports: tuple[str, ...] = ()) -> dict[str, float]:
+    def warm_up(self, imports: tuple[str, ...] = (), *, gpuless: bool = False) -> dict[str, float]:
         """Get this process ready for a job before there is one: import torch, the harness
         and the built-in workloads, and run one tiny training step on this rank's device
         (autograd, the optimizer and CUDA initialise lazily, on a first step). That is what
@@ -82,6 +82,9 @@ class WorkerActor:
         Args:
             imports: more modules to import now: those the orchestrator's report and log
                 sinks are unpickled into when :meth:`bind` receives them.
+            gpuless: this actor holds no GPU yet (*GPU-less*, kept where every GPU is busy):
+                the step runs on the CPU and CUDA stays uninitialised, so that :meth:`bind`
+                can still choose the GPU this process will see.
 
         Returns:
             ``{"pid": ..., "warm_up_s": ...}`` of this worker process.
@@ -93,6 +96,10 @@ class WorkerActor:
         from workers.workloads.registry import BUILTIN_WORKLOADS
 
         began = time.perf_counter()
+        if gpuless:
+            # torch.cuda.is_available() asks NVML, which reads CUDA_VISIBLE_DEVICES at each
+            # call, rather than the CUDA runtime, which would fix the devices it sees for good
+            os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
         for name in (*(f"workers.workloads.{n}" for n in BUILTIN_WORKLOADS), *imports):
             importlib.import_module(name)
         config = HarnessConfig(
@@ -102,7 +109,7 @@ class WorkerActor:
             steps=2,  # the second step runs the optimizer's steady-state path
             warmup_steps=1,
         )
-        Harness(config, num_threads=self._num_threads).run()
+        Harness(config, device="cpu" if gpuless else None, num_threads=self._num_threads).run()
         _release_memory()
         # What is alive now (torch, the modules) lives as long as the process: out of the
         # collector's reach, the collection a run starts with scans only what came after
@@ -118,9 +125,27 @@ class WorkerActor:
         reporter_factory: ReporterFactory | None,
         log_sink_factory: LogSinkFactory | None,
         num_threads: int | None,
+        gpu_ids: tuple[str, ...] | None = None,
     ) -> int:
         """Give this actor (warmed up, no job yet) to rank 0 of a job's 1-GPU gang: what a
-        fresh actor gets when it is made. Returns this worker's pid."""
+        fresh actor gets when it is made. Returns this worker's pid.
+
+        Args:
+            gpu_ids: for a GPU-less warm worker (see :meth:`warm_up`), the GPUs of the job's
+                placement group bundle, as Ray gives them to an actor placed there: this
+                process sees only those from now on (``CUDA_VISIBLE_DEVICES``, which CUDA reads
+                once, when it initialises).
+
+        Raises:
+            RuntimeError: ``gpu_ids`` given, but CUDA is initialised in this process already
+                (it would keep seeing the devices it saw then).
+        """
+        if gpu_ids is not None:
+            import torch
+
+            if torch.cuda.is_initialized():
+                raise RuntimeError("CUDA is initialised already: this worker cannot take a GPU")
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
         self.job_id = job_id
         self.rank, self.world_size = 0, 1
         self._reporter_factory = reporter_factory
@@ -225,9 +250,12 @@ class WorkerActor:
         sink = self._reporter_factory()
         job_id, warm = self.job_id, self._warm
 
+        # the GPUs this process sees: Ray's choice for a fresh actor, or bound (GPU-less worker)
+        devices = os.environ.get("CUDA_VISIBLE_DEVICES")
+
         def report(data: dict[str, Any]) -> None:
             # warm_start: this run skipped the worker's start (a warm pool's actor)
-            sink({"job_id": job_id, "warm_start": warm, **data})
+            sink({"job_id": job_id, "warm_start": warm, "visible_devices": devices, **data})
 
         return report
 
@@ -238,5 +266,7 @@ def _release_memory() -> None:
     import torch
 
     gc.collect()
-    if torch.cuda.is_available():
+    if (
+        torch.cuda.is_initialized()
+    ):  # not is_available(): that would initialise CUDA in a GPU-less worker
         torch.cuda.empty_cache()

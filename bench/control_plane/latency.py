@@ -28,7 +28,9 @@ round), placed -> running (Ray places the gang, the worker actors are created or
 handed over: the job's ``started_at``), running -> first step, of which the worker's start
 (process, ``import torch``, model build; from the first report's ``elapsed_s``; the report
 also says whether the job ran on a warm worker, and the tables count those runs). A full pool
-has no free GPU to keep a warm worker on, so the preempting job starts a fresh worker. With
+has no free GPU to keep a warm worker on: it keeps a warm worker that holds no GPU (GPU-less), which
+the preempting job takes once Ray has given it the victim's GPU (``orchestrator.runtime.warm``);
+each run waits for it to be warm, as an idle run waits for the pool. With
 preemption, submit -> victim stopped (its stop report, after its checkpoint) and victim
 stopped -> placed (its gang torn down, reaped by the next round). Times come from this host's
 clock (Redis server time, the harness's and the runtime's ``time.time()``); on a remote Redis
@@ -155,7 +157,8 @@ class Bench:
         return float(self._until(f"{job_id}'s first step", ready))
 
     def wait_warm_pool(self) -> None:
-        """Until the warm worker pool holds its full size, every worker warm (an idle pool)."""
+        """Until the warm worker pool holds its full size, every worker warm (holding a GPU on
+        an idle pool, GPU-less on a full one)."""
         runtime = self.running.scheduler.runtime
         assert isinstance(runtime, RayRuntime)
         per_node = runtime.warm.per_node
@@ -248,6 +251,7 @@ def full_pool(
     for _ in range(runs):
         if victim:  # the last run's victim resumed: the pool is full again
             b.wait_first_step(victim, after=first)
+        b.wait_warm_pool()  # its GPU-less warm workers
         time.sleep(gap_s)
         t0 = time.time()
         rec = b.store.submit(job, by="bench")

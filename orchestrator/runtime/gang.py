@@ -11,6 +11,7 @@ from typing import Any
 
 __all__ = [
     "DISTRIBUTED_ERRORS",
+    "bundle_gpu_ids",
     "failure_message",
     "place_gang",
     "start_workers",
@@ -51,6 +52,32 @@ def worker_options(pg: Any, rank: int) -> dict[str, Any]:
             pg, placement_group_bundle_index=rank
         ),
     }
+
+
+def bundle_gpu_ids(pg: Any, index: int, timeout_s: float = 30.0) -> tuple[str, ...]:
+    """The GPU ids Ray gives a worker placed in bundle ``index`` of ``pg`` (Ray chooses a
+    bundle's GPUs when the group is placed, and tells only a process leased in it): asked by
+    a task of no CPU placed there. It runs in one of Ray's pooled task processes, which holds
+    no torch, so it takes milliseconds once Ray has such a process idle."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    probe = ray.remote(_accelerator_ids).options(
+        num_cpus=0,
+        num_gpus=1,
+        max_retries=0,
+        scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, placement_group_bundle_index=index
+        ),
+    )
+    ids: list[str] = ray.get(probe.remote(), timeout=timeout_s)
+    return tuple(ids)
+
+
+def _accelerator_ids() -> list[str]:
+    import ray
+
+    return [str(i) for i in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
 
 
 def start_workers(

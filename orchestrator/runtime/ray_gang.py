@@ -30,6 +30,7 @@ from orchestrator.pool import GPUPool, NodeInfo
 from orchestrator.runtime.base import EventKind, Launch, Outcome, OutcomeKind, RunEvent
 from orchestrator.runtime.gang import (
     DISTRIBUTED_ERRORS,
+    bundle_gpu_ids,
     failure_message,
     place_gang,
     start_workers,
@@ -94,6 +95,7 @@ class GangRun(threading.Thread):
         self._actors: list[Any] = []
         self._pg: Any = None
         self.warm = warm
+        self._gpu_ids: tuple[str, ...] | None = None  # a GPU-less warm worker's GPU (see _place)
         self.evicted = list(evicted or ())
         self.settled = threading.Event()
 
@@ -140,11 +142,15 @@ class GangRun(threading.Thread):
         first, or the placement timeout passed).
 
         A run given a warm worker takes its placement group and waits for its warm-up; if the
-        warm worker died, the run asks for a fresh group instead.
+        warm worker died, the run asks for a fresh group instead. A run given a GPU-less warm
+        worker asks for its group, then gives it that group's GPU (see
+        :mod:`orchestrator.runtime.warm`).
         """
         import ray
 
         warm, self.warm = self.warm, None
+        if warm is not None and warm.gpuless:
+            return self._place_gpuless(warm)
         if warm is not None:
             self._pg, self._actors = warm.pg, [warm.actor]
             if not self._wait_ready(warm.ready):
@@ -158,6 +164,27 @@ class GangRun(threading.Thread):
                 self._pg, self._actors = None, []
         self._pg = place_gang(self.launch.nodes, self.launch.strategy, f"orch-{self.job_id}")
         return self._wait_ready(self._pg.ready())
+
+    def _place_gpuless(self, spare: WarmWorker) -> bool:
+        """:meth:`_place` with a GPU-less warm worker: the run's own group, then the GPU Ray
+        gave the group, which the worker binds to (:meth:`_run_gang`); a fresh worker instead
+        if it died or the question failed."""
+        import ray
+
+        self._actors = [spare.actor]  # killed by run() whatever happens from here
+        self._pg = place_gang(self.launch.nodes, self.launch.strategy, f"orch-{self.job_id}")
+        if not self._wait_ready(self._pg.ready()) or not self._wait_ready(spare.ready):
+            return False
+        try:
+            ray.get(spare.ready)
+            self._gpu_ids = bundle_gpu_ids(self._pg, 0)
+        except Exception as err:  # its process died, or Ray could not answer: start fresh
+            log.warning(
+                "job %s: GPU-less warm worker not usable (%s); starting a new one", self.job_id, err
+            )
+            spare.give_up()
+            self._actors, self._gpu_ids = [], None
+        return True
 
     def _wait_ready(self, ref: Any) -> bool:
         """Wait for ``ref`` (a group's placement, a warm-up) in short slices, so a stop request
@@ -215,6 +242,7 @@ class GangRun(threading.Thread):
                 reporter_factory=self.reporter_factory,
                 log_sink_factory=self.log_sink_factory,
                 num_threads=self.num_threads,
+                gpu_ids=self._gpu_ids,
             )
             ray.get(bound, timeout=120)
             self.settled.set()  # warm: nothing left to set up

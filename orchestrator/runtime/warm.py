@@ -7,19 +7,29 @@ interactive job took from submission to its first step, ``BENCHMARKS.md``). The 
 to ``per_node`` actors per node started and warmed up (:meth:`WorkerActor.warm_up`) and gives
 one to a 1-GPU run on its node (:meth:`WarmPool.claim`), which then starts at once.
 
-**GPU accounting.** Each warm actor holds one GPU of its node in Ray, through its own one-bundle
-placement group; the scheduler's ledger does not know of warm actors and counts their GPUs as
-free, so its decisions are those it makes without a pool. The runtime keeps the two views
-consistent with three rules:
+**Two kinds of warm worker.** Where a node has a GPU that no run holds, a warm worker holds it
+(its CUDA is initialised by its warm-up too). Where every GPU of a node is busy, which is when
+an interactive job arrives to preempt a bulk one, the pool keeps a *GPU-less* warm worker there
+instead: one that holds no GPU and has not initialised CUDA. A run handed one asks Ray
+for its own one-GPU placement group, learns which GPU Ray gave the group
+(:func:`~orchestrator.runtime.gang.bundle_gpu_ids`) and has the worker see only that one
+(:meth:`WorkerActor.bind`, ``CUDA_VISIBLE_DEVICES`` before CUDA starts), so Ray's accounting
+and the devices stay the same as for a fresh worker. A node's warm workers of both kinds
+count against ``per_node``, and a node has no more of them than GPUs.
 
-- A 1-GPU run on a node with a warm actor takes the actor *with its placement group*: the group
-  becomes the run's (removed when the run ends) and no other group is asked for. The actor runs
-  that one job and is killed after it, like a fresh one (a process that ran a job keeps its
-  memory, threads and CUDA state).
+**GPU accounting.** Each GPU-holding warm actor holds one GPU of its node in Ray, through its
+own one-bundle placement group; the scheduler's ledger does not know of warm actors and counts
+their GPUs as free, so its decisions are those it makes without a pool. The runtime keeps the
+two views consistent with three rules:
+
+- A 1-GPU run on a node with a warm actor takes the actor *with its placement group* (a
+  GPU-less one has none: the run asks for one): the group becomes the run's (removed when the run
+  ends). The actor runs that one job and is killed after it, like a fresh one (a process that
+  ran a job keeps its memory, threads and CUDA state).
 - Every other launch (a gang of several GPUs, a tuning gang, a node whose warm actors are all
-  taken) first takes every warm actor on its nodes out of the pool and gives them up (kills
-  them and removes their groups) before its own placement group is created, so that group never
-  waits on a warm actor.
+  taken) first takes every GPU-holding warm actor on its nodes out of the pool and gives them
+  up (kills them and removes their groups) before its own placement group is created, so that
+  group never waits on a warm actor. GPU-less ones hold nothing a gang needs and stay.
 - The pool refills in the background, under the lock the runtime holds while it registers a
   launch and claims warm actors for it, only onto GPUs that no run of the runtime holds or is
   about to take, and only once every launched gang is placed and its workers are set up
@@ -77,7 +87,8 @@ class WarmWorker:
 
     Attributes:
         node_id: its node.
-        pg: its placement group (one ``{"GPU": 1}`` bundle on the node).
+        pg: its placement group (one ``{"GPU": 1}`` bundle on the node); ``None`` for a
+            GPU-less warm worker (see the module doc).
         actor: the ``WorkerActor``.
         ready: the reference of its ``warm_up()`` call (done: it is warm).
     """
@@ -87,6 +98,11 @@ class WarmWorker:
     actor: Any
     ready: Any
 
+    @property
+    def gpuless(self) -> bool:
+        """Whether it holds no GPU (a run handed it asks Ray for one)."""
+        return self.pg is None
+
     def give_up(self) -> None:
         """Kill the actor and remove its placement group: its GPU is free in Ray again."""
         import ray
@@ -94,8 +110,9 @@ class WarmWorker:
 
         with contextlib.suppress(Exception):  # already dead
             ray.kill(self.actor)
-        with contextlib.suppress(Exception):  # already removed (its node died)
-            remove_placement_group(self.pg)
+        if self.pg is not None:
+            with contextlib.suppress(Exception):  # already removed (its node died)
+                remove_placement_group(self.pg)
 
 
 class WarmPool:
@@ -136,8 +153,9 @@ class WarmPool:
             adopt: the launch can run on a warm worker (a 1-GPU job run).
 
         Returns:
-            The warm worker the launch runs on (a ready one first), or ``None`` and the warm
-            workers on its nodes that it must give up before it asks Ray for its GPUs.
+            The warm worker the launch runs on (a ready one first, one holding a GPU before a
+            GPU-less one), or ``None`` and the GPU-holding warm workers on its nodes that it must
+            give up before it asks Ray for its GPUs.
         """
         if adopt:
             here = [w for w in self._workers if w.node_id == nodes[0]]
@@ -146,12 +164,13 @@ class WarmPool:
                 self._workers.remove(chosen)
                 return chosen, []
         wanted = set(nodes)
-        evicted = [w for w in self._workers if w.node_id in wanted]
-        self._workers = [w for w in self._workers if w.node_id not in wanted]
+        evicted = [w for w in self._workers if w.node_id in wanted and not w.gpuless]
+        self._workers = [w for w in self._workers if w not in evicted]
         return None, evicted
 
     def workers(self) -> list[tuple[str, bool]]:
-        """``(node id, warm yet)`` of each worker in the pool (for ``orch`` views and tests)."""
+        """``(node id, warm yet)`` of each worker in the pool, GPU-less ones included (for ``orch``
+        views and tests)."""
         import ray
 
         with self.lock:
@@ -188,8 +207,9 @@ class WarmPool:
                 failing = True
 
     def refill(self) -> None:
-        """Start warm workers on the GPUs that are free of runs, up to ``per_node`` a node,
-        when launches have settled; give up those on nodes that left the pool."""
+        """Up to ``per_node`` warm workers on each node with GPUs, when launches have
+        settled: on the GPUs that are free of runs, and GPU-less ones for the rest; give up those on
+        nodes that left the pool."""
         with self.lock:
             state = self._demand()
             if self._closed.is_set() or state is None:
@@ -199,10 +219,12 @@ class WarmPool:
             gone = [w for w in self._workers if w.node_id not in alive]
             self._workers = [w for w in self._workers if w.node_id in alive]
             have = Counter(w.node_id for w in self._workers)
+            holding = Counter(w.node_id for w in self._workers if not w.gpuless)
             for node in nodes:
-                free = node.gpus - held[node.node_id] - have[node.node_id]
-                for _ in range(min(self.per_node - have[node.node_id], free)):
-                    self._workers.append(_start(node))
+                room = min(self.per_node, node.gpus) - have[node.node_id]
+                free = max(0, node.gpus - held[node.node_id] - holding[node.node_id])
+                for i in range(room):
+                    self._workers.append(_start(node, gpuless=i >= free))
         for w in gone:
             w.give_up()
 
@@ -231,29 +253,52 @@ class WarmPool:
                 w.give_up()
 
 
-def _start(node: NodeInfo) -> WarmWorker:
-    """A worker actor in a one-GPU placement group of its own on ``node``, warming up."""
+def _start(node: NodeInfo, *, gpuless: bool = False) -> WarmWorker:
+    """A worker actor on ``node``, warming up: in a one-GPU placement group of its own, or
+    with no GPU and no group (GPU-less, see the module doc)."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from orchestrator.store.sink import LogSink, MetricsSink
     from workers.actor import WorkerActor
 
-    name = f"orch-warm-{node.node_id[:8]}-{next(_SERIAL)}"
-    pg = place_gang((node.node_id,), "STRICT_PACK", name)
+    pg: Any = None
+    if gpuless:
+        options = {
+            **_GPULESS_OPTIONS,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+        }
+    else:
+        pg = place_gang(
+            (node.node_id,), "STRICT_PACK", f"orch-warm-{node.node_id[:8]}-{next(_SERIAL)}"
+        )
+        options = worker_options(pg, 0)
     actor: Any = (
         ray.remote(WorkerActor)
-        .options(**worker_options(pg, 0))
+        .options(**options)
         .remote(job_id="", rank=0, world_size=1, num_threads=1 if node.virtual else None)
     )
     # a job's sinks reach the actor pickled: their module is imported when it binds, unless
     # it was here (importing the store took ~0.2 s of a warm start on a 2-core dev machine)
     sinks = tuple(sorted({MetricsSink.__module__, LogSink.__module__}))
-    return WarmWorker(node.node_id, pg, actor, actor.warm_up.remote(sinks))
+    return WarmWorker(node.node_id, pg, actor, actor.warm_up.remote(sinks, gpuless=gpuless))
+
+
+# A GPU-less warm worker's Ray options: a job worker's (worker_options), but no GPU, no group.
+_GPULESS_OPTIONS: dict[str, Any] = {
+    "num_cpus": 0,
+    "num_gpus": 0,
+    "max_concurrency": 2,
+    "max_restarts": 0,
+}
 
 
 def _readiest(workers: list[WarmWorker]) -> WarmWorker:
-    """A warm worker done warming up if there is one, else the one started first."""
+    """A warm worker done warming up if there is one, else the one started first; of those,
+    one that holds a GPU before a GPU-less one."""
     import ray
 
-    done, _ = ray.wait([w.ready for w in workers], num_returns=1, timeout=0)
-    return next((w for w in workers if done and w.ready == done[0]), workers[0])
+    refs = [w.ready for w in workers]
+    done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+    finished = set(done)
+    return min(workers, key=lambda w: (w.ready not in finished, w.gpuless))

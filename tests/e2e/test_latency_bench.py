@@ -41,6 +41,8 @@ def test_latency_benchmark_smoke(
             assert v["p50"] <= v["p95"] <= v["max"]
     # each idle run waited for a full, warm worker pool: every one started on a warm worker
     assert out["idle"]["warm_starts"] == len(out["idle"]["runs"])
+    # and each preempting run for the GPU-less warm workers a full pool keeps: all start warm
+    assert out["preemption"]["warm_starts"] == len(out["preemption"]["runs"])
     for run in out["preemption"]["runs"]:
         assert run["checkpoint_write_s"] > 0
         assert run["submit_to_victim_stopped_s"] > 0

@@ -102,3 +102,55 @@ def test_a_1_gpu_run_starts_warm_and_a_gang_gets_the_gpus_warm_workers_hold(
     finally:
         runtime.close()
     assert runtime.warm.workers() == [] and warm_groups() == []  # all given up
+
+
+def test_a_full_node_keeps_a_gpuless_warm_worker_that_takes_the_gpu_of_the_run_handed_it(
+    ray_cluster: Any, redis_url: str, store: JobStore, tmp_path: Path
+) -> None:
+    """Where every GPU is busy the pool keeps a warm worker holding none (GPU-less), which
+    no gang waits on; the 1-GPU run that follows a preemption starts on it, in a placement
+    group of its own, and sees the GPU Ray gave that group, as a fresh worker would."""
+    settings = Settings(ray_address=ray_cluster.address, data_dir=tmp_path)
+    runtime = RayRuntime(TwoGPUNodePool(settings), redis_url, store.namespace, warm_workers=1)
+    try:
+        (node,) = runtime.nodes()
+
+        def launch(name: str, gpus: int, serial: int, steps: int) -> Launch:
+            spec = mlp_job(name, gpus=gpus, cls="interactive", steps=steps)
+            return Launch(
+                f"{name}-1",
+                "run",
+                spec,
+                (node.node_id,) * gpus,
+                "STRICT_PACK",
+                serial,
+                settings.checkpoint_dir / name,
+                virtual=True,
+            )
+
+        def pool() -> list[tuple[str, bool]]:
+            runtime.poll()
+            return runtime.warm.workers()
+
+        # A gang holds both GPUs: the pool's worker there is a GPU-less warm worker, holding no GPU.
+        until("a warm worker", lambda: pool() == [(node.node_id, True)])
+        runtime.launch(launch("big", 2, 1, steps=10**6))
+        until("big's first report", lambda: store.metrics("big-1").get("step", 0) > 0)
+        until(
+            "a GPU-less warm worker", lambda: pool() == [(node.node_id, True)] and not warm_groups()
+        )
+
+        # The gang is preempted; the 1-GPU run placed next takes it.
+        runtime.stop("big-1")
+        until(
+            "big stopped",
+            lambda: any(e.job_id == "big-1" and e.kind is EventKind.ENDED for e in runtime.poll()),
+        )
+        one = run_to_end(runtime, launch("one", 1, 2, steps=3))
+        assert one.kind is OutcomeKind.FINISHED, one.message
+        metrics = store.metrics("one-1")
+        assert metrics["warm_start"] is True
+        assert metrics["visible_devices"] in {"0", "1"}  # the group's GPU ("" before binding)
+    finally:
+        runtime.close()
+    assert runtime.warm.workers() == [] and warm_groups() == []

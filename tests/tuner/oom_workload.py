@@ -1,8 +1,14 @@
 """A user workload with a memory cap: micro-batches above ``cap`` samples raise the error
-CUDA's allocator raises (``torch.OutOfMemoryError``), so OOM handling is tested on a CPU."""
+CUDA's allocator raises (``torch.OutOfMemoryError``), so OOM handling is tested on a CPU.
+
+``step_ms`` makes each micro-batch take that much longer (a sleep, which needs no CPU): its
+throughput then grows with the micro-batch by a margin no CPU contention undoes, so a test can
+say which fitting micro-batch the tuner picks (the tiny model alone takes microseconds a step,
+and a busy host made 4 samples faster than 8 now and then)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -15,6 +21,7 @@ def build(args: dict[str, Any], seed: int) -> Workload:
     """A tiny regression whose batches past ``args['cap']`` samples "run out of memory"."""
     cap = int(args.get("cap", 8))
     kind = str(args.get("kind", "torch"))
+    step_s = float(args.get("step_ms", 0)) / 1000
     model = nn.Linear(4, 1)
 
     def make_batch(first: int, count: int) -> Batch:
@@ -30,6 +37,8 @@ def build(args: dict[str, Any], seed: int) -> Workload:
 
     def loss(m: nn.Module, batch: Batch) -> torch.Tensor:
         x, y = batch
+        if step_s:
+            time.sleep(step_s)
         return nn.functional.mse_loss(m(x), y)
 
     return Workload(model=model, loss=loss, make_batch=make_batch)

@@ -48,7 +48,10 @@ def _spec(workload: Any, **extra: Any) -> Any:
 
 
 def _harness(workload: str, args: dict[str, Any]) -> HarnessEvaluator:
-    return HarnessEvaluator(workload, args, caps=CPU, warmup_steps=1, measured_steps=3)
+    # 20 ms a micro-batch: 8 samples beat 4 by 2x in throughput, whatever else the host runs
+    return HarnessEvaluator(
+        workload, {"step_ms": 20, **args}, caps=CPU, warmup_steps=1, measured_steps=3
+    )
 
 
 @pytest.mark.parametrize("kind", ["torch", "memory"])
