@@ -198,7 +198,7 @@ def pool_table(view: dict[str, Any]) -> Table:
     table = Table(
         title=f"pool (scheduler {view.get('scheduler', '?')}, policy {view.get('policy')})"
     )
-    for col in ("node", "address", "GPUs", "used", "free", "kind", "GB per GPU"):
+    for col in ("node", "address", "GPUs", "used", "free", "warm workers", "kind", "GB per GPU"):
         table.add_column(col)
     for n in view.get("nodes", []):
         memory = n.get("gpu_memory_gb")
@@ -214,10 +214,17 @@ def pool_table(view: dict[str, Any]) -> Table:
             str(n["gpus"]),
             str(n.get("used_gpus", 0)),
             str(n["gpus"] - n.get("used_gpus", 0)),
+            _warm_cell(int(n.get("warm_workers", 0)), int(n.get("warm_gpus", 0))),
             kind,
             "?" if memory is None else f"{memory:.3g}",
         )
     return table
+
+
+def _warm_cell(workers: int, holding: int) -> str:
+    """A node's warm workers, saying how many hold no GPU (those a full node keeps)."""
+    gpuless = workers - holding
+    return f"{workers} ({gpuless} GPU-less)" if gpuless else str(workers)
 
 
 def teams_table(rows: list[dict[str, Any]]) -> Table:

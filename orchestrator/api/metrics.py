@@ -10,6 +10,8 @@ Series (every name starts with ``orch_``):
 - ``orch_scheduler_up``: 1 while a scheduler publishes its pool view, else 0.
 - ``orch_pool_gpus{kind}``, ``orch_pool_gpus_used{kind}``: GPU slots, and those held by jobs,
   per node kind (the GPU model, or ``virtual`` for CPU-backed slots).
+- ``orch_pool_warm_workers{kind}``, ``orch_pool_warm_gpus{kind}``: warm workers kept for jobs
+  to start on, and the GPU slots they hold (free to the scheduler: a job takes them).
 - ``orch_team_gpus_used|guaranteed|limit|borrowed|queued{team}``: each team's GPUs in use,
   its guarantee, its cap (0: none), what it uses beyond its guarantee, what its queued jobs need.
 - ``orch_queue_length{class,team}``: queued jobs.
@@ -108,19 +110,24 @@ def node_kind(node: dict[str, Any]) -> str:
     return "virtual" if node.get("virtual") or not models else "+".join(models)
 
 
+_POOL_GAUGES = (
+    ("orch_pool_gpus", "gpus", "GPU slots in the pool."),
+    ("orch_pool_gpus_used", "used_gpus", "GPU slots jobs hold."),
+    ("orch_pool_warm_workers", "warm_workers", "Warm workers kept for jobs to start on."),
+    ("orch_pool_warm_gpus", "warm_gpus", "GPU slots warm workers hold (free to jobs)."),
+)
+
+
 def _pool(nodes: Iterable[dict[str, Any]]) -> Iterator[Metric]:
-    total: Counter[str] = Counter()
-    used: Counter[str] = Counter()
+    sums: dict[str, Counter[str]] = {key: Counter() for _, key, _ in _POOL_GAUGES}
     for n in nodes:
-        total[node_kind(n)] += int(n.get("gpus", 0))
-        used[node_kind(n)] += int(n.get("used_gpus", 0))
-    gpus = GaugeMetricFamily("orch_pool_gpus", "GPU slots in the pool.", labels=["kind"])
-    held = GaugeMetricFamily("orch_pool_gpus_used", "GPU slots jobs hold.", labels=["kind"])
-    for kind in sorted(total):
-        gpus.add_metric([kind], total[kind])
-        held.add_metric([kind], used[kind])
-    yield gpus
-    yield held
+        for key, per_kind in sums.items():
+            per_kind[node_kind(n)] += int(n.get(key, 0))
+    for name, key, doc in _POOL_GAUGES:
+        family = GaugeMetricFamily(name, doc, labels=["kind"])
+        for kind in sorted(sums["gpus"]):
+            family.add_metric([kind], sums[key][kind])
+        yield family
 
 
 def _teams(rows: list[dict[str, Any]]) -> Iterator[Metric]:

@@ -712,6 +712,7 @@ class ControlLoop:
             at=self.clock(),
             scheduler=self.owner,
             policy=self.policy_name,
+            warm=self.runtime.warm_workers(),
         )
         self.store.pool_view.publish(view, ttl_ms=self.lease.ttl_ms)
 

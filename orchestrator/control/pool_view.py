@@ -20,19 +20,29 @@ def pool_view(
     at: float,
     scheduler: str,
     policy: str,
+    warm: Mapping[str, tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
     """The published view: nodes with GPUs used, each job's GPUs, each team's use.
 
     Args:
         holding: job id -> ``(team, node of each GPU it holds)``.
+        warm: node id -> ``(warm workers, of which holding a GPU)`` (``Runtime.warm_workers``);
+            a warm worker's GPU is free to the scheduler, so it is not in ``used_gpus``.
     """
     held = Counter(n for _, job_nodes in holding.values() for n in job_nodes)
+    warm = warm or {}
     return {
         "at": at,
         "scheduler": scheduler,
         "policy": policy,
         "nodes": [
-            {**n, "used_gpus": held.get(n["node_id"], 0)} for n in nodes_to_json(list(nodes))
+            {
+                **n,
+                "used_gpus": held.get(n["node_id"], 0),
+                "warm_workers": warm.get(n["node_id"], (0, 0))[0],
+                "warm_gpus": warm.get(n["node_id"], (0, 0))[1],
+            }
+            for n in nodes_to_json(list(nodes))
         ],
         "jobs": {job_id: list(job_nodes) for job_id, (_, job_nodes) in holding.items()},
         "teams": team_usage(

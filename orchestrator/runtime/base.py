@@ -142,6 +142,11 @@ class Runtime(Protocol):
         yet polled)."""
         ...
 
+    def warm_workers(self) -> dict[str, tuple[int, int]]:
+        """Per node, the warm workers kept for jobs to start on and how many of them hold a
+        GPU (see :mod:`orchestrator.runtime.warm`); empty for a runtime that keeps none."""
+        ...
+
     def close(self) -> None:
         """Give up what the runtime keeps between runs (the Ray runtime's warm workers), when
         the loop stops; runs are stopped by the loop, not here."""

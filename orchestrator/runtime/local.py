@@ -79,6 +79,10 @@ class LocalRuntime:
         """See :meth:`Runtime.alive`."""
         return set(self._live)
 
+    def warm_workers(self) -> dict[str, tuple[int, int]]:
+        """See :meth:`Runtime.warm_workers`: local runs keep no warm workers."""
+        return {}
+
     def close(self) -> None:
         """See :meth:`Runtime.close` (nothing is kept between runs here)."""
 

@@ -473,6 +473,10 @@ class RayRuntime:
             self.warm.start()
         return events
 
+    def warm_workers(self) -> dict[str, tuple[int, int]]:
+        """See :meth:`Runtime.warm_workers`."""
+        return self.warm.census()
+
     def close(self) -> None:
         """See :meth:`Runtime.close`: gives up the warm workers."""
         self.warm.close()

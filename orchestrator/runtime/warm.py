@@ -182,6 +182,17 @@ class WarmPool:
         finished = set(done)
         return [(w.node_id, w.ready in finished) for w in workers]
 
+    def census(self) -> dict[str, tuple[int, int]]:
+        """Per node: its warm workers, and how many of them hold a GPU (no Ray call: for the
+        pool view the loop publishes every round)."""
+        with self.lock:
+            workers = list(self._workers)
+        out: dict[str, tuple[int, int]] = {}
+        for w in workers:
+            count, holding = out.get(w.node_id, (0, 0))
+            out[w.node_id] = (count + 1, holding + (not w.gpuless))
+        return out
+
     def close(self) -> None:
         """Stop refilling and give every warm worker up (idempotent)."""
         self._closed.set()

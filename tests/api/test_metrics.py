@@ -168,6 +168,39 @@ def test_metrics_after_a_small_run_has_the_expected_series(
     assert drawn and drawn <= served, drawn - served
 
 
+def test_warm_workers_are_counted_per_node_kind_apart_from_used_gpus(
+    store: JobStore, api: ApiServer, tokens: dict[str, str]
+) -> None:
+    """The pool view counts each node's warm workers and those holding a GPU (whose GPU stays
+    free to jobs, so not "used"); /metrics sums them per node kind and `orch pool` shows them."""
+    from orchestrator.control.pool_view import pool_view
+    from orchestrator.pool import NodeInfo
+    from orchestrator.views import pool_table
+    from policies import Snapshot
+
+    nodes = [NodeInfo("idle", "10.0.0.1", 2, virtual=True), NodeInfo("full", "10.0.0.2", 2, True)]
+    view = pool_view(
+        nodes,
+        {"bulk-1": ("t", ("full", "full"))},
+        Snapshot(nodes=()),
+        at=0.0,
+        scheduler="s",
+        policy="shared",
+        warm={"idle": (1, 1), "full": (1, 0)},  # a full node's warm worker holds no GPU
+    )
+    assert [(n["used_gpus"], n["warm_workers"], n["warm_gpus"]) for n in view["nodes"]] == [
+        (0, 1, 1),
+        (2, 1, 0),
+    ]
+    store.pool_view.publish(view, ttl_ms=60_000)
+    samples = scrape(api, tokens["viewer"])
+    assert value(samples, "orch_pool_gpus_used", kind="virtual") == 2
+    assert value(samples, "orch_pool_warm_workers", kind="virtual") == 2
+    assert value(samples, "orch_pool_warm_gpus", kind="virtual") == 1
+    cells = [row for row in pool_table(view).columns[5].cells]
+    assert cells == ["1", "1 (1 GPU-less)"]
+
+
 def test_metrics_need_a_token_unless_made_public(
     store: JobStore, api: ApiServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -72,6 +72,7 @@ def test_a_1_gpu_run_starts_warm_and_a_gang_gets_the_gpus_warm_workers_hold(
             return runtime.warm.workers()
 
         until("a warm worker", lambda: pool() == warm)
+        assert runtime.warm_workers() == {node.node_id: (1, 1)}  # it holds a GPU (pool view)
 
         def launch(name: str, gpus: int, serial: int) -> Launch:
             spec = mlp_job(name, gpus=gpus, cls="interactive", steps=3)
@@ -132,13 +133,14 @@ def test_a_full_node_keeps_a_gpuless_warm_worker_that_takes_the_gpu_of_the_run_h
             runtime.poll()
             return runtime.warm.workers()
 
-        # A gang holds both GPUs: the pool's worker there is a GPU-less warm worker, holding no GPU.
+        # A gang holds both GPUs: the pool's worker there is GPU-less.
         until("a warm worker", lambda: pool() == [(node.node_id, True)])
         runtime.launch(launch("big", 2, 1, steps=10**6))
         until("big's first report", lambda: store.metrics("big-1").get("step", 0) > 0)
         until(
             "a GPU-less warm worker", lambda: pool() == [(node.node_id, True)] and not warm_groups()
         )
+        assert runtime.warm_workers() == {node.node_id: (1, 0)}
 
         # The gang is preempted; the 1-GPU run placed next takes it.
         runtime.stop("big-1")
