@@ -99,7 +99,8 @@ class Settings(BaseModel):
         guard_hold_s: how long a running job's measured figure must stay out of its SLA (or
             back inside) before the SLA guard says so and acts (see
             :mod:`orchestrator.control.guard`).
-        guard_max_retunes: re-tunes the SLA guard may give one job (0: it never re-tunes).
+        guard_max_retunes: re-tunes the SLA guard may give one job (0: it never re-tunes);
+            those its team asks for (``orch retune``) are not counted.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)

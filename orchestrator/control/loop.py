@@ -388,7 +388,8 @@ class ControlLoop:
             fields["preempted_at"] = at if run.stop is StopReason.PREEMPT else ""
             if run.stop is StopReason.RETUNE and run.retune is not None:
                 fields["retune"] = run.retune
-                fields["retunes"] = int(rec.fields.get("retunes", 0) or 0) + 1
+                if not run.retune.get("asked"):  # the guard's bound counts its own re-tunes
+                    fields["retunes"] = int(rec.fields.get("retunes", 0) or 0) + 1
         if t.relaunch and run.resize_to:
             fields["placement"] = {"nodes": list(run.resize_to), "strategy": run.launch.strategy}
         if t.target in TERMINAL:

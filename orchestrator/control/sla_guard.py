@@ -173,7 +173,11 @@ class SLAGuard:
         # what it measured is a trial of its tuned config only on the tuned GPU count (on
         # another, its micro-batch was re-derived: another config)
         same = int(tuned.get("gpus", 1)) == len(run.nodes)
-        run.retune = {"config": tuned, "measured": {"samples_per_s": rate, **pct} if same else {}}
+        run.retune = {
+            "config": tuned,
+            "measured": {"samples_per_s": rate, **pct} if same else {},
+            "asked": bool(asked),  # by the job's team: not one of the guard's own re-tunes
+        }
         seen = next((f for f in findings if f.check is Check.PROFILE), None)
         if seen is not None:
             why = f"measured {seen.measured} against {seen.target}"

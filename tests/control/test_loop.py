@@ -300,10 +300,12 @@ def test_a_retune_asked_for_stops_the_run_and_tunes_it_again_from_its_window(
     loop.round()  # stopped (the local runtime ends it at once), requeued to be tuned again
     loop.round()
     rec = store.get(job_id)
-    assert rec.fields["tuned"] == "" and int(rec.fields["retunes"]) == 1
+    # asked by its team: not one of the re-tunes the guard itself may give (guard_max_retunes)
+    assert rec.fields["tuned"] == "" and int(rec.fields.get("retunes") or 0) == 0
     assert json.loads(rec.fields["retune"]) == {
         "config": tuned,
         "measured": {"samples_per_s": 40.0, "p50_ms": None, "p95_ms": 9.0, "p99_ms": None},
+        "asked": True,
     }
     assert rt.launches[-1].kind == "tune"  # placed again: a tuning run, from that point
     messages = [e["message"] for e in store.events(job_id)]
