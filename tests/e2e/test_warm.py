@@ -44,6 +44,22 @@ def warm_groups() -> list[str]:
     ]
 
 
+def launch(
+    settings: Settings, node: NodeInfo, name: str, gpus: int, serial: int, steps: int = 3
+) -> Launch:
+    """A run of an interactive MLP job of ``gpus`` GPUs on ``node``."""
+    return Launch(
+        f"{name}-1",
+        "run",
+        mlp_job(name, gpus=gpus, cls="interactive", steps=steps),
+        (node.node_id,) * gpus,
+        "STRICT_PACK",
+        serial,
+        settings.checkpoint_dir / name,
+        virtual=True,
+    )
+
+
 def run_to_end(runtime: RayRuntime, launch: Launch) -> Outcome:
     """Launch and wait for the run's end (nothing else drives the runtime here)."""
     runtime.launch(launch)
@@ -74,21 +90,8 @@ def test_a_1_gpu_run_starts_warm_and_a_gang_gets_the_gpus_warm_workers_hold(
         until("a warm worker", lambda: pool() == warm)
         assert runtime.warm_workers() == {node.node_id: (1, 1)}  # it holds a GPU (pool view)
 
-        def launch(name: str, gpus: int, serial: int) -> Launch:
-            spec = mlp_job(name, gpus=gpus, cls="interactive", steps=3)
-            return Launch(
-                f"{name}-1",
-                "run",
-                spec,
-                (node.node_id,) * gpus,
-                "STRICT_PACK",
-                serial,
-                settings.checkpoint_dir / name,
-                virtual=True,
-            )
-
         # A 1-GPU run takes the warm worker: its worker's reports say it started warm.
-        one = run_to_end(runtime, launch("one", 1, 1))
+        one = run_to_end(runtime, launch(settings, node, "one", 1, 1))
         assert one.kind is OutcomeKind.FINISHED, one.message
         assert store.metrics("one-1")["warm_start"] is True
 
@@ -96,7 +99,7 @@ def test_a_1_gpu_run_starts_warm_and_a_gang_gets_the_gpus_warm_workers_hold(
         # Ray (its group is placed; it need not be warm yet). A 2-GPU gang there must have it
         # given up, or the gang's placement group never places.
         until("the pool refilled", lambda: len(pool()) == 1 and warm_groups())
-        two = run_to_end(runtime, launch("two", 2, 2))
+        two = run_to_end(runtime, launch(settings, node, "two", 2, 2))
         assert two.kind is OutcomeKind.FINISHED, two.message
         assert store.metrics("two-1")["warm_start"] is False  # its ranks were started for it
         assert two.result["world_size"] == 2
@@ -116,26 +119,13 @@ def test_a_full_node_keeps_a_gpuless_warm_worker_that_takes_the_gpu_of_the_run_h
     try:
         (node,) = runtime.nodes()
 
-        def launch(name: str, gpus: int, serial: int, steps: int) -> Launch:
-            spec = mlp_job(name, gpus=gpus, cls="interactive", steps=steps)
-            return Launch(
-                f"{name}-1",
-                "run",
-                spec,
-                (node.node_id,) * gpus,
-                "STRICT_PACK",
-                serial,
-                settings.checkpoint_dir / name,
-                virtual=True,
-            )
-
         def pool() -> list[tuple[str, bool]]:
             runtime.poll()
             return runtime.warm.workers()
 
         # A gang holds both GPUs: the pool's worker there is GPU-less.
         until("a warm worker", lambda: pool() == [(node.node_id, True)])
-        runtime.launch(launch("big", 2, 1, steps=10**6))
+        runtime.launch(launch(settings, node, "big", 2, 1, steps=10**6))
         until("big's first report", lambda: store.metrics("big-1").get("step", 0) > 0)
         until(
             "a GPU-less warm worker", lambda: pool() == [(node.node_id, True)] and not warm_groups()
@@ -148,7 +138,7 @@ def test_a_full_node_keeps_a_gpuless_warm_worker_that_takes_the_gpu_of_the_run_h
             "big stopped",
             lambda: any(e.job_id == "big-1" and e.kind is EventKind.ENDED for e in runtime.poll()),
         )
-        one = run_to_end(runtime, launch("one", 1, 2, steps=3))
+        one = run_to_end(runtime, launch(settings, node, "one", 1, 2))
         assert one.kind is OutcomeKind.FINISHED, one.message
         metrics = store.metrics("one-1")
         assert metrics["warm_start"] is True
