@@ -27,7 +27,9 @@ Workload (everything fixed by the arguments and seeds; a re-run gives the same f
   ``strict-priority`` (interactive preempts bulk, newest first), ``tiresias`` (class-blind
   2-queue LAS), ``pollux`` (class-blind goodput reallocation), ``shared`` (ours),
   ``shared-before`` (``shared`` with the jobs' deadlines hidden from it: the policy as it was
-  before issue 15 made it deadline-aware, measured in the same run; not in the default list).
+  before issue 15 made it deadline-aware, measured in the same run; not in the default list),
+  ``shared-genetic`` (``shared`` with ``elastic="genetic"``: bulk GPUs spread by the Pollux
+  genetic search, issue 16; not in the default list).
 
 Prints one table and writes ``bench/scheduler/results/mixed[-tight][-smoke].json`` (or
 ``--out NAME``: ``NAME.json``).
@@ -103,6 +105,8 @@ def make_policy(name: str, reserve: float) -> SchedulingPolicy:
     """The policy under its benchmark name."""
     if name == "shared-before":
         return DeadlineBlind(SCHEDULING_POLICIES.create("shared"))
+    if name == "shared-genetic":
+        return SCHEDULING_POLICIES.create("shared", elastic="genetic")
     if name == "fifo":
         return SCHEDULING_POLICIES.create("gang", queue="fifo")
     if name == "static-partition":

@@ -89,3 +89,22 @@ def admit(jobs: Sequence[ElasticJob], gpus: int, size: dict[str, int]) -> int:
             size[j.job_id] = j.lo
             left -= j.lo
     return left
+
+
+def grow_urgent(
+    jobs: Sequence[ElasticJob], size: dict[str, int], left: int
+) -> tuple[int, set[str]]:
+    """The spare GPUs to admitted ``urgent`` jobs first, up to their maximum, in order.
+
+    An urgent job is short of its SLA (see :class:`ElasticJob`): it grows whatever the restart
+    costs. Updates ``size``; returns the GPUs left and the jobs grown (not to be undone).
+    """
+    grown: set[str] = set()
+    for j in jobs:
+        n = size[j.job_id]
+        if j.urgent and n and n < j.hi and left > 0:
+            add = min(j.hi - n, left)
+            size[j.job_id] = n + add
+            left -= add
+            grown.add(j.job_id)
+    return left, grown

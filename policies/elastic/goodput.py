@@ -6,7 +6,7 @@ import heapq
 import math
 from collections.abc import Sequence
 
-from policies.elastic.base import ELASTIC, ElasticAllocation, ElasticJob, admit
+from policies.elastic.base import ELASTIC, ElasticAllocation, ElasticJob, admit, grow_urgent
 
 
 @ELASTIC.register("goodput")
@@ -64,14 +64,8 @@ class GoodputElastic(ElasticAllocation):
                     add = left
                 size[j.job_id] = n + add
                 left -= add
-        frozen: set[str] = set()
-        for j in jobs:  # urgent (short of its SLA): the spare GPUs, up to its max, first
-            n = size[j.job_id]
-            if j.urgent and n and n < j.hi and left > 0:
-                add = min(j.hi - n, left)
-                size[j.job_id] = n + add
-                left -= add
-                frozen.add(j.job_id)  # grown for its SLA: not undone for the restart cost
+        # urgent (short of its SLA): the spare GPUs first, not undone for the restart cost
+        left, frozen = grow_urgent(jobs, size, left)
         value = self._value
         while left > 0:
             # (-gain of one more GPU, position, the value with it): the largest gain pops first,

@@ -14,15 +14,11 @@ from policies.decisions import Decision, DecisionKind
 from policies.gpu_memory import capacity
 from policies.placement import PLACEMENTS, Placement, without
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
-from policies.scheduling.pollux_search import CountProblem, genetic_search
+from policies.scheduling.pollux_search import CountProblem, genetic_search, power_cost
 from policies.scheduling.resize import drop_gpus
 from policies.snapshot import QueuedJob, RunningJob, Snapshot
 
 Job = QueuedJob | RunningJob
-
-EPSILON = 1e-3
-"""Added to every scaled speedup before the power mean (the artifact's), so a job with no GPUs
-costs a large but finite amount: every job gets a GPU before any job gets a second one."""
 
 
 @SCHEDULING_POLICIES.register("pollux")
@@ -45,7 +41,8 @@ class PolluxSchedulingPolicy(SchedulingPolicy):
     4. The genetic search (:func:`~policies.scheduling.pollux_search.genetic_search`) minimises
        ``sum((s_j + EPSILON) ** p)`` for ``p < 0`` (maximises the power mean with exponent ``p``;
        ``p = -1``, the default, is the harmonic mean) or maximises ``sum(s_j ** p)`` for
-       ``p > 0`` (``p = 1``: total goodput).
+       ``p > 0`` (``p = 1``: total goodput); see
+       :func:`~policies.scheduling.pollux_search.power_cost`.
     5. The counts become nodes: a shrinking job drops GPUs where it has fewest, a growing or new
        job takes the most compact placement of the free GPUs (its own included), and, for
        interference avoidance, no node holds GPUs of two jobs that span several nodes each.
@@ -131,7 +128,6 @@ class PolluxSchedulingPolicy(SchedulingPolicy):
             # only GPUs with the memory it needs count (below lo: it gets none)
             cap[i] = min(j.hi, max(most, j.lo), capacity(snapshot, j))
         width = int(cap.max()) + 1
-        counts = np.arange(width)
         fair = math.ceil(total / len(jobs))
         scale = len(snapshot.nodes) / max(total, 1)
         cost = np.empty((len(jobs), width))
@@ -143,11 +139,7 @@ class PolluxSchedulingPolicy(SchedulingPolicy):
             # restarts so far, at least: the ramp needs one per doubling to what it holds
             restarts = math.ceil(math.log2(base[i])) if base[i] > 1 else 0
             penalty = max(age - restarts * restart, 0.0) / (age + restart) if restart else 1.0
-            speedup = np.where(counts == base[i], speedup, speedup * penalty)
-            if self.p < 0:
-                cost[i] = (speedup + EPSILON) ** self.p
-            else:
-                cost[i] = -(speedup**self.p)
+            cost[i] = power_cost(speedup, int(base[i]), penalty, self.p)
         return CountProblem(cost, lo, cap, base, total, pinned)
 
 

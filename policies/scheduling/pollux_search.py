@@ -28,6 +28,30 @@ if TYPE_CHECKING:  # numpy is imported lazily: ``import policies`` stays light
     FloatArray = NDArray[np.float64]
 
 
+EPSILON = 1e-3
+"""Added to every scaled speedup before the power mean (the artifact's), so a job with no GPUs
+costs a large but finite amount: every job gets a GPU before any job gets a second one."""
+
+
+def power_cost(speedup: FloatArray, current: int, penalty: float, p: float) -> FloatArray:
+    """One job's row of :attr:`CountProblem.cost`: its term of Pollux's power mean.
+
+    Args:
+        speedup: the job's speedup on ``0..width-1`` GPUs (over its fair share).
+        current: the GPUs it holds (0: queued): any other count costs a restart.
+        penalty: the restart penalty, ``age / (age + restart_cost_s)``; it scales the speedup
+            of every count but ``current``.
+        p: the fairness exponent: for ``p < 0``, ``(s + EPSILON) ** p`` (minimising the sum
+            maximises the power mean; ``-1``: harmonic mean); for ``p > 0``, ``-(s ** p)``.
+    """
+    import numpy as np
+
+    counts = np.arange(len(speedup))
+    scaled = np.where(counts == current, speedup, speedup * penalty)
+    out: FloatArray = (scaled + EPSILON) ** p if p < 0 else -(scaled**p)
+    return out
+
+
 @dataclass(frozen=True)
 class CountProblem:
     """One round's allocation problem, jobs in priority order (first = served first).

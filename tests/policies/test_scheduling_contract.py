@@ -271,6 +271,14 @@ class TestShared(SchedulingContract):
             assert got[t.name] >= want - slack
 
 
+class TestSharedGenetic(TestShared):
+    """``shared`` with its bulk GPUs spread by the Pollux genetic search (issue 16): the same
+    contract, interactive-first and guarantees included."""
+
+    def make(self) -> SchedulingPolicy:
+        return SCHEDULING_POLICIES.create("shared", elastic="genetic")
+
+
 def test_shared_interactive_preempts_bulk() -> None:
     nodes = (NodeView("n0", 4, 0),)
     running = (RunningJob("b", "bulk", "a", ("n0",) * 4, started_at=0.0, checkpoint_at=0.0),)
