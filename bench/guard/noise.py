@@ -32,10 +32,30 @@ from workers.config import HarnessConfig
 from workers.harness import Harness
 
 RESULTS = Path(__file__).parent / "results"
+SLOWED = "tests.e2e.slowed_workload:build"
+HOLDS: tuple[float, ...] = (0.0, 2.0, 5.0, 10.0, 20.0)
 
 
-def record(seconds: float, slow_after: float, slow_ms: float) -> list[dict[str, Any]]:
-    """The reports of one harness run of ``seconds``, slowed after ``slow_after``."""
+def record(
+    seconds: float,
+    slow_after: float,
+    slow_ms: float,
+    *,
+    device: str | None = None,
+    workload: str = SLOWED,
+    workload_args: dict[str, Any] | None = None,
+    micro_batch: int = 32,
+    precision: str = "fp32",
+    num_threads: int | None = 1,
+) -> list[dict[str, Any]]:
+    """The reports of one harness run of ``seconds``, slowed after ``slow_after``.
+
+    Args:
+        device: where it runs (the harness's default: CUDA when present, else the CPU).
+        workload: a workload taking ``slow_after_s`` and ``slow_ms`` besides
+            ``workload_args``.
+        num_threads: torch CPU threads (``None``: leave them).
+    """
     reports: list[dict[str, Any]] = []
     began = time.monotonic()
 
@@ -43,13 +63,14 @@ def record(seconds: float, slow_after: float, slow_ms: float) -> list[dict[str, 
         reports.append({**report, "t": time.monotonic() - began})
 
     config = HarnessConfig(
-        workload="tests.e2e.slowed_workload:build",
-        workload_args={"slow_after_s": slow_after, "slow_ms": slow_ms},
-        micro_batch=32,
+        workload=workload,
+        workload_args={**(workload_args or {}), "slow_after_s": slow_after, "slow_ms": slow_ms},
+        micro_batch=micro_batch,
+        precision=precision,
         duration_s=seconds,
         warmup_steps=5,
     )
-    Harness(config, report=keep, report_every_s=1.0, num_threads=1).run()
+    Harness(config, device=device, report=keep, report_every_s=1.0, num_threads=num_threads).run()
     return reports
 
 
@@ -72,6 +93,49 @@ def replay(
     return {"false_trips": false, "detect_s": first}
 
 
+def analyse(
+    reports: list[dict[str, Any]], slow_after: float, floor_frac: float, warm: float
+) -> dict[str, Any]:
+    """The window's rate and p95 before the slowdown (reports after ``warm`` s), the targets
+    they give, and each check's false trips and detection time at each hold of :data:`HOLDS`."""
+    before = [r for r in reports if slow_after > r["t"] > warm and r.get("window_steps")]
+    rate = statistics.median(r["window_samples_per_s"] for r in before)
+    p95 = statistics.median(r["window_p95_ms"] for r in before)
+    after = [r["window_samples_per_s"] for r in reports if r["t"] > slow_after + 31]
+    checks = {
+        "throughput": Targets(floor=floor_frac * rate),
+        "latency": Targets(percentile=95, max_ms=p95 / floor_frac),
+    }
+    rows = []
+    for hold in HOLDS:
+        for name, targets in checks.items():
+            rows.append(
+                {"check": name, "hold_s": hold, **replay(reports, targets, hold, slow_after)}
+            )
+    return {
+        "reports": len(reports),
+        "rate_before": rate,
+        "rate_after": statistics.median(after) if after else None,
+        "p95_before_ms": p95,
+        "floor": floor_frac * rate,
+        "ceiling_ms": p95 / floor_frac,
+        "rows": rows,
+    }
+
+
+def print_table(out: dict[str, Any], floor_frac: float) -> None:
+    """The figures of :func:`analyse` as the benchmark prints them."""
+    rate, p95 = out["rate_before"], out["p95_before_ms"]
+    print(
+        f"window rate before {rate:,.0f} samples/s (floor {floor_frac * rate:,.0f}), "
+        f"after {out['rate_after'] or 0:,.0f}; p95 before {p95:.2f} ms"
+    )
+    print(f"{'check':<11} {'hold s':>6} {'false trips':>11} {'detected after s':>17}")
+    for r in out["rows"]:
+        d = "-" if r["detect_s"] is None else f"{r['detect_s']:.1f}"
+        print(f"{r['check']:<11} {r['hold_s']:>6g} {r['false_trips']:>11} {d:>17}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=180.0)
@@ -85,38 +149,10 @@ def main() -> None:
     reports = record(args.seconds, args.slow_after, args.slow_ms)
     # the window is full (30 s) from then on; a smoke run takes what it has
     warm = 35.0 if args.slow_after > 60 else 0.0
-    before = [r for r in reports if args.slow_after > r["t"] > warm and r.get("window_steps")]
-    rate = statistics.median(r["window_samples_per_s"] for r in before)
-    p95 = statistics.median(r["window_p95_ms"] for r in before)
-    after = [r["window_samples_per_s"] for r in reports if r["t"] > args.slow_after + 31]
-    checks = {
-        "throughput": Targets(floor=args.floor_frac * rate),
-        "latency": Targets(percentile=95, max_ms=p95 / args.floor_frac),
-    }
-    rows = []
-    for hold in (0.0, 2.0, 5.0, 10.0, 20.0):
-        for name, targets in checks.items():
-            rows.append(
-                {"check": name, "hold_s": hold, **replay(reports, targets, hold, args.slow_after)}
-            )
-    out = {
-        "reports": len(reports),
-        "rate_before": rate,
-        "rate_after": statistics.median(after) if after else None,
-        "p95_before_ms": p95,
-        "floor": args.floor_frac * rate,
-        "ceiling_ms": p95 / args.floor_frac,
-        "args": vars(args),
-        "rows": rows,
-    }
-    print(
-        f"window rate before {rate:,.0f} samples/s (floor {args.floor_frac * rate:,.0f}), "
-        f"after {out['rate_after'] or 0:,.0f}; p95 before {p95:.2f} ms"
-    )
-    print(f"{'check':<11} {'hold s':>6} {'false trips':>11} {'detected after s':>17}")
-    for r in rows:
-        d = "-" if r["detect_s"] is None else f"{r['detect_s']:.1f}"
-        print(f"{r['check']:<11} {r['hold_s']:>6g} {r['false_trips']:>11} {d:>17}")
+    figures = analyse(reports, args.slow_after, args.floor_frac, warm)
+    rows = figures.pop("rows")
+    out = {**figures, "args": vars(args), "rows": rows}
+    print_table(out, args.floor_frac)
     if not args.smoke:
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / "noise.json").write_text(json.dumps(out, indent=1))
