@@ -220,6 +220,10 @@ def parse_yaml(text: str, source: str = "<input>") -> Any:
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        if "maximum nesting depth" in str(err.problem):
+            # libyaml's own limit (1,000 flow levels, PyYAML >= 6.0.3 wheels) can stop the
+            # scan before our event check sees level 33: the same refusal, in our words
+            raise SpecError(source, [f"{where}nested more than {MAX_DEPTH} levels deep"]) from None
         what = " ".join(str(x) for x in (err.context, err.problem) if x)
         raise SpecError(source, [f"not valid YAML: {where}{what}"]) from None
     except yaml.YAMLError as err:  # a ReaderError: a character YAML does not allow
