@@ -25,11 +25,12 @@ Workload (everything fixed by the arguments and seeds; a re-run gives the same f
 * **Policies**: ``fifo`` (strict submission order, class-blind), ``static-partition`` (the p99 of
   the sessions' concurrent GPU demand reserved for them, bulk FIFO on the rest),
   ``strict-priority`` (interactive preempts bulk, newest first), ``tiresias`` (class-blind
-  2-queue LAS), ``pollux`` (class-blind goodput reallocation), ``shared`` (ours),
+  2-queue LAS), ``pollux`` (the reproduced Pollux: class-blind goodput reallocation),
+  ``shared`` (ours, defaults), ``shared-genetic`` (ours with the settings of issue 16: the
+  Pollux genetic search for bulk GPUs, LAS levels of 8 GPU-hours, no minimum run time);
   ``shared-before`` (``shared`` with the jobs' deadlines hidden from it: the policy as it was
   before issue 15 made it deadline-aware, measured in the same run; not in the default list),
-  ``shared-genetic`` (``shared`` with ``elastic="genetic"``: bulk GPUs spread by the Pollux
-  genetic search, issue 16; not in the default list).
+  and the settings explored for issue 16 in :mod:`variants` (not in the default list).
 
 Prints one table and writes ``bench/scheduler/results/mixed[-tight][-smoke].json`` (or
 ``--out NAME``: ``NAME.json``).
@@ -51,6 +52,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import variants
+
 from orchestrator.sim import SimConfig, Simulator, TraceJob, uniform_pool
 from orchestrator.sim.metrics import jain
 from orchestrator.sim.synthetic import concurrent_gpus, interactive_sessions
@@ -60,7 +63,15 @@ from policies import SCHEDULING_POLICIES, Decision, Snapshot
 from policies.scheduling import SchedulingPolicy
 
 RESULTS = Path(__file__).parent / "results"
-POLICIES = ("fifo", "static-partition", "strict-priority", "tiresias", "pollux", "shared")
+POLICIES = (
+    "fifo",
+    "static-partition",
+    "strict-priority",
+    "tiresias",
+    "pollux",
+    "shared",
+    "shared-genetic",
+)
 IGNORES_SLA = ("fifo", "tiresias", "pollux")
 """Baselines that do not look at the interactive SLA (the bulk-JCT reference)."""
 CHECKPOINT_S = 1800.0
@@ -105,13 +116,11 @@ def make_policy(name: str, reserve: float) -> SchedulingPolicy:
     """The policy under its benchmark name."""
     if name == "shared-before":
         return DeadlineBlind(SCHEDULING_POLICIES.create("shared"))
-    if name == "shared-genetic":
-        return SCHEDULING_POLICIES.create("shared", elastic="genetic")
     if name == "fifo":
         return SCHEDULING_POLICIES.create("gang", queue="fifo")
     if name == "static-partition":
         return SCHEDULING_POLICIES.create(name, interactive_fraction=reserve)
-    return SCHEDULING_POLICIES.create(name)
+    return variants.create(name)
 
 
 def run_one(name: str, args: argparse.Namespace) -> dict[str, object]:

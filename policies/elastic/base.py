@@ -26,6 +26,9 @@ class ElasticJob:
         run_s: seconds since its current allocation started (how long a change has paid off).
         urgent: a running job the SLA guard measured short of its floor or deadline
             (``RunningJob.urgent``): an allocator should grow it first with spare GPUs.
+        lost_s: seconds of work a change of its GPUs throws away (a running job's time since
+            its last checkpoint, ``RunningJob.checkpoint_at``; 0 when it checkpoints
+            continuously or is queued), on top of the pool's restart cost.
     """
 
     job_id: str
@@ -37,6 +40,7 @@ class ElasticJob:
     floor: int = 0
     run_s: float = 0.0
     urgent: bool = False
+    lost_s: float = 0.0
 
     def rate(self, gpus: int) -> float:
         """Relative goodput on ``gpus`` GPUs."""

@@ -5,6 +5,7 @@ from policies.scheduling.capped import TeamCaps
 from policies.scheduling.gang import GangSchedulingPolicy
 from policies.scheduling.pollux import PolluxSchedulingPolicy
 from policies.scheduling.shared import SharedSchedulingPolicy
+from policies.scheduling.shared_genetic import SharedGeneticSchedulingPolicy
 from policies.scheduling.static_partition import StaticPartitionSchedulingPolicy
 from policies.scheduling.strict_priority import StrictPrioritySchedulingPolicy
 from policies.scheduling.tiresias import TiresiasSchedulingPolicy
@@ -14,6 +15,7 @@ __all__ = [
     "GangSchedulingPolicy",
     "PolluxSchedulingPolicy",
     "SchedulingPolicy",
+    "SharedGeneticSchedulingPolicy",
     "SharedSchedulingPolicy",
     "StaticPartitionSchedulingPolicy",
     "StrictPrioritySchedulingPolicy",

@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from policies.elastic import ElasticJob
+from policies.preemption import lost_work
 from policies.snapshot import QueuedJob, RunningJob
 
 Row = tuple[tuple[int, int, str], QueuedJob | RunningJob, int, int, int, int, float]
@@ -164,6 +165,7 @@ class BulkAdmission:
                 max(floor, kept) if kept else floor,
                 now - started,
                 cur > 0 and isinstance(j, RunningJob) and j.urgent,
+                lost_work(j, now) / j.gpus if cur and isinstance(j, RunningJob) and j.gpus else 0.0,
             )
             if kept:
                 groups[0 if nostep and j.job_id in nostep else 1].append(ej)

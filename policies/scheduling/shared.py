@@ -96,6 +96,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             team below its guarantee either (0: a guarantee is reclaimed at once; a value above
             ``min_runtime_s`` protects jobs younger than it against fairness and goodput too).
         las_first_gpu_s, las_factor: the LAS levels (see :func:`~policies.queue.las_level`).
+            ``shared-genetic`` sets the first level to 8 GPU-hours (issue 16).
         fifo: order bulk jobs by submission instead of attained service.
         deadline_margin: the margin a deadline job's prediction must keep, as a fraction of
             its remaining run time (0.1: a job due in under 1.1x its remaining time, start-up

@@ -9,6 +9,7 @@ import pytest
 
 from policies import SCHEDULING_POLICIES, DecisionKind, NodeView, QueuedJob, RunningJob, Snapshot
 from policies.elastic import ELASTIC, ElasticJob, GeneticElastic, GoodputElastic
+from policies.scheduling import SharedSchedulingPolicy
 from policies.scheduling.pollux_search import genetic_search
 
 # a GPU on a second node costs more than it adds; the node's other GPUs win it back
@@ -95,3 +96,44 @@ def test_shared_with_the_setting_starts_interactive_jobs_first() -> None:
     assert kinds["i"] == (DecisionKind.START, 6)
     assert kinds["b"] == (DecisionKind.RESIZE, 1)
     assert kinds["q"] == (DecisionKind.START, 1)
+
+
+def test_work_since_the_checkpoint_counts_against_moving_a_running_job() -> None:
+    new = ElasticJob("new", 1, 8, 1, speedup=LINEAR)
+    # an hour into its allocation, it splits evenly with the newcomer (as above) ...
+    held = ElasticJob("big", 1, 8, 1, current=7, speedup=LINEAR, run_s=3600.0)
+    assert GeneticElastic().allocate([held, new], 8, 30.0) == {"big": 4, "new": 4}
+    # ... but the hour since its last checkpoint, thrown away by any change, halves what a
+    # change is worth to it: it gives up less
+    unsaved = replace(held, lost_s=3600.0)
+    assert GeneticElastic().allocate([unsaved, new], 8, 30.0) == {"big": 5, "new": 3}
+    # count_lost=False: the restart cost alone, as Pollux (its jobs checkpoint at every stop)
+    blind = GeneticElastic(count_lost=False).allocate([unsaved, new], 8, 30.0)
+    assert blind == {"big": 4, "new": 4}
+
+
+def test_shared_reads_the_work_since_the_checkpoint_from_the_snapshot() -> None:
+    nodes = (NodeView("n0", 4, 0), NodeView("n1", 4, 1))
+
+    def size(checkpoint_at: float) -> int:
+        big = RunningJob(
+            "b", "bulk", "a", ("n0",) * 4 + ("n1",) * 3, min_gpus=1, max_gpus=8,
+            started_at=0.0, checkpoint_at=checkpoint_at, speedup=LINEAR,
+        )  # fmt: skip
+        queue = (QueuedJob("q", "bulk", "a", 1, 2, 3500.0, min_gpus=1, max_gpus=8),)
+        snap = Snapshot(nodes, queue, (big,), now=3600.0, seed=5)
+        policy = SCHEDULING_POLICIES.create("shared", elastic="genetic", min_runtime_s=0.0)
+        resized = [len(x.nodes) for x in policy.decide(snap) if x.job_id == "b"]
+        return resized[0] if resized else big.gpus
+
+    assert size(checkpoint_at=3590.0) == 4  # checkpointed 10 s ago: split with the newcomer
+    assert size(checkpoint_at=0.0) == 5  # an hour of work at stake: it gives up less
+
+
+def test_shared_genetic_is_shared_with_its_three_settings() -> None:
+    policy = SCHEDULING_POLICIES.create("shared-genetic")
+    assert isinstance(policy, SharedSchedulingPolicy)
+    assert isinstance(policy.elastic, GeneticElastic)
+    assert (policy.las_first_gpu_s, policy.min_runtime_s) == (28800.0, 0.0)
+    # any setting may still be given
+    assert SCHEDULING_POLICIES.create("shared-genetic", min_runtime_s=60.0).min_runtime_s == 60.0

@@ -272,11 +272,12 @@ class TestShared(SchedulingContract):
 
 
 class TestSharedGenetic(TestShared):
-    """``shared`` with its bulk GPUs spread by the Pollux genetic search (issue 16): the same
-    contract, interactive-first and guarantees included."""
+    """``shared-genetic``: ``shared`` with its bulk GPUs spread by the Pollux genetic search,
+    LAS levels of 8 GPU-hours and no minimum run time (issue 16): the same contract,
+    interactive-first and guarantees included."""
 
     def make(self) -> SchedulingPolicy:
-        return SCHEDULING_POLICIES.create("shared", elastic="genetic")
+        return SCHEDULING_POLICIES.create("shared-genetic")
 
 
 def test_shared_interactive_preempts_bulk() -> None:
@@ -356,7 +357,16 @@ def test_pollux_grows_the_job_with_the_best_marginal_goodput() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["gang", "tiresias", "shared", "static-partition", "strict-priority", "pollux"]
+    "name",
+    [
+        "gang",
+        "tiresias",
+        "shared",
+        "shared-genetic",
+        "static-partition",
+        "strict-priority",
+        "pollux",
+    ],
 )
 def test_registered(name: str) -> None:
     assert name in SCHEDULING_POLICIES.names()

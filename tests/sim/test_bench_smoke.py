@@ -23,7 +23,7 @@ def test_pollux_benchmark_smoke() -> None:
         cwd=ROOT,
         timeout=300,
     )
-    assert "tiresias" in out.stdout and "shared" in out.stdout
+    assert "tiresias" in out.stdout and "shared-genetic" in out.stdout
     assert (ROOT / "bench/scheduler/results/pollux-smoke.json").is_file()
 
 
@@ -45,4 +45,6 @@ def test_mixed_and_scale_benchmarks_smoke(script: str, expect: str, result: str)
         timeout=300,
     )
     assert expect in out.stdout and "shared" in out.stdout
+    if script == "mixed.py":
+        assert "shared-genetic" in out.stdout
     assert (ROOT / "bench/scheduler/results" / result).is_file()
