@@ -175,7 +175,9 @@ class RunningJob(_JobSizes):
         seq: submission order.
         submitted_at: submission time.
         started_at: when the job got its current GPUs (start, resume or resize).
-        checkpoint_at: when it last saved a checkpoint; work since then is lost on preemption.
+        checkpoint_at: when it last saved a checkpoint; work since then is lost on preemption
+            (``math.inf``: a stop loses nothing, as for the simulator's jobs that checkpoint
+            continuously; see :func:`policies.preemption.lost_work`).
         min_gpus, max_gpus, deadline, attained_service, remaining_work, speedup: as for
             :class:`QueuedJob`.
         first_step_at: when the current run (since ``started_at``: its start, resume or

@@ -16,8 +16,9 @@ Two measurements, on one machine, in one run:
    calls each after one warm-up call: p50 and p99 (nearest rank) of the process's CPU time
    (``time.process_time``), which other load on a shared machine does not inflate.
 
-Prints the tables, writes ``bench/scheduler/results/scale[-smoke].json`` and, when matplotlib is
-installed, ``scale-decision.png`` (decision time vs queue length, log-log) beside it.
+Prints the tables, writes ``bench/scheduler/results/scale[-smoke].json`` (or ``--out NAME``:
+``NAME.json``) and, when matplotlib is installed, ``scale-decision.png`` (``NAME-decision.png``;
+decision time vs queue length, log-log) beside it.
 """
 
 from __future__ import annotations
@@ -204,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--queues", default="100,1000,10000")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--out", default="", help="results file name under results/, no .json")
     args = ap.parse_args(argv)
     if args.smoke:
         args.jobs, args.nodes, args.queues, args.reps = 1000, 25, "10,100", 3
@@ -232,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     RESULTS.mkdir(exist_ok=True)
-    stem = "scale-smoke" if args.smoke else "scale"
+    stem = args.out or ("scale-smoke" if args.smoke else "scale")
     png = RESULTS / f"{stem}-decision.png"
     print(f"wrote {png}" if plot(rows, png) else "matplotlib not installed: no plot")
     meta = {

@@ -496,7 +496,10 @@ class Simulator:
 
     def _checkpoint_at(self, job: _Job) -> float:
         if job.spec.checkpoint <= 0:
-            return self.now
+            # no work is lost (``_lose_work``): "always checkpointed", a value that stays true
+            # in the view kept for the whole run (``now`` would age with it: a stop would
+            # look like it lost everything since the view was built)
+            return math.inf
         return self.now - job.since_ckpt
 
     # ---- applying decisions ----------------------------------------------------------------

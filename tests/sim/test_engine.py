@@ -218,3 +218,25 @@ def test_each_snapshot_carries_the_gap_since_the_previous_round() -> None:
     for (before, _), (now, gap) in itertools.pairwise(seen):
         assert gap == now - before
     assert any(gap > 0.2 + 1e-9 for _, gap in seen[1:])  # an idle stretch was skipped
+
+
+def test_a_running_jobs_work_at_stake_is_what_a_stop_would_lose() -> None:
+    """The policy's lost work (``lost_work``) is the work since the last periodic checkpoint,
+    and none for a job that checkpoints continuously, in every round of its run (its view is
+    built once per run: a checkpoint time of "when the view was built" would age with it)."""
+    from policies.preemption import lost_work
+    from policies.scheduling import GangSchedulingPolicy
+
+    seen: dict[str, list[float]] = {"c": [], "p": []}
+
+    class Recording(GangSchedulingPolicy):
+        def decide(self, snapshot: Snapshot) -> list[Decision]:
+            for r in snapshot.running:
+                seen[r.job_id].append(lost_work(r, snapshot.now))
+            return super().decide(snapshot)
+
+    jobs = [bulk("c", 0, 1, 300), bulk("p", 0, 1, 300, checkpoint=100.0)]
+    Simulator(jobs, Recording(), uniform_pool(1, 2), config=NO_RESTART).run()
+    assert seen["c"] and all(x == 0.0 for x in seen["c"])
+    # rounds at 60, 120, ..., 240 s of a run that checkpoints every 100 s
+    assert seen["p"] == [60.0, 20.0, 80.0, 40.0]
