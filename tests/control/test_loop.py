@@ -318,3 +318,30 @@ def test_a_retune_asked_for_stops_the_run_and_tunes_it_again_from_its_window(
     loop.round()
     assert store.get(job_id).fields["tuned"] == ""
     assert "re-tune not done" in store.events(job_id)[-1]["message"]
+
+
+def test_shared_genetic_makes_room_for_a_newcomer_by_resizing_in_the_live_loop(
+    store: JobStore, make_loop: Any
+) -> None:
+    """``ORCH_POLICY=shared-genetic`` through the live snapshot, decisions and binding: an
+    elastic job alone on the pool takes all of it, and gives a newcomer its minimum by a
+    resize (no 5-minute protection in this setting), both then running."""
+    loop, _ = make_loop([("n0", 4)], policy="shared-genetic")
+    first = store.submit(elastic("first")).id
+    loop.round()
+    loop.round()
+    rec = store.get(first)
+    assert rec.state is S.RUNNING and len((rec.placement or {})["nodes"]) == 4
+    now = time.time()
+    store.put_metrics(first, {"first_step_at": now, "checkpoint_at": now, "step": 5})
+    second = store.submit(elastic("second")).id
+    for _ in range(4):
+        loop.round()
+    held = {j: len((store.get(j).placement or {}).get("nodes", [])) for j in (first, second)}
+    assert all(store.get(j).state is S.RUNNING for j in (first, second)), held
+    assert held[second] >= 1 and 1 <= held[first] < 4 and sum(held.values()) <= 4
+    assert any(m.startswith("resized from 4 to") for m in _messages(store, first))
+
+
+def _messages(store: JobStore, job_id: str) -> list[str]:
+    return [e["message"] for e in store.events(job_id)]
