@@ -135,6 +135,12 @@ class QueuedJob(_JobSizes):
         gpu_memory_gb: memory each of its GPUs must have (``resources.gpu_memory_gb``);
             ``None``: any GPU will do. A policy places it only on nodes that
             :meth:`NodeView.holds` it (see :meth:`Snapshot.too_small`).
+        restarts: how many of its runs ended with the job going on (preempted and requeued,
+            or resized): for a running job, its allocations after the first (Pollux's
+            ``num_restarts``, which its restart penalty subtracts from the job's age).
+        most_gpus: the most GPUs any of its ended runs held (0: none ended); with what a
+            running job holds, the largest allocation it has been measured on (Pollux grows a
+            job to at most twice that).
     """
 
     job_id: str
@@ -152,6 +158,8 @@ class QueuedJob(_JobSizes):
     speedup: tuple[float, ...] = ()
     preempted_at: float | None = None
     gpu_memory_gb: float | None = None
+    restarts: int = 0
+    most_gpus: int = 0
 
     def just_preempted(self, now: float, interval_s: float) -> bool:
         """Whether a preemption stopped this job's last run within the last round.
@@ -188,6 +196,8 @@ class RunningJob(_JobSizes):
             would throw away its whole start-up and gain nothing (see :meth:`stepped`).
         urgent: the SLA guard measured it short of its throughput floor or deadline: an
             elastic job the policy should grow first when GPUs are spare.
+        restarts, most_gpus: as for :class:`QueuedJob` (``most_gpus`` counts ended runs only,
+            not the GPUs it holds now).
     """
 
     job_id: str
@@ -207,6 +217,8 @@ class RunningJob(_JobSizes):
     first_step_at: float | None = 0.0
     gpu_memory_gb: float | None = None  # as for QueuedJob: a grow takes only such nodes
     urgent: bool = False
+    restarts: int = 0
+    most_gpus: int = 0
 
     @property
     def gpus(self) -> int:

@@ -133,6 +133,8 @@ def job_facts(raw: dict[str, str]) -> JobFacts:
         remaining_s=num("remaining_s"),
         preempted_at=num("preempted_at"),
         gpu_memory_gb=num("gpu_memory_gb"),
+        restarts=int(raw.get("restarts") or 0),
+        most_gpus=int(raw.get("most_gpus") or 0),
     )
     wait = num("wait_target_s")
     return facts if wait is None else dataclasses.replace(facts, wait_target_s=wait)

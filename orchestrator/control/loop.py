@@ -378,6 +378,11 @@ class ControlLoop:
         fields = dict(t.fields)
         held_s = max(0.0, at - run.launched_at) * len(run.nodes)
         fields["attained_gpu_s"] = float(rec.fields.get("attained_gpu_s", 0) or 0) + held_s
+        if run.launch.kind == "run" and run.started:  # a training run (not a tuning one)
+            most = int(rec.fields.get("most_gpus", 0) or 0)
+            fields["most_gpus"] = max(most, len(run.nodes))
+            if t.target is JobState.QUEUED or t.relaunch:  # it goes on: its next run restarts
+                fields["restarts"] = int(rec.fields.get("restarts", 0) or 0) + 1
         if t.target is JobState.QUEUED:
             progress = self.store.latest_metrics([rec.id], PROGRESS).get(rec.id, {})
             # a run for a set time: what is left of it, time_left_s (its run time so far is in

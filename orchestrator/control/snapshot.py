@@ -36,6 +36,8 @@ class JobFacts:
         speedup: goodput on 1, 2, ... GPUs (empty: linear).
         preempted_at: when its last run was stopped by a preemption (``None``: never).
         gpu_memory_gb: memory each of its GPUs must have (``None``: any will do).
+        restarts: its runs that ended with the job going on (requeued or resized).
+        most_gpus: the most GPUs any of its ended runs held (0: none ended).
     """
 
     job_id: str
@@ -53,6 +55,8 @@ class JobFacts:
     speedup: tuple[float, ...] = ()
     preempted_at: float | None = None
     gpu_memory_gb: float | None = None
+    restarts: int = 0
+    most_gpus: int = 0
 
     @property
     def deadline(self) -> float | None:
@@ -99,6 +103,8 @@ def queued_view(job: JobFacts) -> QueuedJob:
         speedup=job.speedup,
         preempted_at=job.preempted_at,
         gpu_memory_gb=job.gpu_memory_gb,
+        restarts=job.restarts,
+        most_gpus=job.most_gpus,
     )
 
 
@@ -123,6 +129,8 @@ def running_view(job: JobFacts, run: RunFacts) -> RunningJob:
         first_step_at=run.first_step_at,
         gpu_memory_gb=job.gpu_memory_gb,
         urgent=run.urgent,
+        restarts=job.restarts,
+        most_gpus=job.most_gpus,
     )
 
 

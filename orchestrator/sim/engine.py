@@ -106,6 +106,7 @@ class _Job:
     completed_at: float | None = None
     preemptions: int = 0
     resizes: int = 0
+    most_gpus: int = 0  # the most GPUs of its ended runs
     lost_gpu_s: float = 0.0
     preempt_lost_gpu_s: float = 0.0
     view: QueuedJob | RunningJob | None = None
@@ -477,6 +478,8 @@ class Simulator:
             speedup=speedup,
             preempted_at=job.preempted_at,
             gpu_memory_gb=s.gpu_memory_gb,
+            restarts=job.preemptions + job.resizes,  # as live: runs that ended and went on
+            most_gpus=job.most_gpus,
         )
         view: QueuedJob | RunningJob
         if not running:
@@ -584,6 +587,7 @@ class Simulator:
         job.view = None
 
     def _release(self, job: _Job) -> None:
+        job.most_gpus = max(job.most_gpus, len(job.nodes))
         for node in job.nodes:
             self.free[node] += 1
         self._changed.update(job.nodes)

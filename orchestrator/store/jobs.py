@@ -99,10 +99,12 @@ QUEUE_FACTS = (
     "remaining_s",
     "preempted_at",
     "gpu_memory_gb",
+    "restarts",
+    "most_gpus",
 )
 """The job fields a scheduling snapshot reads (see :meth:`JobStore.queue_facts`);
-``attained_gpu_s``, ``remaining_s`` and ``preempted_at`` are written by the control loop when a
-run ends, the others at submission."""
+``attained_gpu_s``, ``remaining_s``, ``preempted_at``, ``restarts`` and ``most_gpus`` are
+written by the control loop when a run ends, the others at submission."""
 
 
 class JobStore:

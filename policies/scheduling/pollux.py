@@ -33,11 +33,13 @@ class PolluxSchedulingPolicy(SchedulingPolicy):
        model: throughput x statistical efficiency at the best batch and micro-batch for ``n``)
        over its goodput at the fair share ``ceil(GPUs / jobs)``, scaled by ``nodes / GPUs`` as
        the artifact does (a node's worth of fair share is 1). A change of allocation (a start
-       too) multiplies it by the restart penalty ``age / (age + restart_cost_s)`` (the artifact
-       also subtracts the restarts so far from ``age``; a snapshot does not carry that count).
-    3. A job may get at most twice the GPUs it holds (1 if it holds none): Pollux trusts its
-       fitted throughput model only up to twice the largest allocation it has measured, so a
-       job ramps up 1, 2, 4, ... rounds apart (``ramp=False`` lifts this).
+       too) multiplies it by the restart penalty ``max(age - restarts x restart_cost_s, 0) /
+       (age + restart_cost_s)``, ``age`` counted from submission and ``restarts`` the job's
+       allocations after its first (``restarts``), as the artifact's.
+    3. A job may get at most twice the most GPUs it has run on (1 if none): Pollux trusts its
+       fitted throughput model only up to twice the largest allocation it has measured
+       (``max(most_gpus, GPUs held)``), so a job ramps up 1, 2, 4, ... rounds apart, and one
+       shrunk from 8 GPUs may grow back to 16 at once (``ramp=False`` lifts this).
     4. The genetic search (:func:`~policies.scheduling.pollux_search.genetic_search`) minimises
        ``sum((s_j + EPSILON) ** p)`` for ``p < 0`` (maximises the power mean with exponent ``p``;
        ``p = -1``, the default, is the harmonic mean) or maximises ``sum(s_j ** p)`` for
@@ -124,7 +126,8 @@ class PolluxSchedulingPolicy(SchedulingPolicy):
                 pinned[i] = True
                 continue
             lo[i] = j.lo
-            most = max(2 * have, 1) if self.ramp else j.hi
+            measured = have if have > j.most_gpus else j.most_gpus
+            most = max(2 * measured, 1) if self.ramp else j.hi
             # only GPUs with the memory it needs count (below lo: it gets none)
             cap[i] = min(j.hi, max(most, j.lo), capacity(snapshot, j))
         width = int(cap.max()) + 1
@@ -136,9 +139,7 @@ class PolluxSchedulingPolicy(SchedulingPolicy):
             rates = np.array([j.rate(n) for n in range(width)])
             speedup = rates / max(j.rate(fair), 1e-12) * scale
             age = max(now - j.submitted_at, 0.0)
-            # restarts so far, at least: the ramp needs one per doubling to what it holds
-            restarts = math.ceil(math.log2(base[i])) if base[i] > 1 else 0
-            penalty = max(age - restarts * restart, 0.0) / (age + restart) if restart else 1.0
+            penalty = max(age - j.restarts * restart, 0.0) / (age + restart) if restart else 1.0
             cost[i] = power_cost(speedup, int(base[i]), penalty, self.p)
         return CountProblem(cost, lo, cap, base, total, pinned)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 
@@ -28,6 +29,29 @@ def test_a_job_ramps_up_by_doubling() -> None:
     )
     assert _sizes(Snapshot(nodes, running=running, now=600.0)) == {"r": 4}
     assert _sizes(Snapshot(nodes, running=running, now=600.0), ramp=False) == {"r": 16}
+    # a job that has run on 8 GPUs before is trusted up to 16 at once (the artifact's ramp
+    # is twice the largest allocation measured, not twice the current one)
+    shrunk = (replace(running[0], most_gpus=8),)
+    assert _sizes(Snapshot(nodes, running=shrunk, now=600.0)) == {"r": 16}
+
+
+def test_the_restart_penalty_subtracts_the_restarts_so_far_from_the_age() -> None:
+    # Pollux's factor max(age - restarts x restart, 0) / (age + restart): after 20 restarts of
+    # 30 s in its 600 s, any change is worth nothing to the job
+    nodes = (NodeView("n0", 4, 2), *NODES[1:])
+    running = (
+        RunningJob("r", "bulk", "t", ("n0", "n0"), submitted_at=0.0, min_gpus=1, max_gpus=16),
+    )
+    policy = PolluxSchedulingPolicy()
+    snap = Snapshot(nodes, running=running, now=600.0)
+    fresh = policy.problem(snap, running)
+    tired = policy.problem(snap, (replace(running[0], restarts=20),))
+    kept = 2  # the count it holds costs the same either way
+    assert tired.cost[0][kept] == fresh.cost[0][kept]
+    assert all(tired.cost[0][n] > fresh.cost[0][n] for n in (1, 3, 4))
+    assert _sizes(Snapshot(nodes, running=(replace(running[0], restarts=20),), now=600.0)) == {
+        "r": 2
+    }
 
 
 def test_every_job_gets_a_gpu_before_one_gets_more() -> None:

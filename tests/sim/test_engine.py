@@ -240,3 +240,29 @@ def test_a_running_jobs_work_at_stake_is_what_a_stop_would_lose() -> None:
     assert seen["c"] and all(x == 0.0 for x in seen["c"])
     # rounds at 60, 120, ..., 240 s of a run that checkpoints every 100 s
     assert seen["p"] == [60.0, 20.0, 80.0, 40.0]
+
+
+def test_restarts_and_most_gpus_count_the_runs_that_ended_and_went_on() -> None:
+    """As live (``_ended_fields``): a preemption ends a run that goes on, so the job's next
+    allocation is a restart; ``most_gpus`` is the largest ended run."""
+    from policies.scheduling import TiresiasSchedulingPolicy
+
+    seen: list[tuple[float, str, int, int]] = []
+
+    class Recording(TiresiasSchedulingPolicy):
+        def decide(self, snapshot: Snapshot) -> list[Decision]:
+            for j in (*snapshot.queue, *snapshot.running):
+                if j.job_id == "a":
+                    seen.append((snapshot.now, type(j).__name__, j.restarts, j.most_gpus))
+            return super().decide(snapshot)
+
+    # as test_tiresias_preempts_and_keeps_progress: a runs 0-60, is preempted, resumes at 120
+    jobs = [bulk("a", 0, 1, 300), bulk("b", 10, 1, 60)]
+    pol = Recording(threshold_gpu_s=60.0)
+    Simulator(jobs, pol, uniform_pool(1, 1), config=NO_RESTART).run()
+    assert seen[:4] == [
+        (0.0, "QueuedJob", 0, 0),
+        (60.0, "RunningJob", 0, 0),
+        (120.0, "QueuedJob", 1, 1),  # preempted at 60: its next run is a restart
+        (180.0, "RunningJob", 1, 1),
+    ]
