@@ -59,7 +59,13 @@ class ElasticAllocation(abc.ABC):
     order: jobs with a ``floor`` get it first, in order, then jobs get ``lo`` in order, and a
     job is left out only when what is left cannot hold it. How the GPUs left after admission
     are spread is the implementation's choice.
+
+    ``reads_lost``: whether :meth:`allocate` reads ``ElasticJob.lost_s``; a producer fills it
+    only then (it costs a call per running job every round, a tenth of a 100,000-job
+    simulation's time).
     """
+
+    reads_lost: bool = False
 
     @abc.abstractmethod
     def allocate(

@@ -77,6 +77,7 @@ class GeneticElastic(ElasticAllocation):
         self.generations = generations
         self.seed = seed
         self.count_lost = count_lost
+        self.reads_lost = count_lost
 
     def allocate(
         self, jobs: Sequence[ElasticJob], gpus: int, restart_cost_s: float

@@ -54,6 +54,8 @@ class BulkAdmission:
         now: the round's clock.
         min_runtime_s: the minimum-runtime protection (against fairness and goodput).
         reclaim_min_runtime_s: the minimum-runtime protection against a guarantee's reclaim.
+        lost: fill each running job's ``ElasticJob.lost_s`` (the allocator reads it: see
+            ``ElasticAllocation.reads_lost``); else it is 0.
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class BulkAdmission:
         now: float,
         min_runtime_s: float,
         reclaim_min_runtime_s: float,
+        lost: bool = False,
     ) -> None:
         self.rows = rows
         self.running_rows = running_rows
@@ -79,6 +82,7 @@ class BulkAdmission:
         self.now = now
         self.young_s = max(min_runtime_s, reclaim_min_runtime_s)
         self.reclaim_s = reclaim_min_runtime_s
+        self.lost = lost
 
     def jobs(self, bulk_pool: int) -> tuple[list[ElasticJob], list[ElasticJob]]:
         """The jobs of groups 1-4 in admission order, and the late jobs, for ``bulk_pool`` GPUs."""
@@ -126,7 +130,7 @@ class BulkAdmission:
             reclaimable: filled with ``(job id, team, lo, GPUs)`` of the jobs that keep their
                 GPUs by ``min_runtime_s`` alone (a guarantee may reclaim them), in row order.
         """
-        now, late, nostep, touched = self.now, self.late, self.nostep, self.touched
+        now, late, nostep, touched, lost = self.now, self.late, self.nostep, self.touched, self.lost
         room = dict(self.room)
         held_team: Counter[str] | None = None  # GPUs held per team, once a young job needs it
         groups: tuple[list[ElasticJob], ...] = ([], [], [], [], [])
@@ -165,7 +169,9 @@ class BulkAdmission:
                 max(floor, kept) if kept else floor,
                 now - started,
                 cur > 0 and isinstance(j, RunningJob) and j.urgent,
-                lost_work(j, now) / j.gpus if cur and isinstance(j, RunningJob) and j.gpus else 0.0,
+                lost_work(j, now) / j.gpus
+                if lost and cur and isinstance(j, RunningJob) and j.gpus
+                else 0.0,
             )
             if kept:
                 groups[0 if nostep and j.job_id in nostep else 1].append(ej)

@@ -394,6 +394,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             now=now,
             min_runtime_s=self.min_runtime_s,
             reclaim_min_runtime_s=self.reclaim_min_runtime_s,
+            lost=self.elastic.reads_lost,
         )
         jobs, late_jobs = admission.jobs(bulk_pool)
         sizes = self.elastic.allocate(jobs, bulk_pool, snapshot.restart_cost_s)
