@@ -33,7 +33,7 @@ class GeneticElastic(ElasticAllocation):
     uses). ``lost_s``, the work since the job's last checkpoint, is not in Pollux's penalty:
     its jobs checkpoint when they are stopped, so a restart loses only the restart. Ours may
     lose up to a checkpoint interval; without it the search moved jobs with much unsaved work
-    as readily as any (on the mixed benchmark, 36% more resizes than ``goodput`` and bulk mean
+    as readily as any (on the mixed benchmark, 61% more resizes than ``goodput`` and bulk mean
     JCT +11%; counting it, +1%; BENCHMARKS.md, issue 16).
 
     It searches each admitted job's GPUs *beyond* its admission (``0..hi - admitted``), so no
@@ -76,8 +76,7 @@ class GeneticElastic(ElasticAllocation):
         self.population = population
         self.generations = generations
         self.seed = seed
-        self.count_lost = count_lost
-        self.reads_lost = count_lost
+        self.reads_lost = count_lost  # the base class's flag: lost_s is read when counted
 
     def allocate(
         self, jobs: Sequence[ElasticJob], gpus: int, restart_cost_s: float
@@ -126,7 +125,7 @@ class GeneticElastic(ElasticAllocation):
             rates = np.array([j.rate(n) for n in range(a, a + width)])
             base[i] = min(max(j.current - a, 0), int(cap[i]))
             penalty = 1.0
-            lost = restart_cost_s + j.lost_s if self.count_lost else restart_cost_s
+            lost = restart_cost_s + j.lost_s if self.reads_lost else restart_cost_s
             if j.current and lost:
                 penalty = j.run_s / (j.run_s + lost)
             # column k is a + k GPUs: the count it holds is column current - a
