@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The declared dependency floors are true: install every dependency of pyproject.toml at the
+# The declared dependency floors are true: install every dependency of pyproject.toml (the light
+# client's and the server extra's) at the
 # lowest version its floor allows (the floor itself, or the first release after it when the
 # floor names no release: nvidia-ml-py>=12.0 -> 12.535.77), in a fresh venv, and run the unit
 # tests against them.
@@ -23,6 +24,9 @@ VENV=${FLOORS_VENV:-$(mktemp -d /tmp/orch-floors-XXXXXX)}
 WHEELS=${WHEELS:-/opt/wheels}
 
 "$PY" -m venv "$VENV"
+# the sandboxed tests run the job's code as another uid with this venv's python: mktemp's
+# folder is 0700, so open it (and the folders above the interpreter) to other users
+bash .ci/open-python.sh "$VENV/bin/python"
 "$VENV/bin/pip" install -q --upgrade pip packaging
 
 # name==lowest release at or above each floor (environment markers kept)
@@ -32,7 +36,8 @@ from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
 out, torch_mode = sys.argv[1], sys.argv[2]
-deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+deps = project["dependencies"] + project["optional-dependencies"]["server"]
 lines = []
 for text in deps:
     req = Requirement(text)

@@ -29,7 +29,15 @@ from urllib.parse import quote
 
 import httpx
 
-from orchestrator.api.models import JobDetail, JobView, Submitted, TokenCreated, WhoAmI
+from orchestrator.api.models import (
+    JobDetail,
+    JobView,
+    Submitted,
+    TokenCreated,
+    Usage,
+    WhoAmI,
+    WorkingDirStored,
+)
 from orchestrator.errors import ApiError, ConfigError
 from orchestrator.spec import JobSpec
 from orchestrator.store.audit import AuditEntry
@@ -92,6 +100,13 @@ class Client:
         params = {"strict": "true"} if strict else None
         reply = self._call("POST", "/v1/jobs/batch", json=body, params=params)
         return Submitted.model_validate(reply).ids
+
+    def put_working_dir(self, data: bytes) -> str:
+        """Store a command job's packed working directory (``orchestrator.workdir.pack``);
+        returns the digest its jobs name as ``workload.working_dir``."""
+        headers = {"content-type": "application/zip"}
+        reply = self._call("PUT", "/v1/working-dirs", content=data, headers=headers)
+        return WorkingDirStored.model_validate(reply).digest
 
     def list(
         self,
@@ -174,6 +189,13 @@ class Client:
         view: dict[str, Any] = self._call("GET", "/v1/pool")
         return view
 
+    def usage(self, *, since: float = 0.0, team: str | None = None) -> Usage:
+        """GPU-seconds per job and team of the jobs active since ``since`` (epoch seconds)."""
+        params: dict[str, Any] = {"since": since}
+        if team is not None:
+            params["team"] = team
+        return Usage.model_validate(self._call("GET", "/v1/usage", params=params))
+
     def teams(self) -> TeamConfig:
         """The stored team config."""
         return TeamConfig.model_validate(self._call("GET", "/v1/teams"))
@@ -219,15 +241,28 @@ class Client:
         return reply.json()
 
     def _events(self, url: str, params: dict[str, Any]) -> Iterator[Any]:
-        """The data of each server-sent event of ``url``, until the server ends the stream."""
+        """The data of each server-sent event of ``url``, until the server ends the stream.
+
+        Raises:
+            ApiError: the request was refused, the server is unreachable, or the stream ended
+                with an ``event: error`` (the store failed while it was followed).
+        """
         try:
             with self._http.stream("GET", url, params=params, timeout=None) as reply:
                 if reply.status_code >= 400:
                     reply.read()
                     raise _error(reply)
+                kind = ""
                 for line in reply.iter_lines():
-                    if line.startswith("data: "):
-                        yield json.loads(line.removeprefix("data: "))
+                    if line.startswith("event: "):
+                        kind = line.removeprefix("event: ")
+                    elif line.startswith("data: "):
+                        data = json.loads(line.removeprefix("data: "))
+                        if kind == "error":  # the server says why the stream ends
+                            raise ApiError(data.get("status"), [str(data.get("detail"))])
+                        yield data
+                    elif not line:  # an event's end: the next one names its own kind
+                        kind = ""
         except httpx.HTTPError as err:
             raise ApiError(None, [f"cannot reach {self.url}: {err}"]) from None
 

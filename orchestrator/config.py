@@ -35,6 +35,8 @@ ENV_VARS = {
     "guard_hold_s": "ORCH_GUARD_HOLD_S",
     "guard_max_retunes": "ORCH_GUARD_MAX_RETUNES",
     "warm_workers": "ORCH_WARM_WORKERS",
+    "api_max_body": "ORCH_API_MAX_BODY",
+    "api_max_batch_body": "ORCH_API_MAX_BATCH_BODY",
 }
 
 DEFAULT_RETENTION_S = 30 * 86400.0
@@ -42,6 +44,23 @@ DEFAULT_RETENTION_S = 30 * 86400.0
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+_SIZE = re.compile(r"(\d+)\s*([kmg]?)(?:i?b)?")
+_UNIT_BYTES = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``text``: a whole number with an optional binary unit K, M or G (``1M`` and
+    ``1MiB`` are 1,048,576 bytes; ``512k``, ``65536``).
+
+    Raises:
+        ValueError: not a size (the message says what is allowed).
+    """
+    match = _SIZE.fullmatch(text.strip().lower())
+    if match is None:
+        raise ValueError("expected a size such as 1M, 512K, 1GiB or 65536 (bytes)")
+    return int(match[1]) * _UNIT_BYTES[match[2]]
 
 
 def parse_duration(text: str) -> float:
@@ -56,27 +75,45 @@ def parse_duration(text: str) -> float:
     return float(match[1]) * _UNIT_S[match[2]]
 
 
+def format_duration(seconds: float) -> str:
+    """``seconds`` as people write it, in the largest unit of :func:`parse_duration` that
+    keeps it whole when one does (``30d``, ``12h``, ``90m``), else in seconds (``3.5s``)."""
+    for unit in ("w", "d", "h", "m"):
+        n = seconds / _UNIT_S[unit]
+        if n >= 1 and n == int(n):
+            return f"{int(n)}{unit}"
+    return f"{seconds:g}s"
+
+
 class Settings(BaseModel):
     """Where state lives and which Ray pool to use.
 
     Attributes:
-        redis_url: an existing Redis server; ``None`` starts the embedded one.
-        ray_address: an existing Ray cluster; ``None`` starts a local Ray instance.
+        redis_url: an existing Redis server (``redis://:pw@host:6379/0``); ``None`` starts the
+            embedded one.
+        ray_address: an existing Ray cluster (``HOST:6379`` from a machine of the cluster, or
+            ``ray://HOST:10001`` through Ray Client); ``None`` starts a local Ray instance.
         data_dir: embedded Redis data (append-only file), checkpoints (unless
             ``checkpoint_uri`` says otherwise), logs.
-        namespace: prefix of every Redis key, so several orchestrators share one Redis.
+        namespace: prefix of every Redis key, so several orchestrators share one Redis
+            (``orch demo`` uses ``demo``).
         virtual_gpus: GPU slots backed by the CPU when the local Ray has no CUDA GPU.
         virtual_gpu_memory_gb: the memory each virtual GPU slot declares (GB), which placement
             checks against a job's ``resources.gpu_memory_gb`` as it does a real GPU's; a
             node of a joined cluster may declare its own with the Ray resource
-            ``orch_gpu_memory_gb`` (see ``orchestrator.pool``). Large by default, so a job
-            written for a big GPU still runs on a CPU machine.
+            ``orch_gpu_memory_gb`` (see ``orchestrator.pool``), and real GPUs report theirs
+            through NVML. Large by default, so a job written for a big GPU still runs on a CPU
+            machine.
         scheduler_interval_s: how often the scheduler takes a snapshot and decides.
-        policy: the scheduling policy's registered name (``gang``, ``shared``, ...).
+        policy: the scheduling policy's registered name: ``shared`` (preemption, teams,
+            elastic), ``shared-genetic`` (``shared`` with Pollux's genetic search for bulk
+            GPUs), ``gang``, ``tiresias``, ``pollux``, ``strict-priority``,
+            ``static-partition`` (also ``orch up --policy``).
         stop_grace_s: how long a job being stopped (cancel, preemption) may take to write its
             checkpoint before it is killed: the longest an interactive job waits for it.
         api_address: ``host:port`` the API server (``orch up``, ``orch serve``) listens on;
-            loopback by default, so only this machine reaches it until an admin says otherwise.
+            loopback by default, so only this machine reaches it until an admin says otherwise
+            (also ``--api-address``).
         retention_s: how long a finished (or failed, cancelled) job is kept: its keys expire
             that long after it ended, and ``orch gc`` removes what is left of it (``30d``,
             ``12h`` or seconds in ``ORCH_RETENTION``).
@@ -88,9 +125,12 @@ class Settings(BaseModel):
         redis_bind: the address the embedded Redis listens on besides loopback, and the one
             in the URL workers get: this host's address on the network for workers on other
             hosts (always with its password); ignored with ``REDIS_URL``.
-        warm_workers: worker actors kept started per node (torch and the harness imported),
-            handed to 1-GPU jobs so they start without a new process; each holds one of the
-            node's free GPUs until a job takes it or a gang needs it. 0 turns the pool off.
+        warm_workers: worker actors kept started per node (torch and the harness imported, a
+            first step done), handed to 1-GPU jobs so they start without a new process (in
+            tens of milliseconds); each holds one of the node's free GPUs until a job takes it or a
+            gang needs it, and on a node whose GPUs are all busy it holds none and takes the
+            GPU of the job handed it (an interactive job that preempts starts warm too). 0
+            turns the pool off.
         checkpoint_uri: where job checkpoints go: a path shared by every worker host, or an
             fsspec URL (``s3://bucket/prefix``, with ``s3fs`` installed and the usual AWS
             variables on every host); by default ``data_dir/checkpoints``. Each namespace gets
@@ -101,6 +141,10 @@ class Settings(BaseModel):
             :mod:`orchestrator.control.guard`).
         guard_max_retunes: re-tunes the SLA guard may give one job (0: it never re-tunes);
             those its team asks for (``orch retune``) are not counted.
+        api_max_body: the largest request body the API reads (bytes; ``1M``, ``512K``), but for
+            a batch of jobs: a larger one is refused with 413 before it is read, so a client
+            cannot make the server hold an upload of any size (one job is under 70 KiB).
+        api_max_batch_body: the largest body of ``POST /v1/jobs/batch`` (up to 10,000 jobs).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -125,6 +169,8 @@ class Settings(BaseModel):
     redis_bind: str = "127.0.0.1"
     warm_workers: int = Field(default=1, ge=0, le=64)
     checkpoint_uri: str | None = Field(default=None, min_length=1)
+    api_max_body: int = Field(default=1 << 20, ge=1 << 10, le=1 << 30)
+    api_max_batch_body: int = Field(default=32 << 20, ge=1 << 10, le=1 << 30)
 
     @field_validator("checkpoint_uri")
     @classmethod
@@ -146,6 +192,11 @@ class Settings(BaseModel):
             # The URL workers get names this address: it must be one they can reach.
             raise ValueError("expected this host's own address, not a wildcard")
         return str(address)
+
+    @field_validator("api_max_body", "api_max_batch_body", mode="before")
+    @classmethod
+    def _size(cls, value: object) -> object:
+        return parse_size(value) if isinstance(value, str) else value
 
     @field_validator("retention_s", mode="before")
     @classmethod

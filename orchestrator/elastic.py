@@ -21,15 +21,15 @@ from collections.abc import Mapping
 
 from orchestrator.spec import JobSpec
 
-__all__ = ["feasible_sizes", "global_batch", "resized_spec", "speedup_curve"]
+__all__ = ["feasible_sizes", "global_batch", "resized_spec", "speedup_curve", "split_batch"]
 
 
 def global_batch(spec: JobSpec) -> int:
-    """Samples per optimizer step at the job's requested size."""
-    return spec.run.micro_batch * spec.run.grad_accum * spec.gpus
+    """Samples per optimizer step at the job's requested size (over its replicas)."""
+    return spec.run.micro_batch * spec.run.grad_accum * spec.replicas
 
 
-def _split(batch: int, gpus: int, max_micro: int) -> tuple[int, int] | None:
+def split_batch(batch: int, gpus: int, max_micro: int) -> tuple[int, int] | None:
     """``(micro_batch, grad_accum)`` with ``micro x accum x gpus == batch`` and the largest
     micro-batch at most ``max_micro`` (fewest accumulation steps), or ``None``."""
     if batch % gpus:
@@ -49,13 +49,24 @@ def resized_spec(spec: JobSpec, gpus: int) -> JobSpec | None:
         return spec
     if not lo <= gpus <= hi:
         return None
-    split = _split(global_batch(spec), gpus, spec.run.micro_batch)
+    plan = spec.run.plan
+    # a plan keeps its tensor and pipeline degrees: the replicas follow the size
+    model_ranks = plan.tp * plan.pp if plan is not None else 1
+    if gpus % model_ranks:
+        return None
+    split = split_batch(global_batch(spec), gpus // model_ranks, spec.run.micro_batch)
     if split is None:
         return None
     micro, accum = split
-    run = spec.run.model_copy(
-        update={"micro_batch": micro, "grad_accum": accum, "data_parallel": gpus}
-    )
+    update: dict[str, object] = {"micro_batch": micro, "grad_accum": accum, "data_parallel": gpus}
+    if plan is not None:
+        replicas = gpus // model_ranks
+        zero = plan.zero if replicas > 1 else 0
+        if zero < 2 and replicas > 1 and model_ranks > 1:
+            zero = 2  # DDP spans a 1-D plan only (workers.parallel.plan): shard the gradients
+        offload = plan.offload and replicas > 1 and zero == 3
+        update["plan"] = plan.model_copy(update={"dp": replicas, "zero": zero, "offload": offload})
+    run = spec.run.model_copy(update=update)
     return spec.model_copy(update={"run": run})
 
 

@@ -38,6 +38,30 @@ class ConfigError(OrchError):
     exit_code = 2
 
 
+class OptionError(OrchError):
+    """A command-line option or argument has a value that is not allowed (the API refuses
+    the same value with 422).
+
+    Attributes:
+        option: the option (``--by``) or argument (``JOB``).
+        problem: what is wrong and what is allowed (``must be at most 100,000, got 7e20``).
+    """
+
+    exit_code = 2
+
+    def __init__(self, option: str, problem: str) -> None:
+        self.option = option
+        self.problem = problem
+        super().__init__(f"{option} {problem}")
+
+
+class WorkingDirError(OrchError):
+    """A command job's working directory cannot be shipped: not a folder, a link leaving it,
+    past the size limit, or (through the API) not a zip of the size it may have."""
+
+    exit_code = 2
+
+
 class StoreError(OrchError):
     """The Redis store could not be reached or started."""
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -32,6 +33,7 @@ from pydantic import BaseModel, Field, ValidationError
 from yaml.constructor import ConstructorError
 
 from orchestrator.errors import SpecError
+from orchestrator.names import NAME_PATTERN, NAME_RULE
 
 __all__ = [
     "MAX_DEPTH",
@@ -44,6 +46,7 @@ __all__ = [
     "load_document",
     "parse_json",
     "parse_yaml",
+    "read_stdin",
     "read_text",
 ]
 
@@ -57,10 +60,6 @@ about 9,000)."""
 MAX_INT_DIGITS = 40
 """Longest integer literal, in characters (2**63 has 19 digits)."""
 
-NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
-NAME_RULE = (
-    "must be 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"
-)
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 """A job or team name: the same rule everywhere a name is given."""
 
@@ -107,6 +106,23 @@ def read_text(path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> str:
         raise SpecError(source, [f"cannot read the file: {err.strerror or err}"]) from None
     finally:
         os.close(fd)
+    return _text(raw, source, max_bytes)
+
+
+def read_stdin(*, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text on standard input (``orch submit -``), within the limits of a file.
+
+    Raises:
+        SpecError: too large, unreadable, or not UTF-8 text.
+    """
+    try:
+        raw = sys.stdin.buffer.read(max_bytes + 1)
+    except OSError as err:
+        raise SpecError("<stdin>", [f"cannot read standard input: {err.strerror or err}"]) from None
+    return _text(raw, "<stdin>", max_bytes)
+
+
+def _text(raw: bytes, source: str, max_bytes: int) -> str:
     if len(raw) > max_bytes:
         raise SpecError(source, [f"the file is larger than {max_bytes:,} bytes (the limit)"])
     try:

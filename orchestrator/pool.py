@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from orchestrator.config import Settings
@@ -145,6 +146,7 @@ class GPUPool:
         import ray
 
         if ray.is_initialized():
+            private_ray_token()
             return
         kwargs: dict[str, Any] = {
             "include_dashboard": False,
@@ -170,6 +172,7 @@ class GPUPool:
         except Exception as err:
             where = self.settings.ray_address or "a local Ray instance"
             raise PoolError(f"cannot start or join Ray at {where}: {err}") from err
+        private_ray_token()
 
     def stop(self) -> None:
         """Shut down Ray if this pool started it."""
@@ -259,3 +262,17 @@ class GPUPool:
 def nodes_to_json(nodes: list[NodeInfo]) -> list[dict[str, Any]]:
     """Serialisable form of the pool view (published to Redis for `orch pool`)."""
     return [asdict(n) for n in nodes]
+
+
+def private_ray_token() -> None:
+    """Make Ray's token file readable by its owner only.
+
+    Ray (2.59 on) turns token authentication on for a local instance and saves the token it
+    generates in ``~/.ray/auth_token`` (or ``RAY_AUTH_TOKEN_PATH``), readable by every user
+    (0644 in 2.60). With it, any process on the host could join the cluster and run code as
+    the Ray workers' user; the sandboxed code of a team (``workers.sandbox``) must not.
+    """
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    with contextlib.suppress(OSError):  # no token file: the token came from the environment
+        if path.stat().st_mode & 0o077:
+            os.chmod(path, 0o600)

@@ -76,8 +76,12 @@ def serve_in_background(settings: Settings, policy: SchedulingPolicy | None = No
     from orchestrator.control.loop import ControlLoop
     from orchestrator.pool import GPUPool
     from orchestrator.runtime.ray_gang import RayRuntime
+    from orchestrator.store.lease import SchedulerBusy, holder_is_dead
 
     store, url = open_store(settings)
+    holder = store.lease_holder()
+    if not settings.standby and holder is not None and not holder_is_dead(holder):
+        raise SchedulerBusy.of(holder, settings.namespace)  # said before Ray starts for nothing
     pool = GPUPool(settings)
     pool.start()
     runtime = RayRuntime(

@@ -57,6 +57,7 @@ def evaluate_sla(
     *,
     elapsed_s: float | None = None,
     finished: bool = False,
+    ended: str = "",
 ) -> SLAVerdict:
     """Judge measured metrics against the job's SLA (every stated part must hold).
 
@@ -66,6 +67,9 @@ def evaluate_sla(
         elapsed_s: seconds from submission to completion (or to now), for deadlines.
         finished: whether the job has completed its work (a deadline is judged only then,
             unless it has already passed).
+        ended: ``"cancelled"`` or ``"failed"`` when the job ended without finishing: a
+            cancelled job gets no verdict (nobody owes it the rest of its work), a failed one
+            missed its SLA, whatever it measured while it ran.
     """
     verdicts: list[bool | None] = []
     measured: list[str] = []
@@ -95,6 +99,9 @@ def evaluate_sla(
         value = _num(metrics, f"p{lat.percentile}_ms")
         verdicts.append(None if value is None else value <= lat.max_ms)
         measured.append("-" if value is None else f"p{lat.percentile} {value:.1f} ms")
+    if ended in ("cancelled", "failed"):
+        measured.append(ended)
+        verdicts = [None] if ended == "cancelled" else [False]
     if any(v is False for v in verdicts):
         met: bool | None = False
     elif verdicts and all(v is True for v in verdicts):
@@ -159,7 +166,10 @@ def check_deadline(spec: JobSpec, samples_per_s: float | None) -> DeadlineCheck:
         return DeadlineCheck(True, "")
     if tp.work_samples is None:
         return DeadlineCheck(
-            None, f"job {spec.name!r}: deadline not checked: its work is in tokens"
+            None,
+            f"job {spec.name!r}: deadline not checked at submit: its work is in tokens "
+            "(a tuned rate is in samples/s; give sla.throughput.work_samples to have it "
+            "checked)",
         )
     if samples_per_s is None or samples_per_s <= 0:
         return DeadlineCheck(

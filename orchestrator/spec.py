@@ -2,7 +2,7 @@
 
 A job file (YAML or JSON) becomes a :class:`JobSpec`, or a :class:`SpecError` listing every
 problem with the field's dotted path and what is allowed. Inside the orchestrator the spec is
-trusted. See README.md ("Job file") for the format.
+trusted. See docs/user-guide.md ("Job file") for the format.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -24,13 +24,22 @@ from pydantic import (
 from orchestrator.errors import SpecError
 from orchestrator.inputs import NAME_PATTERN as NAME_PATTERN  # for orchestrator.api, store.tokens
 from orchestrator.inputs import Name, describe_errors, load_document
+from orchestrator.loader_spec import LoaderSpec
 from workers.workloads.registry import BUILTIN_WORKLOADS
 
 JobClass = Literal["bulk", "interactive"]
 Precision = Literal["fp32", "bf16", "fp16"]
 Sharding = Literal["ddp", "fsdp"]
+LRScaling = Literal["linear", "sqrt", "none", "script"]
 ENTRY_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
-_ENTRY_RULE = {ENTRY_PATTERN: "must be an entry point 'package.module:function'"}
+DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+PYTHONS = ("python", "python3")
+SettingName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")]
+_ENTRY_RULE = {
+    ENTRY_PATTERN: "must be an entry point 'package.module:function'",
+    DIGEST_PATTERN: "must be a stored working directory's digest 'sha256:<64 hex>' "
+    "(orch submit --working-dir sets it)",
+}
 
 # Upper bounds: generous for any real job, small enough that arithmetic on them stays exact and
 # finite (a deadline of 1e308 seconds, or 1e30 steps, is a typo or an attack, not a job).
@@ -51,11 +60,54 @@ class _Model(BaseModel):
     )
 
 
+class ScriptSetting(_Model):
+    """One of a command-mode script's own settings: its type, what it may be, and the value
+    ``orch`` hands the script (``default``) until the tuner chooses another."""
+
+    type: Literal["int", "float", "choice"]
+    min: float | None = Field(default=None, allow_inf_nan=False)
+    max: float | None = Field(default=None, allow_inf_nan=False)
+    values: list[str | int | float | bool] | None = Field(default=None, min_length=1, max_length=64)
+    default: str | int | float | bool
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.type == "choice":
+            if self.values is None or self.min is not None or self.max is not None:
+                raise ValueError("a choice setting gives values (a list), not min/max")
+            if self.default not in self.values:
+                raise ValueError(f"default {self.default!r} must be one of values {self.values}")
+            return self
+        if self.values is not None or self.min is None or self.max is None:
+            raise ValueError(f"an {self.type} setting gives min and max, not values")
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max:g}) must be >= min ({self.min:g})")
+        number = isinstance(self.default, int | float) and not isinstance(self.default, bool)
+        if self.type == "int" and not (isinstance(self.default, int) and number):
+            raise ValueError(f"default must be an integer for an int setting, got {self.default!r}")
+        if not number or not self.min <= float(self.default) <= self.max:
+            raise ValueError(f"default must be a number in [{self.min:g}, {self.max:g}]")
+        return self
+
+
 class WorkloadRef(_Model):
-    """What to run: a built-in workload by ``name`` or a user ``entry`` point, with ``args``."""
+    """What to run: a built-in workload by ``name``, a user ``entry`` point, or a ``command``
+    (the team's own script, run in its working directory: see docs/user-guide.md, "Command mode").
+
+    ``working_dir`` is the content digest (``sha256:...``) of the job's working directory as
+    ``orch submit --working-dir`` stored it; ``settings`` are the script's own tunable
+    settings; ``first_report_s`` is how long a command may run before its first step report
+    (a script that never calls ``job.report()`` fails after it, instead of holding GPUs).
+    """
 
     name: str | None = None
     entry: str | None = Field(default=None, pattern=ENTRY_PATTERN, max_length=256)
+    command: list[Annotated[str, Field(min_length=1, max_length=1024)]] | None = Field(
+        default=None, min_length=1, max_length=256
+    )
+    working_dir: str | None = Field(default=None, pattern=DIGEST_PATTERN)
+    settings: dict[SettingName, ScriptSetting] = Field(default_factory=dict, max_length=64)
+    first_report_s: float = Field(default=300.0, gt=0, le=MAX_SECONDS)
     args: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("args")
@@ -76,20 +128,54 @@ class WorkloadRef(_Model):
         if v is not None and v not in BUILTIN_WORKLOADS:
             raise ValueError(
                 f"unknown built-in workload {v!r}; built-ins: {', '.join(BUILTIN_WORKLOADS)} "
-                "(or give entry: 'package.module:function')"
+                "(or give entry: 'package.module:function', or command: [python, script.py])"
+            )
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _in_working_dir(cls, v: list[str] | None) -> list[str] | None:
+        # The allow-list for command mode: the worker's own Python, or a program of the job's
+        # working directory (what the team shipped), never another program of the host.
+        if v is not None and not command_program_allowed(v[0]):
+            raise ValueError(
+                f"the program {v[0]!r} is not allowed: give python (the worker's Python) or a "
+                "relative path within the working directory (./run.sh, tools/train)"
             )
         return v
 
     @model_validator(mode="after")
     def _one_of(self) -> Self:
-        if (self.name is None) == (self.entry is None):
-            raise ValueError("give exactly one of name (a built-in) or entry (module:function)")
+        if sum(x is not None for x in (self.name, self.entry, self.command)) != 1:
+            raise ValueError(
+                "give exactly one of name (a built-in), entry (module:function) or "
+                "command (a list: [python, train.py, ...])"
+            )
+        if self.command is None and (self.working_dir or self.settings):
+            raise ValueError("working_dir and settings go with command only")
+        if self.command is not None and self.working_dir is None:
+            raise ValueError(
+                "a command needs its working directory: orch submit --working-dir DIR job.yaml"
+            )
         return self
 
     @property
     def ref(self) -> str:
-        """The name or entry point, as the worker registry resolves it."""
+        """The name or entry point, as the worker registry resolves it; for a command, the
+        command line (shown, never resolved)."""
+        if self.command is not None:
+            return " ".join(self.command)
         return self.name if self.name is not None else str(self.entry)
+
+
+def command_program_allowed(program: str) -> bool:
+    """Whether a command may start with ``program``: ``python``/``python3`` (the worker's
+    interpreter, with torch and ``workers.job``) or a relative path inside the working
+    directory (no ``..``, not absolute)."""
+    if program in PYTHONS:
+        return True
+    parts = Path(program).parts
+    return "/" in program and not program.startswith("/") and ".." not in parts
 
 
 class ThroughputSLA(_Model):
@@ -176,13 +262,28 @@ class Resources(_Model):
         return v
 
 
+class PlanSettings(_Model):
+    """A parallel plan (``workers.parallel.Plan``): ``dp`` data-parallel replicas, each ``pp``
+    pipeline stages of ``tp`` tensor-parallel ranks; ``zero`` what the replicas shard (0
+    nothing, 1 optimizer state, 2 and gradients, 3 and parameters); ``offload`` the ZeRO-3
+    shards to host memory (CUDA). ``dp x tp x pp`` is the job's GPU count and its global batch
+    is ``run.micro_batch x run.grad_accum x dp``. See docs/parallel-plans.md."""
+
+    dp: int = Field(default=1, ge=1, le=1024)
+    tp: int = Field(default=1, ge=1, le=1024)
+    pp: int = Field(default=1, ge=1, le=1024)
+    zero: int = Field(default=0, ge=0, le=3)
+    offload: bool = False
+
+
 class RunSettings(_Model):
     """How the harness runs the workload (the tuner may later choose these).
 
     ``sharding`` says how more than one GPU share the model: ``ddp`` replicates it and
     all-reduces gradients, ``fsdp`` shards parameters, gradients and optimizer state (FSDP2).
     With one GPU it is accepted and the model runs unsharded. Checkpoints hold the full state
-    either way, so a job resumes with either sharding on any GPU count.
+    either way, so a job resumes with either sharding on any GPU count. ``plan`` (when set,
+    in place of ``sharding``) adds tensor and pipeline parallelism and ZeRO stages 1 and 2.
     """
 
     micro_batch: int = Field(default=32, ge=1, le=65536)
@@ -192,11 +293,59 @@ class RunSettings(_Model):
     compile: bool = False
     data_parallel: int | None = Field(default=None, ge=1, le=1024)
     sharding: Sharding = "ddp"
+    plan: PlanSettings | None = None
     steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
     duration_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     warmup_steps: int = Field(default=3, ge=0, le=MAX_STEPS)
     checkpoint_every: int = Field(default=50, ge=0, le=MAX_STEPS)
     seed: int = Field(default=0, ge=0, lt=2**63)
+    # The global batch the job's learning rate is set for (default: micro_batch x grad_accum x
+    # GPUs as given). The tuner records it when it picks another global batch within
+    # tuning.bounds.global_batch, so tuning.bounds.lr_scaling scales from the right base.
+    base_global_batch: int | None = Field(default=None, ge=1, le=1 << 30)
+    # the data loader's knobs, for a workload that gives a dataset (orchestrator.loader_spec)
+    loader: LoaderSpec = Field(default_factory=LoaderSpec)
+
+
+MAX_SERVE_BATCH = 4096
+MAX_TRACE = 100_000
+
+
+class ServeSpec(_Model):
+    """A service: requests arrive open-loop at an offered load and are answered by the job's
+    replicas (one per GPU), each with a dynamic batcher (``workers.serving``): a batch leaves
+    when it holds ``run.micro_batch`` requests or its oldest request has waited
+    ``max_delay_ms`` (``null``: a fixed batch, which waits until full). ``sla.latency`` is then
+    about requests, arrival to answer; the service runs for ``run.duration_s``.
+    """
+
+    rate_rps: float | None = Field(default=None, gt=0, le=1e6)
+    trace: list[float] | None = Field(default=None, min_length=1, max_length=MAX_TRACE)
+    max_delay_ms: float | None = Field(default=2.0, ge=0, le=60_000)
+    timeout_ms: float | None = Field(default=None, gt=0, le=3_600_000)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        if (self.rate_rps is None) == (self.trace is None):
+            raise ValueError(
+                "give exactly one of serve.rate_rps (requests per second) and serve.trace "
+                "(arrival times in seconds)"
+            )
+        last = 0.0
+        for i, t in enumerate(self.trace or ()):
+            if t < 0 or t < last:
+                raise ValueError(f"trace[{i}] must be >= 0 and >= the time before it, got {t:g}")
+            last = t
+        return self
+
+    def harness(self) -> dict[str, Any]:
+        """The settings as the worker's ``HarnessConfig.serve`` takes them (seconds)."""
+        return {
+            "rate_rps": self.rate_rps,
+            "trace": list(self.trace) if self.trace is not None else None,
+            "max_delay_s": None if self.max_delay_ms is None else self.max_delay_ms / 1000.0,
+            "timeout_s": None if self.timeout_ms is None else self.timeout_ms / 1000.0,
+        }
 
 
 class IntRange(_Model):
@@ -212,6 +361,18 @@ class IntRange(_Model):
         return self
 
 
+class PlanBounds(_Model):
+    """The parallel plans the tuner may try (``tuning.bounds.plan``): every combination of
+    these tensor and pipeline degrees and ZeRO stages that fits a GPU count (see
+    docs/parallel-plans.md); without it the tuner tries data parallelism (``sharding``)."""
+
+    tp: list[Annotated[int, Field(ge=1, le=64)]] = Field(default=[1], min_length=1, max_length=8)
+    pp: list[Annotated[int, Field(ge=1, le=64)]] = Field(default=[1], min_length=1, max_length=8)
+    zero: list[Annotated[int, Field(ge=0, le=3)]] = Field(
+        default=[0, 3], min_length=1, max_length=4
+    )
+
+
 class TuningBounds(_Model):
     """Narrow or pin the tuner's search space; an absent bound means the tuner's default."""
 
@@ -222,6 +383,25 @@ class TuningBounds(_Model):
     activation_checkpointing: list[bool] | None = Field(default=None, min_length=1, max_length=2)
     compile: list[bool] | None = Field(default=None, min_length=1, max_length=2)
     sharding: list[Sharding] | None = Field(default=None, min_length=1, max_length=2)
+    plan: PlanBounds | None = None
+    # The global batch (micro-batch x accumulation x GPUs) is the job's: the tuner keeps it
+    # unless a range is allowed here, and then only with a learning-rate rule (lr_scaling):
+    # linear (lr x G/G0), sqrt (lr x sqrt(G/G0)), none (the lr is kept as it is) or script
+    # (the workload's own scale_lr gets the global batch).
+    global_batch: IntRange | None = None
+    lr_scaling: LRScaling | None = None
+
+    @model_validator(mode="after")
+    def _batch_rule(self) -> Self:
+        gb = self.global_batch
+        if gb is not None and gb.min < gb.max and self.lr_scaling is None:
+            raise ValueError(
+                "a global_batch range changes what the job learns: declare how its learning "
+                "rate follows with lr_scaling (linear, sqrt, none or script)"
+            )
+        if self.lr_scaling is not None and gb is None:
+            raise ValueError("lr_scaling goes with a global_batch range (the batch is fixed)")
+        return self
 
 
 class TuningBudget(_Model):
@@ -238,6 +418,11 @@ class Tuning(_Model):
     budget: TuningBudget = Field(default_factory=TuningBudget)
     bounds: TuningBounds = Field(default_factory=TuningBounds)
     best_effort: bool = False
+    objective: Literal["gpu_seconds", "energy"] = Field(
+        default="gpu_seconds",
+        description="what a throughput SLA's tuning minimises per sample: GPU-seconds, or "
+        "energy (joules, from NVML: GPUs only)",
+    )
 
 
 class JobSpec(_Model):
@@ -251,6 +436,7 @@ class JobSpec(_Model):
     resources: Resources = Field(default_factory=Resources)
     run: RunSettings = Field(default_factory=RunSettings)
     tuning: Tuning = Field(default_factory=Tuning)
+    serve: ServeSpec | None = None
 
     @field_validator("workload", mode="before")
     @classmethod
@@ -282,19 +468,107 @@ class JobSpec(_Model):
                 f"run.warmup_steps ({self.run.warmup_steps}) must be < run.steps ({steps}), "
                 "or nothing is measured"
             )
+        tp = self.sla.throughput
+        if self.workload.command is not None and tp is not None and tp.work_tokens is not None:
+            problems.append(  # tokens become steps by a workload's tokens per sample: unknown
+                "sla.throughput.work_tokens: a command job states its work in samples "
+                "(work_samples), run.steps or run.duration_s"
+            )
+        if self.workload.command is not None and self.tuning.enabled:
+            problems.append(
+                "tuning.enabled: the tuner does not search command-mode jobs yet; give the run "
+                "settings (run.micro_batch, ...) and workload.settings defaults"
+            )
+        if self.tuning.objective == "energy" and (
+            self.sla.latency is not None or self.sla.throughput is None
+        ):
+            problems.append(
+                "tuning.objective 'energy' needs a throughput SLA without a latency ceiling "
+                "(under a ceiling the tuner maximises throughput)"
+            )
         if lengths != 1:
             problems.append(
                 "give exactly one run length: run.steps, run.duration_s, or "
                 "sla.throughput.work_samples/work_tokens with deadline_s"
             )
+        problems += self._batch_problems()
+        problems += self._serve_problems()
+        problems += self._plan_problems()
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _serve_problems(self) -> list[str]:
+        """A service is interactive work that runs for a duration, answering with forward
+        passes, with a batch within bounds; its tuning is not built yet."""
+        if self.serve is None:
+            return []
+        problems: list[str] = []
+        if self.job_class != "interactive":
+            problems.append("serve is for class interactive (a service answers requests now)")
+        if self.run.duration_s is None:
+            problems.append("serve needs run.duration_s (how long the service runs)")
+        if self.workload.name is not None and self.workload.name != "infer":
+            problems.append(
+                f"serve needs a forward-only workload: the built-in {self.workload.name!r} "
+                "trains (use infer, or an entry whose Workload has train=False)"
+            )
+        if self.workload.command is not None:
+            problems.append("serve needs a workload the worker batches for: not a command")
+        if self.run.micro_batch > MAX_SERVE_BATCH:
+            problems.append(
+                f"run.micro_batch is the service's largest batch: at most {MAX_SERVE_BATCH}, "
+                f"got {self.run.micro_batch}"
+            )
+        if self.run.grad_accum != 1:
+            problems.append("run.grad_accum must be 1 for a service")
+        if self.tuning.enabled:
+            problems.append(
+                "tuning.enabled: tuning a service (batch, queue delay) is not supported yet"
+            )
+        return problems
+
+    def _plan_problems(self) -> list[str]:
+        """A plan's degrees multiply to the GPU count; it is for a training workload the
+        harness runs (whether the model splits so is the harness's check, at start)."""
+        if self.run.plan is None:
+            return []
+        from workers.parallel.plan import Plan
+
+        problems = Plan(**self.run.plan.model_dump()).problems(world=self.gpus, where="run.plan")
+        if self.serve is not None or self.workload.command is not None:
+            problems.append("run.plan applies to a training workload the harness runs")
+        return problems
+
+    def _batch_problems(self) -> list[str]:
+        """The global batch range must hold the job's own batch; ``script`` needs the job's
+        own code (a built-in workload has no ``scale_lr``)."""
+        bounds = self.tuning.bounds
+        gb = bounds.global_batch
+        own = self.run.micro_batch * self.run.grad_accum * self.replicas
+        problems: list[str] = []
+        if gb is not None and not gb.min <= own <= gb.max:
+            problems.append(
+                f"tuning.bounds.global_batch [{gb.min}, {gb.max}] must hold the job's own global "
+                f"batch {own} (run.micro_batch x run.grad_accum x data-parallel replicas)"
+            )
+        if bounds.lr_scaling == "script" and self.workload.entry is None:
+            problems.append(
+                "tuning.bounds.lr_scaling script needs a workload given by entry: whose "
+                "Workload has scale_lr (built-ins use linear, sqrt or none)"
+            )
+        return problems
 
     @property
     def gpus(self) -> int:
         """GPUs (data-parallel degree) the job asks for when placed."""
         return self.run.data_parallel or self.resources.gpus.min
+
+    @property
+    def replicas(self) -> int:
+        """Data-parallel replicas: ``run.plan.dp``, else every GPU (the global batch is the
+        micro-batch x accumulation x replicas)."""
+        return self.run.plan.dp if self.run.plan is not None else self.gpus
 
     def steps_for(self) -> int | None:
         """Optimizer steps the run lasts: ``run.steps``, or enough for ``work_samples``.
@@ -305,7 +579,7 @@ class JobSpec(_Model):
         tp = self.sla.throughput
         if tp is None or tp.work_samples is None:
             return self.run.steps
-        per_step = self.run.micro_batch * self.run.grad_accum * self.gpus
+        per_step = self.run.micro_batch * self.run.grad_accum * self.replicas
         return max(1, math.ceil(tp.work_samples / per_step))
 
 
@@ -348,11 +622,15 @@ def parse_spec(data: Any, source: str = "<input>") -> JobSpec:
         raise SpecError(source, describe_errors(err, JobSpec, _ENTRY_RULE)) from None
 
 
-def load_spec(path: str | Path) -> JobSpec:
+def load_spec(path: str | Path, *, working_dir: str | None = None) -> JobSpec:
     """Read a YAML (``.yaml``/``.yml``) or JSON (``.json``) job file and validate it.
 
     The file is read within the limits of :mod:`orchestrator.inputs` (a regular file, bounded
     size, no YAML aliases or duplicate keys, bounded nesting).
+
+    Args:
+        working_dir: the digest of the stored working directory (``orch submit
+            --working-dir``): a command job's ``workload.working_dir`` becomes it.
 
     Raises:
         SpecError: the file is missing, not a regular file, too large, not YAML/JSON, or fails
@@ -363,4 +641,12 @@ def load_spec(path: str | Path) -> JobSpec:
         raise SpecError(
             str(p), [f"job files end in .yaml, .yml or .json, got {p.suffix or 'none'!r}"]
         )
-    return parse_spec(load_document(p), str(p))
+    return spec_from_document(load_document(p), str(p), working_dir=working_dir)
+
+
+def spec_from_document(data: Any, source: str, *, working_dir: str | None = None) -> JobSpec:
+    """:func:`load_spec` of a document already read and parsed (``orch submit -``: stdin)."""
+    workload = data.get("workload") if isinstance(data, dict) else None
+    if working_dir is not None and isinstance(workload, dict) and "command" in workload:
+        data["workload"] = {**workload, "working_dir": working_dir}
+    return parse_spec(data, source)

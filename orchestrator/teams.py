@@ -2,11 +2,13 @@
 
 ```yaml
 allow_unlisted: true   # false: a job from a team not listed here is refused at submission
+entry_modules: [ourlab]  # packages every team may name as workload entry points
 teams:
   - name: vision
     weight: 2          # share of the GPUs beyond guarantees, relative to other teams
     guaranteed_gpus: 64
     max_gpus: 256      # 0 or absent: no cap
+    entry_modules: [vision_models]  # and this team's own
   - name: speech
     guaranteed_gpus: 32
 ```
@@ -16,9 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Self
+from typing import Annotated, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from orchestrator.errors import SpecError
 from orchestrator.inputs import Name, describe_errors, load_document
@@ -27,6 +36,12 @@ from policies.snapshot import TeamView
 MAX_TEAMS = 1000
 MAX_WEIGHT = 1e6
 MAX_TEAM_GPUS = 1_000_000
+MAX_ENTRY_MODULES = 64
+BUILTIN_PACKAGE = "workers.workloads"
+"""Where the built-in workloads live: code the operator installed, which any team may name."""
+ModuleName = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", max_length=200)
+]
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
@@ -39,6 +54,11 @@ class TeamSpec(BaseModel):
     weight: float = Field(default=1.0, gt=0, le=MAX_WEIGHT)
     guaranteed_gpus: int = Field(default=0, ge=0, le=MAX_TEAM_GPUS)
     max_gpus: int = Field(default=0, ge=0, le=MAX_TEAM_GPUS, description="0: no cap")
+    entry_modules: list[ModuleName] = Field(
+        default_factory=list,
+        max_length=MAX_ENTRY_MODULES,
+        description="packages this team's jobs may name as entry points (with their modules)",
+    )
 
     @model_validator(mode="after")
     def _cap_covers_guarantee(self) -> Self:
@@ -59,6 +79,11 @@ class TeamConfig(BaseModel):
     allow_unlisted: bool = Field(
         default=True,
         description="accept jobs from teams not listed (weight 1, no guarantee, no cap)",
+    )
+    entry_modules: list[ModuleName] = Field(
+        default_factory=list,
+        max_length=MAX_ENTRY_MODULES,
+        description="packages every team's jobs may name as entry points (with their modules)",
     )
 
     @model_validator(mode="after")
@@ -103,6 +128,29 @@ class TeamConfig(BaseModel):
                 f"(max_gpus {spec.max_gpus}); ask for at most {spec.max_gpus}"
             ]
         return []
+
+
+def entry_problem(config: TeamConfig | None, team: str, entry: str) -> str | None:
+    """Why ``team`` may not name the entry point ``entry`` (``None``: it may).
+
+    Which code a team may run is the operator's choice: the built-in workloads' package, and
+    the packages the team config lists (``entry_modules``, for every team or for one), each
+    with its submodules. With no team config, only the built-ins.
+    """
+    module = entry.partition(":")[0]
+    allowed = [BUILTIN_PACKAGE]
+    if config is not None:
+        allowed += config.entry_modules
+        spec = config.team(team)
+        if spec is not None:
+            allowed += spec.entry_modules
+    if any(module == a or module.startswith(a + ".") for a in allowed):
+        return None
+    return (
+        f"workload.entry: module {module!r} is not one team {team!r} may run; allowed: "
+        f"{', '.join(allowed)} and their modules (an operator adds packages with "
+        "entry_modules in the team config: orch teams apply)"
+    )
 
 
 def parse_teams(data: object, source: str = "<teams>") -> TeamConfig:

@@ -50,6 +50,16 @@ class Registry(Generic[T]):
         """Registered names, sorted."""
         return sorted(self._entries)
 
+    def name_of(self, policy: object) -> str:
+        """The name ``policy`` is registered under, as users type it (``shared``), looking
+        through wrappers that keep the policy they wrap as ``inner``; else its class name."""
+        while not any(type(policy) is entry for entry in self._entries.values()):
+            inner = getattr(policy, "inner", None)
+            if inner is None:
+                return type(policy).__name__
+            policy = inner
+        return next(name for name, entry in self._entries.items() if type(policy) is entry)
+
     def create(self, name: str, **kwargs: Any) -> T:
         """Instantiate the implementation registered as ``name``.
 

@@ -1,11 +1,13 @@
-"""Fixtures shared by the whole suite: a real Redis server, and a job store per test."""
+"""Fixtures shared by the whole suite: a real Redis server, a job store per test, and one
+multi-node Ray cluster with virtual GPUs for the session (started by the first test that
+asks for it: the end-to-end tests and the runtime contract share it)."""
 
 from __future__ import annotations
 
 import os
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings
@@ -13,10 +15,17 @@ from hypothesis import settings
 # Property tests draw the same examples on every run (seeded from each test), so CI's verdict
 # does not depend on luck: a counterexample found once is found every time, and is kept as a
 # regression test (see tests/policies/test_shared_regressions.py). HYPOTHESIS_PROFILE=explore
-# draws fresh random examples, to look for new ones.
-settings.register_profile("ci", derandomize=True, database=None)
+# draws fresh random examples, to look for new ones. No per-example time limit: a verdict must
+# not depend on how loaded the machine is (timings are benchmarks, never tests).
+settings.register_profile("ci", derandomize=True, database=None, deadline=None)
 settings.register_profile("explore", max_examples=500)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# The CLI's commands go through the API of a context saved by `orch login`
+# (~/.config/orch/config.yaml): the suite never reads the developer's, and the tests that run
+# `orch` in direct mode reach the store they set up. Tests of contexts set ORCH_CONFIG.
+os.environ["ORCH_CONFIG"] = os.devnull + ".orch-config-absent"
+os.environ.pop("ORCH_CONTEXT", None)
 
 if TYPE_CHECKING:
     import redis
@@ -68,3 +77,20 @@ def store(redis_client: redis.Redis, namespace: str) -> Iterator[JobStore]:
     job_store = JobStore(redis_client, namespace)
     yield job_store
     job_store.delete_namespace()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Any]:
+    """A real multi-node Ray cluster (``ray.cluster_utils.Cluster``), shared by the session:
+    a head with no GPU, node A with 4 virtual GPU slots, node B with 2."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
+    cluster.add_node(num_cpus=1, num_gpus=4)
+    cluster.add_node(num_cpus=1, num_gpus=2)
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    cluster.wait_for_nodes()
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()

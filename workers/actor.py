@@ -182,11 +182,19 @@ class WorkerActor:
         *,
         rank: int | None = None,
         world_size: int | None = None,
+        fence: Callable[[], bool] | None = None,
+        run_tag: str = "",
     ) -> dict[str, Any]:
         """Run the harness for ``config_dict`` (see ``HarnessConfig.from_dict``).
 
         ``rank`` and ``world_size`` override the actor's own for this run: a tuning gang runs
         trials on a prefix of its actors (a 2-GPU trial on ranks 0 and 1 of a 4-GPU gang).
+        ``fence`` and ``run_tag``: see :class:`workers.harness.Harness` (rank 0 gets the
+        fence; a report is written only while it holds).
+
+        A team's code (an entry point, not a built-in) runs in a sandboxed child process as an
+        unprivileged user (:mod:`workers.sandbox`); this actor relays its reports, output and
+        stop requests. A command job's script runs the same way (:mod:`workers.command`).
 
         Returns:
             ``RunResult.to_dict()``.
@@ -198,15 +206,17 @@ class WorkerActor:
             HarnessConfigError, WorkloadError, CheckpointError: the job cannot run as given.
         """
         rank = self.rank if rank is None else rank
+        args = (config_dict, init_method, checkpoint_dir, rank, world_size, fence, run_tag)
         if self._log_sink_factory is None:
-            return self._run(config_dict, init_method, checkpoint_dir, rank, world_size)
+            return self._run(*args)
         from workers.logs import OutputCapture
 
         with OutputCapture(self._log_sink_factory(rank)):
             try:
-                return self._run(config_dict, init_method, checkpoint_dir, rank, world_size)
-            except BaseException:
-                traceback.print_exc()  # to the captured stderr: Ray reports it elsewhere
+                return self._run(*args)
+            except BaseException as err:
+                if not getattr(err, "printed", False):  # a sandboxed child printed its own
+                    traceback.print_exc()  # to the captured stderr: Ray reports it elsewhere
                 raise
 
     def _run(
@@ -216,22 +226,49 @@ class WorkerActor:
         checkpoint_dir: str | None,
         rank: int,
         world_size: int | None,
+        fence: Callable[[], bool] | None,
+        run_tag: str,
     ) -> dict[str, Any]:
         from workers.config import HarnessConfig
-        from workers.harness import Harness
+        from workers.sandbox import needs_sandbox, run_sandboxed
 
         _release_memory()  # what the last run's traceback held is unreferenced by now
-        report = self._make_report()
+        report = self._make_report(fence)
+        world = self.world_size if world_size is None else world_size
+        config = HarnessConfig.from_dict(config_dict)
+        if config.command is not None:
+            self._set_up.set()  # the script builds its own model: nothing to wait for here
+            return self._run_command(config_dict, init_method, checkpoint_dir, rank, world, fence)
+        if needs_sandbox(config.workload):
+            self._set_up.set()  # the child builds its harness: nothing to wait for here
+            return run_sandboxed(
+                config_dict,
+                job_id=self.job_id,
+                rank=rank,
+                world_size=world,
+                init_method=init_method,
+                checkpoint_dir=checkpoint_dir or None,
+                report=report,
+                report_every_s=self._report_every_s,
+                should_stop=self._stop.is_set,
+                fence=fence or (lambda: True),
+                num_threads=self._num_threads,
+                run_tag=run_tag,
+            )
+        from workers.harness import Harness
+
         harness = Harness(
-            HarnessConfig.from_dict(config_dict),
+            config,
             rank=rank,
-            world_size=self.world_size if world_size is None else world_size,
+            world_size=world,
             init_method=init_method,
             checkpoint_dir=checkpoint_dir or None,  # a path or a URL, kept as given
             report=report,
             report_every_s=self._report_every_s,
             should_stop=self._stop.is_set,
             num_threads=self._num_threads,
+            fence=fence,
+            run_tag=run_tag,
         )
         self._set_up.set()
         try:
@@ -239,12 +276,48 @@ class WorkerActor:
         finally:
             _release_memory()
 
+    def _run_command(
+        self,
+        config_dict: dict[str, Any],
+        init_method: str | None,
+        checkpoint_dir: str | None,
+        rank: int,
+        world: int,
+        fence: Callable[[], bool] | None,
+    ) -> dict[str, Any]:
+        """A command job's rank (:mod:`workers.command`), in the working directory Ray
+        unpacked as this actor's current folder (its ``runtime_env``)."""
+        import ray
+
+        from workers.command import run_command
+        from workers.errors import CommandError
+
+        if not ray.get_runtime_context().runtime_env.get("working_dir"):
+            # without it the current folder is Ray's own, not the team's: never ship that
+            raise CommandError("the job's working directory did not reach this worker")
+        return run_command(
+            config_dict,
+            job_id=self.job_id,
+            rank=rank,
+            world_size=world,
+            init_method=init_method,
+            checkpoint_dir=checkpoint_dir or None,
+            report=self._make_report(fence),
+            report_every_s=self._report_every_s,
+            should_stop=self._stop.is_set,
+            fence=fence or (lambda: True),
+            num_threads=self._num_threads,
+            source_dir=os.getcwd(),
+        )
+
     def request_stop(self) -> None:
         """Ask the running harness to checkpoint and return at the next step (idempotent;
         a request made before :meth:`run` starts stops it before its first step)."""
         self._stop.set()
 
-    def _make_report(self) -> Callable[[dict[str, Any]], None] | None:
+    def _make_report(
+        self, fence: Callable[[], bool] | None
+    ) -> Callable[[dict[str, Any]], None] | None:
         if self.rank != 0 or self._reporter_factory is None:
             return None
         sink = self._reporter_factory()
@@ -254,8 +327,10 @@ class WorkerActor:
         devices = os.environ.get("CUDA_VISIBLE_DEVICES")
 
         def report(data: dict[str, Any]) -> None:
+            if fence is not None and not fence():
+                return  # deposed: the job's reports are a newer run's
             # warm_start: this run skipped the worker's start (a warm pool's actor)
-            sink({"job_id": job_id, "warm_start": warm, "visible_devices": devices, **data})
+            sink({**data, "job_id": job_id, "warm_start": warm, "visible_devices": devices})
 
         return report
 

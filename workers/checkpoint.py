@@ -15,7 +15,15 @@ variables or ``FSSPEC_S3_*``). In it:
 
 A preemption mid-write leaves a partial step directory that no record names: the previous
 checkpoint stays the current one, and the partial directory goes with the next save, which
-deletes every step directory but the one it committed. Local folders are created 0700 and the
+deletes the step directories it does not commit.
+
+**Two copies of a run never corrupt each other.** A run carries a *run tag* (the scheduler's
+lease generation and its launch serial, zero-padded so that later runs sort higher): its step
+directories are ``step-000000042-<tag>`` and its half-written records ``.checkpoint-<tag>-*``,
+so two copies never write the same path; a save deletes only what runs up to its own tag left
+(a copy from a deposed scheduler never deletes the new run's files); and the commit, the one
+atomic promote, happens only while ``may_commit()`` says the run is still current (the worker
+asks its fence: see ``orchestrator.store.sink.RunFence``). Local folders are created 0700 and the
 record 0600 (weights are the team's own). Every rank reads the same location on resume, so it
 must be shared by the job's ranks (it is on one node; across nodes use shared storage or a URL).
 """
@@ -26,11 +34,12 @@ import contextlib
 import io
 import os
 import random
+import re
 import shutil
 import tempfile
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,12 +62,21 @@ __all__ = [
     "load_tensors",
     "restore_rng",
     "rng_state",
+    "run_tag",
     "save_checkpoint",
 ]
 
 CHECKPOINT_FILE = "checkpoint.pt"
 _STEP_PREFIX = "step-"
 _TMP_PREFIX = ".checkpoint-"
+# a run tag (see run_tag): compared as strings, so of one fixed width
+_TAG_RE = re.compile(r"[0-9]{12}\.[0-9]{12}")
+
+
+def run_tag(generation: int, serial: int) -> str:
+    """The tag of the run a scheduler of lease ``generation`` launched as ``serial``: a later
+    run (a later generation, or a later launch of the same one) has a larger tag."""
+    return f"{generation:012d}.{serial:012d}"
 
 
 @dataclass
@@ -152,17 +170,32 @@ def _one_process_is_fine() -> Iterator[None]:
         yield
 
 
-def save_checkpoint(location: Path | str, ckpt: Checkpoint, state: dict[str, Any]) -> str:
+def save_checkpoint(
+    location: Path | str,
+    ckpt: Checkpoint,
+    state: dict[str, Any],
+    *,
+    run_tag: str = "",
+    may_commit: Callable[[], bool] | None = None,
+) -> str | None:
     """Save ``state`` (model and optimizer state dicts, sharded or not: see
-    :func:`workers.sharding.state_dicts`) and ``ckpt`` as the job's current checkpoint; return
-    the step directory written.
+    :func:`workers.parallel.state.state_dicts`) and ``ckpt`` as the job's current checkpoint; return
+    the step directory written, or ``None`` when ``may_commit`` refused the commit.
 
     Every rank of the job calls it with its own ``state`` (the write is a collective: each rank
     writes its shards); rank 0 then commits the record and deletes older step directories.
     A step is saved once: saving the step of the current checkpoint again would overwrite it.
+
+    Args:
+        run_tag: this run's tag (see the module doc): later runs must have larger tags.
+        may_commit: asked by rank 0 just before the commit; ``False`` (this run has been
+            deposed) leaves the current record as it is, and the step directory just written
+            for the next save to delete.
     """
+    if run_tag and not _TAG_RE.fullmatch(run_tag):
+        raise CheckpointError(f"run_tag must match {_TAG_RE.pattern}, got {run_tag!r}")
     location = str(location)
-    ckpt.tensors = f"{_STEP_PREFIX}{ckpt.step:09d}"
+    ckpt.tensors = f"{_STEP_PREFIX}{ckpt.step:09d}" + (f"-{run_tag}" if run_tag else "")
     target = _join(location, ckpt.tensors)
     if _is_url(location):
         writer: dcp.FileSystemWriter = FsspecWriter(target)
@@ -176,11 +209,13 @@ def save_checkpoint(location: Path | str, ckpt: Checkpoint, state: dict[str, Any
     # DCP's save returns on every rank once its metadata is written, so the step directory is
     # complete here: committing now cannot name a partial one.
     if _is_writer():
-        _commit(location, ckpt)
+        if may_commit is not None and not may_commit():
+            return None
+        _commit(location, ckpt, run_tag)
     return target
 
 
-def _commit(location: str, ckpt: Checkpoint) -> None:
+def _commit(location: str, ckpt: Checkpoint, run_tag: str) -> None:
     """Write the record atomically, then delete the step directories it no longer names."""
     buf = io.BytesIO()
     torch.save(asdict(ckpt), buf)
@@ -188,17 +223,17 @@ def _commit(location: str, ckpt: Checkpoint) -> None:
     if _is_url(location):
         fs, root = fsspec.core.url_to_fs(location)
         # written beside and moved over: one object put (or rename) makes the new record whole
-        tmp = f"{root.rstrip('/')}/{_TMP_PREFIX}{uuid.uuid4().hex}.tmp"
+        tmp = f"{root.rstrip('/')}/{_TMP_PREFIX}{run_tag}-{uuid.uuid4().hex}.tmp"
         fs.pipe_file(tmp, data)
         fs.mv(tmp, f"{root.rstrip('/')}/{CHECKPOINT_FILE}")
         fs.invalidate_cache(root)  # list what is there now, not what this process saw before
         for path in fs.ls(root, detail=False):
             name = path.rstrip("/").rsplit("/", 1)[-1]
-            if _stale(name, ckpt.tensors):
+            if _stale(name, ckpt.tensors, run_tag):
                 fs.rm(path, recursive=True)
         return
     directory = Path(location)
-    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=_TMP_PREFIX, suffix=".tmp")
+    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f"{_TMP_PREFIX}{run_tag}-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -209,16 +244,23 @@ def _commit(location: str, ckpt: Checkpoint) -> None:
         Path(tmp_name).unlink(missing_ok=True)
         raise
     for path in directory.iterdir():
-        if _stale(path.name, ckpt.tensors):
+        if _stale(path.name, ckpt.tensors, run_tag):
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
 
 
-def _stale(name: str, current: str) -> bool:
-    """A step directory other than ``current``, or a record a crash left half-written."""
-    return (name.startswith(_STEP_PREFIX) and name != current) or name.startswith(_TMP_PREFIX)
+def _stale(name: str, current: str, run_tag: str) -> bool:
+    """A step directory other than ``current``, or a record a crash left half-written, that a
+    run up to ``run_tag`` wrote (a later run's files are that run's to delete)."""
+    if name.startswith(_STEP_PREFIX) and name != current:
+        _, _, tag = name[len(_STEP_PREFIX) :].partition("-")
+    elif name.startswith(_TMP_PREFIX):
+        tag, _, _ = name[len(_TMP_PREFIX) :].partition("-")
+    else:
+        return False
+    return tag <= run_tag
 
 
 def load_checkpoint(
@@ -260,7 +302,7 @@ def load_checkpoint(
 
 def load_tensors(location: Path | str, ckpt: Checkpoint, state: dict[str, Any]) -> str:
     """Load the model and optimizer tensors of ``ckpt`` in place into ``state`` (this rank's
-    state dicts, as :func:`workers.sharding.state_dicts` gives them: DCP reshards the saved
+    state dicts, as :func:`workers.parallel.state.state_dicts` gives them: DCP reshards the saved
     shards onto them) and return the step directory read. Every rank of the job calls it.
 
     Raises:

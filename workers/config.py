@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workers.errors import HarnessConfigError
+from workers.loader_settings import LoaderSettings
 
-__all__ = ["OPTIMIZERS", "PRECISIONS", "SHARDINGS", "HarnessConfig"]
+__all__ = ["LR_SCALINGS", "OPTIMIZERS", "PRECISIONS", "SHARDINGS", "HarnessConfig"]
 
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
 SHARDINGS: tuple[str, ...] = ("ddp", "fsdp")
+LR_SCALINGS: tuple[str, ...] = ("none", "linear", "sqrt", "script")
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,11 @@ class HarnessConfig:
         sharding: how more than one rank train, ``ddp`` (replicated model, all-reduced
             gradients) or ``fsdp`` (parameters, gradients and optimizer state sharded over the
             ranks); one rank, or an inference workload, runs unsharded either way. Checkpoints
-            are the same for both.
+            are the same for both. Shorthand for a ``plan`` of ``dp`` = the ranks and
+            ZeRO 0 (``ddp``) or 3 (``fsdp``); ignored when ``plan`` is set.
+        plan: the parallel plan, :class:`workers.parallel.Plan` as a dict (``dp``, ``tp``,
+            ``pp``, ``zero``, ``offload``); its degrees multiply to the ranks. The global batch
+            is ``micro_batch x grad_accum x dp``.
         steps: optimizer steps in total, counting those done before a resume.
         duration_s: wall-clock seconds the job trains for, counted over its runs: each from
             the start of its step loop (after building the model, the process group and the
@@ -48,8 +54,22 @@ class HarnessConfig:
         checkpoint_every: write a checkpoint every this many optimizer steps (0 = never; a
             checkpoint is still written when the run is stopped).
         seed: seeds model initialisation, the data stream and the RNGs.
-        lr: learning rate.
+        lr: learning rate at ``base_global_batch``.
         optimizer: ``adamw`` or ``sgd`` (momentum 0.9).
+        lr_scaling: how the learning rate follows a global batch ``G`` (micro-batch x
+            accumulation x ranks) other than ``base_global_batch`` ``G0``: ``none`` (kept),
+            ``linear`` (``lr x G/G0``, Goyal et al. 2017), ``sqrt`` (``lr x sqrt(G/G0)``,
+            Krizhevsky 2014; Hoffer et al. 2017) or ``script`` (the workload's ``scale_lr``).
+        serve: a live service instead of a training or inference loop (see
+            :class:`workers.serve_run.ServeRun`): its arrivals (``rate_rps`` or ``trace``) and
+            batcher (``max_delay_s``, ``timeout_s``); ``micro_batch`` is its largest batch.
+        base_global_batch: the global batch ``lr`` is set for (``None``: this run's own).
+        loader: the data loader's knobs for a workload that gives a dataset
+            (:class:`workers.loader_settings.LoaderSettings` as a dict; empty: its defaults);
+            ignored for a ``make_batch`` workload.
+        command: for a command-mode job (``workload`` is then its command line, for display):
+            ``{"argv": [...], "settings": {name: value}, "first_report_s": s,
+            "working_dir": digest}``; the script applies the knobs (see :mod:`workers.job`).
     """
 
     workload: str
@@ -60,6 +80,7 @@ class HarnessConfig:
     activation_checkpointing: bool = False
     compile: bool = False
     sharding: str = "ddp"
+    plan: dict[str, Any] | None = None
     steps: int | None = None
     duration_s: float | None = None
     work_tokens: int | None = None
@@ -68,6 +89,11 @@ class HarnessConfig:
     seed: int = 0
     lr: float = 1e-3
     optimizer: str = "adamw"
+    lr_scaling: str = "none"
+    base_global_batch: int | None = None
+    serve: dict[str, Any] | None = None
+    command: dict[str, Any] | None = None
+    loader: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         problems = self._problems()
@@ -76,6 +102,8 @@ class HarnessConfig:
 
     def _problems(self) -> list[str]:
         p: list[str] = []
+        if self.serve is not None:
+            p += _serve_problems(self.serve, self.duration_s)
         if not self.workload:
             p.append("workload must be a built-in name or 'package.module:function'")
         for name in ("micro_batch", "grad_accum"):
@@ -90,8 +118,23 @@ class HarnessConfig:
             p.append(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.sharding not in SHARDINGS:
             p.append(f"sharding must be one of {', '.join(SHARDINGS)}, got {self.sharding!r}")
+        if self.plan is not None:
+            p += _plan_problems(self.plan)
+        if self.lr_scaling not in LR_SCALINGS:
+            p.append(f"lr_scaling must be one of {', '.join(LR_SCALINGS)}, got {self.lr_scaling!r}")
+        base = self.base_global_batch
+        if base is not None and (not isinstance(base, int) or isinstance(base, bool) or base < 1):
+            p.append(f"base_global_batch must be an integer >= 1, got {base!r}")
         if self.optimizer not in OPTIMIZERS:
             p.append(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.command is not None and not (
+            isinstance(self.command.get("argv"), list) and self.command["argv"]
+        ):
+            p.append("command must hold argv, a non-empty list")
+        try:
+            LoaderSettings.from_dict(self.loader)
+        except HarnessConfigError as err:
+            p.append(str(err))
         lengths = (self.steps, self.duration_s, self.work_tokens)
         if sum(x is not None for x in lengths) != 1:
             p.append("exactly one of steps, duration_s and work_tokens must be set")
@@ -134,3 +177,39 @@ class HarnessConfig:
         if "workload" not in data:
             raise HarnessConfigError("harness config needs 'workload'")
         return cls(**data)
+
+
+def _plan_problems(plan: Any) -> list[str]:
+    """What is wrong with a plan dict on its own (the ranks are checked by the harness)."""
+    from workers.parallel.plan import Plan
+
+    if not isinstance(plan, dict):
+        return [f"plan must be a mapping of dp, tp, pp, zero, offload, got {plan!r}"]
+    try:
+        return Plan.from_dict(plan).problems()
+    except (TypeError, ValueError) as exc:
+        return [f"plan: {exc}"]
+
+
+def _serve_problems(serve: dict[str, Any], duration_s: float | None) -> list[str]:
+    """What is wrong with a service's settings (``HarnessConfig.serve``): ``rate_rps`` (> 0)
+    or ``trace`` (arrival times), ``max_delay_s`` (>= 0, or ``None``: a fixed batch),
+    ``timeout_s`` (> 0 or ``None``); a service runs for ``duration_s``."""
+    p: list[str] = []
+    unknown = sorted(set(serve) - {"rate_rps", "trace", "max_delay_s", "timeout_s"})
+    if unknown:
+        p.append(f"serve: unknown keys {unknown}")
+    if (serve.get("rate_rps") is None) == (serve.get("trace") is None):
+        p.append("serve needs exactly one of rate_rps and trace")
+    rate = serve.get("rate_rps")
+    if rate is not None and not (
+        isinstance(rate, int | float) and math.isfinite(rate) and rate > 0
+    ):
+        p.append(f"serve.rate_rps must be a finite number > 0, got {rate!r}")
+    for key in ("max_delay_s", "timeout_s"):
+        v = serve.get(key)
+        if v is not None and not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
+            p.append(f"serve.{key} must be a finite number >= 0, got {v!r}")
+    if duration_s is None:
+        p.append("a service runs for duration_s (not steps or work_tokens)")
+    return p

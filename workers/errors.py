@@ -21,3 +21,8 @@ class HarnessConfigError(WorkerError, ValueError):
 
 class CheckpointError(WorkerError, ValueError):
     """A checkpoint cannot be resumed by this run (it belongs to a different workload)."""
+
+
+class CommandError(WorkerError):
+    """A command-mode job's script could not start (not found, not executable), exited with
+    an error, or never reported a step: the message says which, with its last output."""

@@ -3,12 +3,15 @@
 The harness owns the loop; a workload owns only the model (rule 3). For an optimizer step the
 harness draws ``grad_accum`` micro-batches of ``micro_batch`` samples on each of ``world_size``
 ranks, runs them under the configured precision, with activation checkpointing and
-torch.compile when asked, synchronises gradients across ranks (DDP, or FSDP when
-``sharding`` is ``fsdp``: see :mod:`workers.sharding`) and times the step.
+torch.compile when asked, spreads the model over the ranks by the config's parallel plan (data,
+tensor and pipeline parallelism, ZeRO stage: :mod:`workers.parallel`) and times the step. The step's
+data is made before its clock starts and reported as data wait, apart from the step; peak memory,
+busy share and energy are this run's (:mod:`workers.runstats`).
 
-Sample indices: the step that starts at global sample ``s`` gives rank ``r``'s micro-batch
-``k`` the samples ``s + (r * grad_accum + k) * micro_batch`` onwards. Every step reads the next
-``micro_batch * grad_accum * world_size`` samples of the stream whatever its split, so gradient
+Sample indices: the step that starts at global sample ``s`` gives data-parallel replica ``r``'s
+micro-batch ``k`` the samples ``s + (r * grad_accum + k) * micro_batch`` onwards (every rank of
+a replica, its tensor and pipeline peers, reads the same). Every step reads the next
+``micro_batch * grad_accum * dp`` samples of the stream whatever its split, so gradient
 accumulation, data parallelism and resumption all see exactly the data one large batch would.
 """
 
@@ -25,7 +28,7 @@ from typing import Any
 
 import torch
 
-from workers import distributed, sharding
+from workers import distributed
 from workers.checkpoint import (
     Checkpoint,
     load_checkpoint,
@@ -38,9 +41,20 @@ from workers.config import HarnessConfig
 from workers.devices import device_uuid, resolve_device, to_device
 from workers.errors import HarnessConfigError
 from workers.latency import LatencySketch
-from workers.optimizations import apply_activation_checkpointing, autocast_context, make_grad_scaler
+from workers.loader import RankLoader, open_loader
+from workers.optimizations import (
+    autocast_context,
+    make_grad_scaler,
+    scaled_lr,
+)
+from workers.parallel import Plan, recipe
+from workers.parallel import state as parallel_state
+from workers.parallel.data_parallel import grad_sync
+from workers.parallel.dims import ParallelDims
+from workers.parallel.recipe import Parallelized
 from workers.result import RunResult
-from workers.telemetry import NvmlSampler, process_peak_rss_mb
+from workers.runstats import RunMeter
+from workers.telemetry import NvmlSampler
 from workers.window import RecentSteps
 from workers.workloads.base import Batch
 from workers.workloads.registry import build_workload
@@ -59,8 +73,8 @@ class Harness:
         config: what to run and how.
         rank: this process's data-parallel rank.
         world_size: number of ranks; above 1 the harness joins a process group at
-            ``init_method`` and, for training, wraps the model in DistributedDataParallel or
-            shards it with FSDP (``config.sharding``).
+            ``init_method`` and, for training, spreads the model over the ranks by
+            ``config.plan`` (or ``config.sharding``: DDP or FSDP over every rank).
         init_method: ``tcp://host:port`` of rank 0 (required when ``world_size > 1``).
         device: ``cpu``, ``cuda`` or ``cuda:N``; by default ``cuda:rank % n_gpus`` when CUDA is
             present, else ``cpu``.
@@ -71,10 +85,21 @@ class Harness:
         should_stop: polled once per optimizer step; when it returns True on any rank, all
             ranks checkpoint (rank 0 writes) and return with status ``stopped``.
         num_threads: intra-op CPU threads (``torch.set_num_threads``), e.g. 1 per virtual GPU.
+        fence: whether this run is still the job's current one (its scheduler still holds the
+            lease it was launched under); polled once per optimizer step and before each
+            checkpoint commit. When it says ``False`` on any rank, every rank returns with
+            status ``fenced`` at once: no checkpoint, no report (a newer copy of the run owns
+            them). Give it to rank 0 alone; ``None``: always current.
+        run_tag: this run's tag in its checkpoint files (``workers.checkpoint.run_tag``).
+
+    Attributes:
+        lr: the optimizer's learning rate, ``config.lr`` scaled to this run's global batch by
+            ``config.lr_scaling`` (:func:`workers.optimizations.scaled_lr`).
 
     Raises:
         HarnessConfigError: an impossible setting (fp16 where autocast lacks it, a missing
-            ``init_method``, accumulation on an inference workload, a bad rank).
+            ``init_method``, accumulation on an inference workload, a bad rank, ``script``
+            learning-rate scaling for a workload without ``scale_lr``).
         WorkloadError: the workload cannot be resolved or built.
     """
 
@@ -91,6 +116,8 @@ class Harness:
         report_every_s: float = 1.0,
         should_stop: Callable[[], bool] | None = None,
         num_threads: int | None = None,
+        fence: Callable[[], bool] | None = None,
+        run_tag: str = "",
     ) -> None:
         if world_size < 1 or not 0 <= rank < world_size:
             raise HarnessConfigError(f"rank must be in [0, {world_size}), got {rank}")
@@ -105,6 +132,8 @@ class Harness:
         self._report = report
         self._report_every_s = report_every_s
         self._should_stop = should_stop or (lambda: False)
+        self._fence = fence or (lambda: True)
+        self._run_tag = run_tag
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         self.device = resolve_device(device, rank)
@@ -122,14 +151,22 @@ class Harness:
                 f"grad_accum must be 1 for the inference workload {config.workload!r}, "
                 f"got {config.grad_accum}"
             )
+        self.plan = self._plan(config, world_size)
         if config.work_tokens is not None:
             config = self.config = self._steps_for_tokens(config, world_size)
         self._model = self.workload.model.to(self.device)
         self._model.train(self.workload.train)
         self._scaler = make_grad_scaler(config.precision, self.device)
-        if config.activation_checkpointing and self.workload.train:
-            apply_activation_checkpointing(self.workload.blocks)
+        self.lr = scaled_lr(config, self.global_batch, self.workload.scale_lr)
         self._ran = False
+
+    def _plan(self, config: HarnessConfig, world_size: int) -> Plan:
+        """The parallel plan of a training run (an inference run: one replica per rank)."""
+        if config.plan is None or not self.workload.train:
+            return Plan.data_parallel(world_size, config.sharding)
+        plan = Plan.from_dict(config.plan)
+        recipe.check(plan, self.workload, config, world_size, self.device)
+        return plan
 
     def _steps_for_tokens(self, config: HarnessConfig, world_size: int) -> HarnessConfig:
         """The config with ``work_tokens`` turned into optimizer steps for this workload."""
@@ -139,7 +176,7 @@ class Harness:
                 f"work_tokens needs a workload that counts tokens; {config.workload!r} does not "
                 "(state the work in samples, or a run length in steps or seconds)"
             )
-        per_step = config.samples_per_rank_step * world_size * per_sample
+        per_step = config.samples_per_rank_step * self.plan.dp * per_sample
         steps = max(1, math.ceil((config.work_tokens or 0) / per_step))
         return dataclasses.replace(config, steps=steps, work_tokens=None)
 
@@ -148,14 +185,15 @@ class Harness:
         """The workload's model, unwrapped (no DDP, no compile).
 
         Under FSDP it is sharded in place once :meth:`run` starts: its parameters are then
-        DTensors holding this rank's shard (:func:`workers.sharding.full_parameters` gathers them).
+        DTensors holding this rank's shard (:func:`workers.parallel.state.full_parameters`
+        gathers them).
         """
         return self._model
 
     @property
     def global_batch(self) -> int:
-        """Samples per optimizer step over all ranks."""
-        return self.config.samples_per_rank_step * self.world_size
+        """Samples per optimizer step over all ranks (``dp`` replicas of the plan)."""
+        return self.config.samples_per_rank_step * self.plan.dp
 
     def run(self) -> RunResult:
         """Run to ``steps`` (or for ``duration_s``) or until stopped; return the outcome.
@@ -165,6 +203,10 @@ class Harness:
         if self._ran:
             raise RuntimeError("Harness.run() can be called once; build a new Harness to resume")
         self._ran = True
+        if self.config.serve is not None:
+            from workers.serve_run import ServeRun
+
+            return ServeRun(self).execute()
         run = _Run(self)
         try:
             return run.execute()
@@ -199,10 +241,14 @@ class _Run:
         # since then (the scheduler's victim choice reads it)
         self.checkpoint_at: float | None = None
         self.tokens_per_sample = h.workload.tokens_per_sample
-        self.parallel: torch.nn.Module | None = None  # DDP wrapper or FSDP-sharded model
+        self.parallel: Parallelized | None = None  # the plan applied (training only)
         self.optimizer: torch.optim.Optimizer | None = None
         self.forward_module: torch.nn.Module = h.model
+        self.data_rank = h.rank  # this rank's data-parallel replica (the plan's, once applied)
         self.nvml = NvmlSampler(device_uuid(h.device))
+        # this run's figures (peak memory restarted here, not the worker process's peak)
+        self.meter = RunMeter(h.device, self.nvml)
+        self.loader: RankLoader | None = None  # a dataset workload's (built in execute)
         # a run for a set time: its clock starts with the step loop (see HarnessConfig) and
         # counts the run time of earlier runs, kept in the checkpoint
         self.deadline: float | None = None
@@ -211,20 +257,23 @@ class _Run:
 
     def execute(self) -> RunResult:
         h, cfg = self.h, self.h.config
+        self.meter.peak.reset()
         if h.world_size > 1:
             assert h.init_method is not None  # checked in Harness.__init__
             distributed.init_group(h.device, h.init_method, h.rank, h.world_size)
-        if h.world_size > 1 and h.workload.train:
-            # Before the optimizer: FSDP replaces the parameters the optimizer must hold.
-            self.parallel = sharding.parallelize(h.model, h.workload.blocks, h.device, cfg.sharding)
-            self.forward_module = self.parallel
         if h.workload.train:
-            self.optimizer = _make_optimizer(cfg, h.model)
-        self._resume()  # every rank loads the same full state (and shards it under FSDP)
-        if cfg.compile:
-            # Compile the DDP wrapper, not the inner model, so DDP's bucketing stays visible
-            # to the compiler (the order PyTorch documents); FSDP shards the model in place.
+            # the plan's recipe, optimizer and compile included (workers.parallel.recipe)
+            dims = ParallelDims(h.plan, h.rank, h.device)
+            self.parallel = recipe.parallelize(h.workload, h.plan, cfg, h.lr, dims)
+            self.forward_module, self.optimizer = self.parallel.module, self.parallel.optimizer
+            self.data_rank = dims.dp_rank
+        elif cfg.compile:
             self.forward_module = torch.compile(self.forward_module)  # type: ignore[assignment]
+        self._resume()  # every rank loads its part of the saved state (resharded by DCP)
+        # a dataset workload's loader starts where the checkpoint's samples_seen says
+        self.loader = open_loader(
+            h.workload, cfg, self.data_rank, h.plan.dp, self.samples_seen, h.device
+        )
         self.nvml.start()
 
         status = "finished"
@@ -233,13 +282,17 @@ class _Run:
         if cfg.duration_s is not None:
             self.deadline = self.loop_started + max(0.0, cfg.duration_s - self.run_time_before)
         while cfg.steps is None or self.step < cfg.steps:
-            stop, time_up = distributed.agree_any(
+            stop, time_up, deposed = distributed.agree_any(
                 [
                     h._should_stop(),
                     self.deadline is not None and time.perf_counter() >= self.deadline,
+                    not h._fence(),
                 ],
                 h.device,
             )
+            if deposed:  # a newer copy of this run owns the checkpoint and the reports
+                log.warning("this run is no longer current: stopping without a checkpoint")
+                return self._result("fenced")
             if stop:
                 status = "stopped"
                 break
@@ -259,6 +312,8 @@ class _Run:
 
     def close(self) -> None:
         self.nvml.stop()
+        if self.loader is not None:
+            self.loader.close()
         # DDP holds the process group: drop it first, so the group is torn down once, here,
         # and not later by a garbage-collected DDP after the peers are gone (which can hang).
         self.parallel = None
@@ -269,13 +324,20 @@ class _Run:
 
     def _timed_step(self) -> None:
         h, cfg = self.h, self.h.config
+        measured = self.local_steps >= cfg.warmup_steps
+        w0 = time.perf_counter()
+        if measured and not self.meter.measuring:
+            self.meter.begin(w0)
+        # The step's data is made before its clock starts: generating samples is the harness's
+        # stand-in for a loader, not the job's step (rule 3), so it is data wait, reported apart.
+        batches = [self._host_batch(k) for k in range(cfg.grad_accum)]
         self._sync()
         t0 = time.perf_counter()
         loss: float | None = None
         if h.workload.train:
-            loss = self._train_step()
+            loss = self._train_step(batches)
         else:
-            self._infer_step()
+            self._infer_step(batches[0])
         self._sync()
         elapsed = time.perf_counter() - t0
         self.loss = loss
@@ -289,21 +351,30 @@ class _Run:
             self.measured_samples += h.global_batch
             self.measured_time_s += elapsed
             self.recent.add(t0 + elapsed, elapsed, h.global_batch)
+            self.meter.add(t0 - w0, elapsed, cfg.samples_per_rank_step)
 
-    def _train_step(self) -> float:
+    def _train_step(self, batches: list[Batch]) -> float:
         h, cfg = self.h, self.h.config
-        optimizer = self.optimizer
-        assert optimizer is not None  # built for every training workload
+        optimizer, parallel = self.optimizer, self.parallel
+        assert optimizer is not None and parallel is not None  # built for every training run
         optimizer.zero_grad(set_to_none=True)
-        synced = self.parallel if self.parallel is not None else h.model
+        if parallel.pipeline is not None:  # micro-batches = the pipeline's (GPipe)
+            step_loss = parallel.pipeline.step(
+                [to_device(b, h.device) for b in batches], h._autocast
+            )
+            optimizer.step()
+            return step_loss
+        synced = parallel.synced
         accum = cfg.grad_accum
         total: torch.Tensor | None = None
         for k in range(accum):
-            batch = self._batch(k)
+            # Moved to the device one micro-batch at a time, as it is used: the copy is the
+            # step's work, and accumulation keeps only one micro-batch's inputs on the device.
+            batch = to_device(batches[k], h.device)
             # Gradients are synced (all-reduced, or reduce-scattered under FSDP) only on the
             # last micro-batch; earlier ones accumulate locally, which is what makes
             # accumulation cheaper than a bigger sync count.
-            with sharding.grad_sync(synced, enabled=k == accum - 1):
+            with grad_sync(synced, enabled=k == accum - 1):
                 with h._autocast():
                     loss = h.workload.loss(self.forward_module, batch)
                     if accum > 1:  # no extra tensor op per step without accumulation
@@ -319,15 +390,18 @@ class _Run:
         assert total is not None  # grad_accum >= 1
         return float(total.item())
 
-    def _infer_step(self) -> None:
+    def _infer_step(self, batch: Batch) -> None:
         h = self.h
         with torch.inference_mode(), h._autocast():
-            h.workload.loss(self.forward_module, self._batch(0))
+            h.workload.loss(self.forward_module, to_device(batch, h.device))
 
-    def _batch(self, k: int) -> Batch:
+    def _host_batch(self, k: int) -> Batch:
+        """Micro-batch ``k`` of this rank's share of the next step, as the workload makes it."""
         h, cfg = self.h, self.h.config
-        first = self.samples_seen + (h.rank * cfg.grad_accum + k) * cfg.micro_batch
-        return to_device(h.workload.make_batch(first, cfg.micro_batch), h.device)
+        if self.loader is not None:  # it yields this rank's micro-batches in this order
+            return self.loader.next()
+        first = self.samples_seen + (self.data_rank * cfg.grad_accum + k) * cfg.micro_batch
+        return h.workload.make_batch(first, cfg.micro_batch)
 
     def _sync(self) -> None:
         if self.h.device.type == "cuda":
@@ -343,9 +417,9 @@ class _Run:
         if ckpt is None:
             return
         # this rank's (sharded) state dicts, filled in from the checkpoint's shards
-        state = sharding.state_dicts(h.model, self.optimizer)
+        state = parallel_state.state_dicts(h.model, self.optimizer)
         self.checkpoint_path = load_tensors(h.checkpoint_dir, ckpt, state)
-        sharding.load_state_dicts(h.model, self.optimizer, state)
+        parallel_state.load_state_dicts(h.model, self.optimizer, state)
         if h._scaler is not None and ckpt.scaler:
             h._scaler.load_state_dict(ckpt.scaler)
         restore_rng(ckpt.rng)
@@ -382,8 +456,13 @@ class _Run:
             run_time_s=self.run_time_s(t0),
         )
         # On every rank: each writes its own shards, in parallel (rank 0 commits the record).
-        state = sharding.state_dicts(h.model, self.optimizer)
-        self.checkpoint_path = save_checkpoint(h.checkpoint_dir, ckpt, state)
+        state = parallel_state.state_dicts(h.model, self.optimizer)
+        written = save_checkpoint(
+            h.checkpoint_dir, ckpt, state, run_tag=h._run_tag, may_commit=h._fence
+        )
+        if written is None:  # deposed since the last step: the record stays the newer run's
+            return
+        self.checkpoint_path = written
         self.checkpoint_write_s = time.perf_counter() - t0
         self.checkpoint_at = time.time()
 
@@ -399,15 +478,10 @@ class _Run:
             "p99_ms": lat.quantile(0.99),
             "samples_per_s": sps,
             "tokens_per_s": tps,
-            "peak_mem_mb": self._peak_mem_mb(),
             "measured_steps": lat.count,
+            **self.meter.summary(time.perf_counter()),
             **self.recent.summary(time.perf_counter()),
         }
-
-    def _peak_mem_mb(self) -> float:
-        if self.h.device.type == "cuda":
-            return torch.cuda.max_memory_allocated(self.h.device) / 2**20
-        return process_peak_rss_mb()
 
     def _emit(self, status: str) -> None:
         h = self.h
@@ -443,20 +517,18 @@ class _Run:
 
     def _result(self, status: str) -> RunResult:
         h = self.h
-        fingerprint = sharding.param_fingerprint(h.model)  # full parameters, also under FSDP
-        m = self._metrics()
+        # full parameters, also sharded; of every stage under a pipeline
+        stages = self.parallel.dims.group("pp") if self.parallel and h.plan.pp > 1 else None
+        fingerprint = parallel_state.param_fingerprint(h.model, stages)
+        # the measured figures (percentiles, throughput, this run's meter), by field name
+        names = {f.name for f in dataclasses.fields(RunResult)}
+        measured = {k: v for k, v in self._metrics().items() if k in names}
         return RunResult(
             status=status,
             steps_done=self.step,
             resumed_from_step=self.resumed_from,
             loss=self.loss,
-            p50_ms=m["p50_ms"],
-            p95_ms=m["p95_ms"],
-            p99_ms=m["p99_ms"],
-            samples_per_s=m["samples_per_s"],
-            tokens_per_s=m["tokens_per_s"],
-            peak_mem_mb=m["peak_mem_mb"],
-            measured_steps=m["measured_steps"],
+            **measured,
             warmup_steps=h.config.warmup_steps,
             elapsed_s=time.perf_counter() - self.started,
             device=str(h.device),
@@ -467,10 +539,6 @@ class _Run:
             checkpoint_path=self.checkpoint_path,
             first_step_at=self.first_step_at,
             checkpoint_write_s=self.checkpoint_write_s,
+            forward_only=not h.workload.train,
+            dataset=self.loader is not None,
         )
-
-
-def _make_optimizer(config: HarnessConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
-    if config.optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=0.9)
-    return torch.optim.AdamW(model.parameters(), lr=config.lr)

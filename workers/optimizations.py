@@ -1,4 +1,5 @@
-"""Precision, activation checkpointing and compilation, applied the same way to every workload.
+"""Precision, activation checkpointing, compilation and the learning rate's batch rule, applied
+the same way to every workload.
 
 The workload never sees these: the harness calls the functions here on the workload's model
 and blocks, which is what lets the tuner search them for any model (rule 3).
@@ -8,15 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from workers.config import HarnessConfig
 from workers.errors import HarnessConfigError
 
-__all__ = ["apply_activation_checkpointing", "autocast_context", "make_grad_scaler"]
+__all__ = ["apply_activation_checkpointing", "autocast_context", "make_grad_scaler", "scaled_lr"]
 
 _DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -80,3 +83,36 @@ def _checkpointed(forward: Callable[..., Any]) -> Callable[..., Any]:
         return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
     return wrapper
+
+
+def scaled_lr(
+    config: HarnessConfig,
+    global_batch: int,
+    rule: Callable[[float, int, int], float] | None = None,
+) -> float:
+    """The learning rate at ``global_batch`` (see ``HarnessConfig.lr_scaling``): ``config.lr``
+    is set for ``config.base_global_batch`` (default: ``global_batch`` itself, factor 1).
+
+    Args:
+        rule: the workload's own ``scale_lr``, for ``script``.
+
+    Raises:
+        HarnessConfigError: ``script`` without a ``rule``, or a rule that gave no finite
+            positive number.
+    """
+    base = config.base_global_batch or global_batch
+    if config.lr_scaling == "linear":
+        return config.lr * global_batch / base
+    if config.lr_scaling == "sqrt":
+        return config.lr * math.sqrt(global_batch / base)
+    if config.lr_scaling != "script":
+        return config.lr
+    if rule is None:
+        raise HarnessConfigError(
+            f"lr_scaling script: workload {config.workload!r} has no scale_lr "
+            "(give its Workload a scale_lr, or use linear, sqrt or none)"
+        )
+    lr = rule(config.lr, global_batch, base)
+    if not (isinstance(lr, int | float) and math.isfinite(lr) and lr > 0):
+        raise HarnessConfigError(f"{config.workload!r} scale_lr gave {lr!r}, not a number > 0")
+    return float(lr)

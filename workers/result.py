@@ -26,6 +26,13 @@ REPORT_KEYS: tuple[str, ...] = (
     "samples_per_s",
     "tokens_per_s",
     "peak_mem_mb",
+    "peak_mem_scope",
+    "data_wait_ms",
+    "compute_ms",
+    "data_wait_p95_ms",
+    "data_wait_share",
+    "gpu_busy_share",
+    "energy_per_sample_j",
     "loss",
     "device",
     "rank",
@@ -44,7 +51,8 @@ class RunResult:
     """The outcome of one :meth:`workers.harness.Harness.run`.
 
     Attributes:
-        status: ``finished`` (reached ``steps`` or ``duration_s``) or ``stopped`` (asked to).
+        status: ``finished`` (reached ``steps`` or ``duration_s``), ``stopped`` (asked to) or
+            ``fenced`` (deposed: a newer run of the job owns it; nothing was written).
         steps_done: optimizer steps completed in total, including those before a resume.
         resumed_from_step: the checkpoint step this run started from, ``None`` if fresh.
         loss: the last step's loss averaged over ranks (``None`` for inference workloads or
@@ -53,7 +61,21 @@ class RunResult:
             each run excluded; measured steps from before a resume included).
         samples_per_s, tokens_per_s: global throughput (all ranks) over measured steps;
             ``tokens_per_s`` is ``None`` for workloads without tokens.
-        peak_mem_mb: CUDA peak allocated memory, or the process's peak RSS on CPU.
+        peak_mem_mb: this run's peak: CUDA peak allocated memory, or on the CPU the peak RSS
+            since the run began (see ``peak_mem_scope``).
+        peak_mem_scope: ``run`` (the peak was restarted when this run began), or ``process``
+            (a CPU where it cannot be: the worker process's lifetime peak, earlier runs
+            included).
+        data_wait_ms, compute_ms: mean per measured step of this run: waiting for the step's
+            data (the workload's ``make_batch``, or the loader's next micro-batches for a
+            dataset workload; outside the timed step), and the timed step itself.
+        data_wait_p95_ms: the 95th percentile of the measured steps' data waits (a loader
+            that stalls now and then shows here, not in the mean).
+        data_wait_share: ``data_wait / (data_wait + compute)`` over this run's measured steps.
+        gpu_busy_share: compute time over wall time since this run's first measured step, on
+            CUDA; ``None`` on the CPU.
+        energy_per_sample_j: joules per sample (NVML's total-energy counter of this rank's GPU
+            over its samples in this run's measured steps); ``None`` without NVML or on the CPU.
         measured_steps: how many step latencies the percentiles cover.
         warmup_steps: steps excluded at the start of this run.
         elapsed_s: wall time of this run.
@@ -70,6 +92,10 @@ class RunResult:
         checkpoint_write_s: seconds rank 0 took to write this run's last checkpoint (state
             dicts, serialisation, fsync, rename); ``None`` when this run wrote none, and on
             other ranks.
+        forward_only: the workload is forward-only (``Workload.train`` is False): the tuner's
+            probe reads it to shape the search space (accumulation 1, no batch to keep).
+        dataset: the workload gave a dataset, read through the harness's loader: the tuner's
+            probe reads it to know whether the loader's knobs can matter.
     """
 
     status: str
@@ -93,6 +119,15 @@ class RunResult:
     checkpoint_path: str | None = None
     first_step_at: float | None = None
     checkpoint_write_s: float | None = None
+    forward_only: bool = False
+    dataset: bool = False
+    peak_mem_scope: str = "run"
+    data_wait_ms: float | None = None
+    compute_ms: float | None = None
+    data_wait_p95_ms: float | None = None
+    data_wait_share: float | None = None
+    gpu_busy_share: float | None = None
+    energy_per_sample_j: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict of every field."""

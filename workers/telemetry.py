@@ -102,6 +102,17 @@ class NvmlSampler:
             with contextlib.suppress(Exception):
                 self._nvml.nvmlShutdown()
 
+    def energy_mj(self) -> int | None:
+        """NVML's total-energy counter of the device (millijoules since the driver loaded), or
+        ``None`` without NVML or on a GPU without the counter (before Volta). The counter is
+        the device's: other processes on the same GPU add to it."""
+        if not self.available:
+            return None
+        try:
+            return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
+        except Exception:  # NVMLError_NotSupported, or a transient error: no figure
+            return None
+
     def snapshot(self) -> dict[str, Any]:
         """Report fields: ``nvml`` ("ok" or "unavailable") and, when ok, mean utilisation and
         power and current and peak memory used over the samples so far."""

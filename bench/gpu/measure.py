@@ -176,9 +176,7 @@ def measure(
             timed step).
         keep: called with the harness and the result dict once the run ended.
     """
-    _release()
-    if device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats()
+    _release()  # the harness restarts its peak memory per run (``peak_mem_mb``)
     losses: list[float] = []
     first: list[float] = []
 
@@ -202,6 +200,12 @@ def measure(
                 "p95_ms",
                 "p99_ms",
                 "peak_mem_mb",
+                "peak_mem_scope",
+                "data_wait_ms",
+                "compute_ms",
+                "data_wait_share",
+                "gpu_busy_share",
+                "energy_per_sample_j",
                 "loss",
                 "measured_steps",
                 "warmup_steps",
@@ -240,6 +244,10 @@ def alternate(variants: Mapping[str, Callable[[], dict[str, Any]]], repeats: int
             "p50_ms": statistics.median(x["p50_ms"] for x in rs),
             "p95_ms": statistics.median(x["p95_ms"] for x in rs),
             "mfu": _median_or_none([x["mfu"] for x in rs]),
+            **{
+                k: _median_or_none([x.get(k) for x in rs])
+                for k in ("peak_mem_mb", "data_wait_share", "gpu_busy_share", "energy_per_sample_j")
+            },
             "runs": rs,
         }
         if name != base:
@@ -266,32 +274,33 @@ def _release() -> None:
 
 def ddp(args: dict[str, Any], seed: int) -> Workload:
     """``args["workload"]`` (a built-in, with ``args["args"]``) with its model on
-    ``args["device"]`` in DistributedDataParallel over the process group this process has
-    joined (``workers.distributed.init_group``), as the harness wraps a rank of a multi-GPU
-    job (``workers.sharding.parallelize``). The harness itself takes that path only above one
-    rank; this puts a one-rank job on it."""
-    from workers import sharding
+    ``args["device"]`` in DistributedDataParallel over the process group this process has joined
+    (``workers.distributed.init_group``), as the harness wraps a rank of a multi-GPU DDP job
+    (``workers.parallel.data_parallel.apply_ddp``). The harness itself takes that path only above
+    one rank; this puts a one-rank job on it."""
+    from workers.parallel import data_parallel
 
     inner = build_workload(args["workload"], dict(args.get("args", {})), seed)
     device = torch.device(args["device"])
-    model = sharding.parallelize(inner.model.to(device), inner.blocks, device, "ddp")
+    model = data_parallel.apply_ddp(inner.model.to(device), device)
     return dataclasses.replace(inner, model=model)
 
 
 def slowed(args: dict[str, Any], seed: int) -> Workload:
     """``args["workload"]`` (a built-in, with ``args["args"]``) slowed on purpose
-    ``slow_after_s`` seconds after it was built: from then on every micro-batch costs
+    ``slow_after_s`` seconds after it was built: from then on every micro-batch's forward costs
     ``slow_ms`` plus ``slow_frac`` of the median interval between micro-batches before (about
-    a step), as ``tests/e2e/slowed_workload.py`` slows the MLP by a fixed cost."""
+    a step), as ``tests/e2e/slowed_workload.py`` slows the MLP by a fixed cost (in the timed
+    step: the harness makes the data before its clock starts)."""
     inner = build_workload(args["workload"], dict(args.get("args", {})), seed)
     at = time.monotonic() + float(args["slow_after_s"])
     ms, frac = float(args.get("slow_ms", 0.0)), float(args.get("slow_frac", 0.0))
     gaps: deque[float] = deque(maxlen=256)
     last: float | None = None
     pause: float | None = None
-    make = inner.make_batch
+    loss = inner.loss
 
-    def make_batch(first: int, count: int) -> Batch:
+    def slowed_loss(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
         nonlocal last, pause
         now = time.monotonic()
         if now < at:
@@ -302,7 +311,7 @@ def slowed(args: dict[str, Any], seed: int) -> Workload:
             if pause is None:
                 pause = ms / 1000.0 + frac * (statistics.median(gaps) if gaps else 0.0)
             time.sleep(pause)
-        return make(first, count)
+        return loss(model, batch)
 
-    inner.make_batch = make_batch
+    inner.loss = slowed_loss
     return inner

@@ -14,7 +14,11 @@ Sections (``bench/gpu/sections.py``), each on the ``gpt`` workload through the w
   and its best config against the settings a job runs untuned (``orchestrator.spec.RunSettings``
   defaults: micro-batch 32, fp32), alternated: samples/s and p95.
 - ``precision``: fp32, bf16, fp16 (the harness's GradScaler): samples/s, p95, every step's loss
-  finite, the scaler's final scale.
+  finite, the scaler's final scale, and each one's joules per sample (NVML's energy counter)
+  and GPU busy share.
+
+Every run also records its own peak memory (restarted per run), data-wait share, GPU busy
+share and energy per sample (``bench/gpu/measure.py``; ``None`` where NVML has no counter).
 - ``ddp``: a one-rank NCCL process group (``tcp://127.0.0.1``), the model in DDP and the
   harness's per-step collectives on it, against the plain run (two ranks on one GPU are refused
   by NCCL, so none is tried).
@@ -213,6 +217,14 @@ def _rate(x: float | None) -> str:
     return "-" if x is None else f"{x:,.1f}"
 
 
+def _j(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
 def headline(name: str, d: dict[str, Any]) -> str:
     """One line of a section's figures."""
     if name == "mfu":
@@ -237,7 +249,12 @@ def headline(name: str, d: dict[str, Any]) -> str:
             f"{k} {_rate(d[k]['samples_per_s']['median'])}/s" for k in ("fp32", "bf16", "fp16")
         )
         scale = d["fp16"]["runs"][-1].get("scale")
-        return f"{rates}; fp16 loss finite {d['fp16_finite']}, scale {scale}"
+        joules = ", ".join(f"{k} {_j(d[k].get('energy_per_sample_j'))}" for k in ("fp32", "bf16"))
+        busy = ", ".join(f"{k} {_pct(d[k].get('gpu_busy_share'))}" for k in ("fp32", "bf16"))
+        return (
+            f"{rates}; fp16 loss finite {d['fp16_finite']}, scale {scale}; J/sample {joules}; "
+            f"busy {busy}"
+        )
     if name == "ddp":
         return (
             f"plain {_rate(d['plain']['samples_per_s']['median'])}/s, ddp "

@@ -3,11 +3,12 @@
     .venv/bin/python bench/scheduler/mixed.py            # the full run (about 4 minutes, 2 cores)
     .venv/bin/python bench/scheduler/mixed.py --smoke    # a small run (the test suite's)
     .venv/bin/python bench/scheduler/mixed.py --tight-deadlines   # deadlines 1.2x run time
+    .venv/bin/python bench/scheduler/mixed.py --interval 1   # a round every second (issue 28)
 
 Workload (everything fixed by the arguments and seeds; a re-run gives the same figures):
 
-* **Pool**: 128 nodes x 8 GPUs = 1,024 GPUs; a scheduling round every 60 s (rounds with no
-  event are skipped), 30 s restart cost per start/resume/resize.
+* **Pool**: 128 nodes x 8 GPUs = 1,024 GPUs; a scheduling round every ``--interval`` s
+  (default 60; rounds with no event are skipped), 30 s restart cost per start/resume/resize.
 * **Bulk**: every Philly job submitted in ``--days`` days from ``--start`` (default: the 7 days
   from 2017-10-16, the trace's busiest week: 14,185 jobs), arrivals sped up ``--speed`` times
   (default 3: they arrive over 2.3 days and offer about 1,500 GPUs of work, 1.5x the pool, so
@@ -31,6 +32,11 @@ Workload (everything fixed by the arguments and seeds; a re-run gives the same f
   ``shared-before`` (``shared`` with the jobs' deadlines hidden from it: the policy as it was
   before issue 15 made it deadline-aware, measured in the same run; not in the default list),
   and the settings explored for issue 16 in :mod:`variants` (not in the default list).
+
+Churn (issue 28), from the applied decisions: ``back<30s`` counts the starts of a job less than
+:data:`QUICK_S` seconds after its preemption (a preemption undone at once), ``b4b`` the bulk
+preemptions in rounds that start no interactive job (bulk displaced for bulk alone; a round that
+starts one may displace bulk for bulk too, so this is a lower bound).
 
 Prints one table and writes ``bench/scheduler/results/mixed[-tight][-smoke].json`` (or
 ``--out NAME``: ``NAME.json``).
@@ -56,10 +62,11 @@ import variants
 
 from orchestrator.sim import SimConfig, Simulator, TraceJob, uniform_pool
 from orchestrator.sim.metrics import jain
+from orchestrator.sim.models import amdahl
 from orchestrator.sim.synthetic import concurrent_gpus, interactive_sessions
 from orchestrator.sim.trace import philly_window
 from orchestrator.teams import teams_from_usage
-from policies import SCHEDULING_POLICIES, Decision, Snapshot
+from policies import SCHEDULING_POLICIES, Decision, DecisionKind, Snapshot
 from policies.scheduling import SchedulingPolicy
 
 RESULTS = Path(__file__).parent / "results"
@@ -76,6 +83,8 @@ IGNORES_SLA = ("fifo", "tiresias", "pollux")
 """Baselines that do not look at the interactive SLA (the bulk-JCT reference)."""
 CHECKPOINT_S = 1800.0
 RESTART_S = 30.0
+QUICK_S = 30.0
+"""A start this soon after the job's preemption is a quick re-placement (``back<30s``)."""
 
 
 def workload(
@@ -94,6 +103,21 @@ def workload(
     span = days * 86400.0 / speed
     inter = interactive_sessions(span, load * pool, counts, seed=seed)
     return bulk, inter
+
+
+def feasible(bulk: list[TraceJob], interval: float, sigma: float) -> set[str]:
+    """The bulk jobs whose deadline can be met at all: alone, on their largest allowed size,
+    from the first round after their submission, the restart paid (issue 26)."""
+    out: set[str] = set()
+    for j in bulk:
+        if j.deadline is None:
+            continue
+        hi = j.max_gpus or j.gpus
+        start = math.ceil(j.submit_time / interval - 1e-9) * interval if interval > 0 else 0.0
+        run = j.duration * amdahl(j.gpus, sigma) / amdahl(hi, sigma)
+        if start - j.submit_time + RESTART_S + run <= j.deadline:
+            out.add(j.name)
+    return out
 
 
 class DeadlineBlind(SchedulingPolicy):
@@ -140,10 +164,19 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
         make_policy(name, reserve),
         uniform_pool(args.nodes, args.gpus_per_node),
         teams,
-        SimConfig(every_round=False, restart_s=RESTART_S),
+        SimConfig(
+            interval_s=args.interval, every_round=False, restart_s=RESTART_S, log_decisions=True
+        ),
     )
     result = sim.run()
     wall = time.perf_counter() - t0
+    can = feasible(bulk, args.interval, sim.config.sigma)
+    met_feasible = sum(
+        r.name in can and r.completed_at is not None and r.completed_at <= r.deadline
+        for r in result.records
+        if r.deadline is not None
+    )
+    quick, bulk_for_bulk = churn(sim.applied, {j.name for j in inter})
     s = result.summary()
     usage = result.usage
     ratios = {
@@ -157,6 +190,8 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
         "reserved_gpus": round(reserve * pool) if name == "static-partition" else 0,
         "interactive_attainment": s["interactive_attainment"],
         "deadline_attainment": s["deadline_attainment"],
+        "feasible_share": len(can) / len(bulk) if bulk else math.nan,
+        "deadline_of_feasible": met_feasible / len(can) if can else math.nan,
         "bulk_mean_jct": s["bulk_mean_jct"],
         "bulk_p99_jct": s["bulk_p99_jct"],
         "utilisation": s["utilisation"],
@@ -168,10 +203,33 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
         "resizes": s["resizes"],
         "preemption_gpu_hours_lost": s["preemption_gpu_hours_lost"],
         "all_gpu_hours_lost": s["gpu_hours_lost"],
+        "quick_replacements": quick,
+        "bulk_for_bulk_preemptions": bulk_for_bulk,
+        "interval_s": args.interval,
         "end_time_h": result.end_time / 3600,
         "rounds": result.rounds,
         "wall_s": wall,
     }
+
+
+def churn(applied: list[tuple[float, Decision]], interactive: set[str]) -> tuple[int, int]:
+    """``(back<30s, b4b)`` of a run's applied decisions (see the module docstring)."""
+    preempted: dict[str, float] = {}
+    quick = 0
+    by_round: dict[float, list[Decision]] = {}
+    for t, d in applied:
+        by_round.setdefault(t, []).append(d)
+        if d.kind is DecisionKind.PREEMPT:
+            preempted[d.job_id] = t
+        elif d.kind is DecisionKind.START and d.job_id in preempted:
+            quick += t - preempted.pop(d.job_id) < QUICK_S
+    bulk_for_bulk = 0
+    for ds in by_round.values():
+        if not any(d.kind is DecisionKind.START and d.job_id in interactive for d in ds):
+            bulk_for_bulk += sum(
+                d.kind is DecisionKind.PREEMPT and d.job_id not in interactive for d in ds
+            )
+    return quick, bulk_for_bulk
 
 
 OURS = ("shared", "shared-genetic")
@@ -218,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=128)
     ap.add_argument("--gpus-per-node", type=int, default=8)
     ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--interval", type=float, default=60.0, help="seconds between rounds")
     ap.add_argument(
         "--tight-deadlines",
         action="store_true",
@@ -235,19 +294,23 @@ def main(argv: list[str] | None = None) -> int:
         f"{first['pool_gpus']} GPUs, {first['bulk_jobs']} bulk jobs (Philly {args.start}, "
         f"{args.days} days at {args.speed}x), {first['interactive_jobs']} interactive sessions, "
         + ("tight deadlines (1.2x run time)" if args.tight_deadlines else "deadlines 2x + 1 h")
+        + f", a round every {args.interval:g} s"
     )
     print(
-        f"{'policy':<23} {'inter SLA':>9} {'deadline':>8} {'mean JCT':>9} {'p99 JCT':>9} "
-        f"{'util':>6} {'busy util':>9} {'Jain':>5} {'preempt':>7} {'lost GPUh':>9} {'wall s':>6}"
+        f"{'policy':<23} {'inter SLA':>9} {'deadline':>8} {'of feas':>7} {'mean JCT':>9} "
+        f"{'p99 JCT':>9} {'util':>6} {'busy util':>9} {'Jain':>5} {'preempt':>7} {'lost GPUh':>9} "
+        f"{'back<30s':>8} {'b4b':>5} {'wall s':>6}"
     )
     for r in rows:
         print(
             f"{r['policy']:<23} {r['interactive_attainment']:>9.2%} "
-            f"{r['deadline_attainment']:>8.1%} {r['bulk_mean_jct']:>9.0f} "
+            f"{r['deadline_attainment']:>8.1%} {r['deadline_of_feasible']:>7.1%} "
+            f"{r['bulk_mean_jct']:>9.0f} "
             f"{r['bulk_p99_jct']:>9.0f} {r['utilisation']:>6.1%} {r['busy_utilisation']:>9.1%} "
             f"{r['jain']:>5.2f} {r['preemptions']:>7.0f} {r['preemption_gpu_hours_lost']:>9.1f} "
-            f"{r['wall_s']:>6.1f}"
+            f"{r['quick_replacements']:>8} {r['bulk_for_bulk_preemptions']:>5} {r['wall_s']:>6.1f}"
         )
+    print(f"deadlines that can be met at all (alone, on max GPUs): {first['feasible_share']:.1%}")
     for line in verdict(rows):
         print(line)
     RESULTS.mkdir(exist_ok=True)

@@ -35,6 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import variants
+
 from orchestrator.sim import SimConfig, Simulator, philly_jobs, uniform_pool
 from orchestrator.sim.metrics import percentile
 from orchestrator.sim.models import amdahl
@@ -50,14 +52,24 @@ def make_policy(name: str) -> SchedulingPolicy:
     """The policy under its benchmark name (``fifo`` is ``gang`` with a plain FIFO queue)."""
     if name == "fifo":
         return SCHEDULING_POLICIES.create("gang", queue="fifo")
-    return SCHEDULING_POLICIES.create(name)
+    return variants.create(name)  # a registered policy, or a variant of one
 
 
-def simulate(name: str, jobs: int, nodes: int, speed: float) -> dict[str, float | str]:
-    """Simulate ``jobs`` Philly jobs under one policy; return wall time and counters."""
+def simulate(
+    name: str, jobs: int, nodes: int, speed: float, deadlines: bool = False
+) -> dict[str, float | str]:
+    """Simulate ``jobs`` Philly jobs under one policy; return wall time and counters
+    (``deadlines``: each due 1.2 times its run time after submission, issue 26)."""
     trace = philly_jobs(jobs, seed=0)
-    if speed != 1.0:
-        trace = [replace(j, submit_time=j.submit_time / speed) for j in trace]
+    if speed != 1.0 or deadlines:
+        trace = [
+            replace(
+                j,
+                submit_time=j.submit_time / speed,
+                deadline=1.2 * j.duration if deadlines else j.deadline,
+            )
+            for j in trace
+        ]
     t0, c0 = time.perf_counter(), time.process_time()
     sim = Simulator(
         trace, make_policy(name), uniform_pool(nodes, 8), config=SimConfig(every_round=False)
@@ -78,8 +90,10 @@ def simulate(name: str, jobs: int, nodes: int, speed: float) -> dict[str, float 
     }
 
 
-def decision_snapshot(queued: int, nodes: int, seed: int = 0) -> Snapshot:
-    """A full pool of running Philly jobs plus ``queued`` waiting ones (1 in 10 interactive)."""
+def decision_snapshot(queued: int, nodes: int, seed: int = 0, deadlines: bool = False) -> Snapshot:
+    """A full pool of running Philly jobs plus ``queued`` waiting ones (1 in 10 interactive);
+    ``deadlines``: every bulk job has its remaining work and a deadline of 1.2 times it from
+    now (issue 26: the deadline class in every decision)."""
     rng = random.Random(seed)
     trace = philly_jobs(queued + 4 * nodes * 8, seed=seed)
     teams = sorted({j.team for j in trace})
@@ -111,6 +125,9 @@ def decision_snapshot(queued: int, nodes: int, seed: int = 0) -> Snapshot:
                 max_gpus=min(64, 2 * gpus),
                 attained_service=rng.uniform(0, 5e4),
                 speedup=tuple(amdahl(n, 0.05) for n in range(1, min(64, 2 * gpus) + 1)),
+                deadline=1.2 * job.duration if deadlines else None,
+                remaining_work=job.duration if deadlines else None,
+                checkpoint_at=-rng.uniform(0, 1800),
             )
         )
         seq += 1
@@ -132,6 +149,8 @@ def decision_snapshot(queued: int, nodes: int, seed: int = 0) -> Snapshot:
                 max_gpus=gpus if inter else job.hi,
                 attained_service=0.0 if inter else rng.choice((0.0, 0.0, 1e4)),
                 speedup=() if inter else tuple(amdahl(n, 0.05) for n in range(1, job.hi + 1)),
+                deadline=1.2 * job.duration if deadlines and not inter else None,
+                remaining_work=job.duration if deadlines and not inter else None,
             )
         )
         seq += 1
@@ -146,9 +165,11 @@ def decision_snapshot(queued: int, nodes: int, seed: int = 0) -> Snapshot:
     )
 
 
-def decision_times(name: str, queued: int, nodes: int, reps: int) -> dict[str, float | str]:
+def decision_times(
+    name: str, queued: int, nodes: int, reps: int, deadlines: bool = False
+) -> dict[str, float | str]:
     """p50/p99 wall time of one ``decide`` call at ``queued`` waiting jobs."""
-    snap = decision_snapshot(queued, nodes)
+    snap = decision_snapshot(queued, nodes, deadlines=deadlines)
     policy = make_policy(name)
     policy.decide(snap)  # warm-up (caches, imports)
     times = []
@@ -205,12 +226,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--queues", default="100,1000,10000")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument(
+        "--deadlines",
+        action="store_true",
+        help="every bulk job due 1.2x its run time after submission (issue 26)",
+    )
     ap.add_argument("--out", default="", help="results file name under results/, no .json")
     args = ap.parse_args(argv)
     if args.smoke:
         args.jobs, args.nodes, args.queues, args.reps = 1000, 25, "10,100", 3
     sims = [
-        simulate(p, args.jobs, args.nodes, args.speed) for p in args.sim_policies.split(",") if p
+        simulate(p, args.jobs, args.nodes, args.speed, args.deadlines)
+        for p in args.sim_policies.split(",")
+        if p
     ]
     print(
         f"{'policy':<17} {'jobs':>7} {'GPUs':>5} {'rounds':>7} {'sim days':>8} {'wall s':>7} "
@@ -226,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for p in args.policies.split(","):
         for q in queues:
-            r = decision_times(p, q, args.nodes, args.reps)
+            r = decision_times(p, q, args.nodes, args.reps, args.deadlines)
             rows.append(r)
             print(
                 f"{r['policy']:<17} {r['queued']:>7} {r['running']:>7} {r['p50_ms']:>8.2f} "

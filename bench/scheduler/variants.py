@@ -14,7 +14,12 @@ BENCHMARKS.md, raw figures in ``results/``:
   minimum run time before a bulk job may be preempted for other bulk (default 300 s);
 * ``shared-unsticky``: the goodput allocator without its sticky step
   (``GoodputElastic(sticky=False)``);
-* ``shared-las8h-unsticky``: both.
+* ``shared-las8h-unsticky``: both;
+* ``shared-young-kept``: ``shared`` whose jobs younger than ``min_runtime_s`` keep their GPUs
+  against other bulk jobs whatever their team holds (default: only while their team holds no
+  more than its entitlement; a guarantee's reclaim takes them either way), issue 28;
+* ``shared-running-first``: ``shared`` with running jobs admitted before queued ones within
+  each LAS level in every round (by default only in rounds with a deadline at risk), issue 28.
 """
 
 from __future__ import annotations
@@ -37,6 +42,16 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "shared-las8h": ("shared", LAS_8H),
     "shared-unsticky": ("shared", {"elastic": GoodputElastic(sticky=False)}),
     "shared-las8h-unsticky": ("shared", {**LAS_8H, "elastic": GoodputElastic(sticky=False)}),
+    "shared-young-kept": ("shared", {"young_kept": True}),
+    "shared-running-first": ("shared", {"running_first": True}),
+    "shared-no-edf": ("shared", {"edf": False}),
+    "shared-guarantee-growth": ("shared", {"guarantee_growth": True}),
+    "shared-restart-only": ("shared", {"elastic": GoodputElastic(count_lost=False)}),
+    "shared-defer": ("shared", {"defer": True}),
+    "shared-issue25": (
+        "shared",
+        {"edf": False, "guarantee_growth": True, "elastic": GoodputElastic(count_lost=False)},
+    ),
 }
 """Benchmark name -> (registered policy, its arguments)."""
 

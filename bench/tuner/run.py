@@ -10,6 +10,16 @@ tuner's pruning (``prune=False``): plain Optuna.
 
     .venv/bin/python -m bench.tuner.run              # full: 20 seeds, writes results/
     .venv/bin/python -m bench.tuner.run --smoke      # seconds: one table, 2 SLAs, 2 seeds
+    .venv/bin/python -m bench.tuner.run --keep-batch # each table as a job keeping its batch
+    .venv/bin/python -m bench.tuner.run --generated 80 --seeds 3  # generated tables
+
+With ``--keep-batch`` every table is cut to the configs of one global batch (its most common;
+``tables.keep_batch``), as the tuner searches a training job that keeps its global batch: the
+optimum is then the best split of that batch, not the best of every batch.
+
+With ``--generated N`` the tables are ``N`` generated ones (``generated.py``: memory walls,
+FSDP-only, overhead-dominated step times; knife-edge and impossible SLAs), exact or with
+``--noise`` (the relative noise of each config's step time).
 """
 
 from __future__ import annotations
@@ -26,7 +36,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench.tuner.tables import POLLUX_APPS, Table, cpu_grid_tables, pollux_table
+from bench.tuner.generated import generated_slas, generated_table, generated_tables
+from bench.tuner.tables import POLLUX_APPS, Table, cpu_grid_tables, keep_batch, pollux_table
 from orchestrator.tuner.history import History, TrialRecord
 from orchestrator.tuner.objective import Goal
 from orchestrator.tuner.strategies import STRATEGIES
@@ -40,11 +51,19 @@ PATIENCE = 10
 _TABLES: dict[str, Table] = {}
 
 
-def load_tables(smoke: bool) -> list[Table]:
-    """The benchmark's tables (``smoke``: one small Pollux table)."""
-    if smoke:
-        return [pollux_table("yolov3")]
-    return [pollux_table(a) for a in POLLUX_APPS] + cpu_grid_tables()
+def load_tables(
+    smoke: bool, keep: bool = False, generated: int = 0, noise: float = 0.0
+) -> list[Table]:
+    """The benchmark's tables (``smoke``: one small Pollux table; ``keep``: each cut to one
+    global batch; ``generated``: that many generated tables instead)."""
+    if generated:
+        return generated_tables(generated, noise)
+    tables = (
+        [pollux_table("yolov3")]
+        if smoke
+        else [pollux_table(a) for a in POLLUX_APPS] + cpu_grid_tables()
+    )
+    return [keep_batch(t) for t in tables] if keep else tables
 
 
 def _q(values: list[float], q: float) -> float:
@@ -55,9 +74,23 @@ def _q(values: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+def _table(name: str, smoke: bool) -> Table:
+    """A table by its name (a generated one is rebuilt from the seed and noise in it)."""
+    if name.startswith("gen-"):
+        seed, _, noise = name.rsplit("-", 1)[1].partition("~")
+        return generated_table(int(seed), float(noise or 0.0))
+    if name not in _TABLES:
+        _TABLES.update({t.name: t for t in load_tables(smoke, keep="@" in name)})
+    return _TABLES[name]
+
+
 def slas(table: Table, smoke: bool = False) -> list[tuple[str, Goal]]:
-    """SLAs from loose to tight (and infeasible), from the table's own distribution."""
-    ok = [m for m in table.rows.values() if m.ok]
+    """SLAs from loose to tight (and infeasible), from the table's own distribution (a
+    generated table: its knife-edge and impossible ones)."""
+    if table.name.startswith("gen-"):
+        return generated_slas(table)
+    # the rows of the table's space (all of them, unless it keeps one global batch)
+    ok = [m for c in table.space.configs() if (m := table.rows.get(c)) is not None and m.ok]
     rates = [m.samples_per_s or 0.0 for m in ok]
     lats = [m.p95_ms or 0.0 for m in ok]
     out: list[tuple[str, Goal]] = [
@@ -90,9 +123,7 @@ def optimum(table: Table, goal: Goal) -> float | None:
 def run_one(task: tuple[str, int, str, int, bool]) -> dict[str, Any]:
     """One tuning run; returns its metrics."""
     table_name, sla_idx, strategy, seed, smoke = task
-    if not _TABLES:
-        _TABLES.update({t.name: t for t in load_tables(smoke)})
-    table = _TABLES[table_name]
+    table = _table(table_name, smoke)
     label, goal = slas(table, smoke)[sla_idx]
     opt = optimum(table, goal)
     trace: list[tuple[int, float, float | None]] = []  # (trials, seconds, best value)
@@ -161,7 +192,7 @@ def summarise(rows: list[dict[str, Any]]) -> str:
     """The markdown tables: one line per (table, strategy), then the targets."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        groups[(r["table"], r["strategy"])].append(r)
+        groups[(_group(r["table"]), r["strategy"])].append(r)
     head = (
         "| table | strategy | runs | trials to 5% | % grid time to 5% | trials to 1% | "
         "% grid time to 1% | "
@@ -225,8 +256,46 @@ def summarise(rows: list[dict[str, Any]]) -> str:
             f"| {table} | {_fmt(med3, True, 1)} | {reached_n}/{n} | {stopped_n}/{n} | {wrong} | "
             f"{100 * mx:.1f}% |\n"
         )
-    out += "\n" + _median_trials(rows)
+    out += "\n" + _overall(rows) + "\n" + _median_trials(rows)
     return out
+
+
+def _overall(rows: list[dict[str, Any]]) -> str:
+    """Every strategy over every table and SLA: the target's figures side by side (a
+    non-deterministic strategy counts each seed as a run)."""
+    per: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        per[r["strategy"]].append(r)
+    out = (
+        "| strategy | feasible runs | within 3% by 10% of grid time | within 3% at stop | "
+        "wrongly infeasible | infeasible found |\n|---|---|---|---|---|---|\n"
+    )
+    for strat in sorted(per, key=_order):
+        rs = per[strat]
+        feas = [r for r in rs if r["feasible"]]
+        inf = [r for r in rs if not r["feasible"]]
+        early = sum(
+            1 for r in feas if r["seconds_3"] is not None and r["seconds_3"] <= 0.10 * r["grid_s"]
+        )
+        final = sum(1 for r in feas if r["regret"] is not None and r["regret"] <= 0.03)
+        wrong = sum(1 for r in feas if r["verdict_infeasible"])
+        right = sum(1 for r in inf if r["verdict_infeasible"])
+        n = max(len(feas), 1)
+        out += (
+            f"| {strat} | {len(feas)} | {early} ({100 * early / n:.0f}%) | "
+            f"{final} ({100 * final / n:.0f}%) | {wrong} ({100 * wrong / n:.0f}%) | "
+            f"{right}/{len(inf)} |\n"
+        )
+    return out
+
+
+def _group(table: str) -> str:
+    """The line a table's runs are summed into: its own, or for a generated table its kind
+    (``gen-<kind>-<seed>[~noise]`` -> ``gen-<kind>[~noise]``)."""
+    if not table.startswith("gen-"):
+        return table
+    head, _, seed = table.rpartition("-")
+    return head + ("~" + seed.partition("~")[2] if "~" in seed else "")
 
 
 def _median_trials(rows: list[dict[str, Any]]) -> str:
@@ -250,13 +319,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=max(1, (multiprocessing.cpu_count() or 1)))
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--raw", action="store_true", help="also write every run (tuner.json)")
+    p.add_argument("--keep-batch", action="store_true", help="each table cut to one global batch")
+    p.add_argument("--generated", type=int, default=0, help="N generated tables instead")
+    p.add_argument("--noise", type=float, default=0.0, help="generated step-time noise (0.02)")
+    p.add_argument("--strategies", default=",".join(STRATEGY_NAMES), help="comma-separated")
     args = p.parse_args(argv)
     seeds = 2 if args.smoke else args.seeds
-    tables = load_tables(args.smoke)
+    tables = load_tables(args.smoke, args.keep_batch, args.generated, args.noise)
+    names = [s for s in STRATEGY_NAMES if s in args.strategies.split(",")]
     tasks = []
     for t in tables:
         for i in range(len(slas(t, args.smoke))):
-            for s in STRATEGY_NAMES:
+            for s in names:
                 for seed in range(1 if s in DETERMINISTIC else seeds):
                     tasks.append((t.name, i, s, seed, args.smoke))
     if args.workers > 1 and not args.smoke:
@@ -273,12 +347,20 @@ def main(argv: list[str] | None = None) -> int:
             "machine": f"{platform.machine()} {multiprocessing.cpu_count()} cores, no GPU",
             "python": sys.version.split()[0],
             "seeds": seeds,
-            "command": "python -m bench.tuner.run" + (f" --seeds {seeds}" if seeds != 20 else ""),
+            "command": "python -m bench.tuner.run"
+            + (f" --seeds {seeds}" if seeds != 20 else "")
+            + (" --keep-batch" if args.keep_batch else "")
+            + (f" --generated {args.generated}" if args.generated else "")
+            + (f" --noise {args.noise:g}" if args.noise else "")
+            + (f" --strategies {','.join(names)}" if names != list(STRATEGY_NAMES) else ""),
         }
+        stem = "tuner-keep-batch" if args.keep_batch else "tuner"
+        if args.generated:
+            stem = "tuner-generated" + (f"-noise{args.noise:g}" if args.noise else "")
         if args.raw:
             raw = json.dumps({"meta": meta, "runs": rows}, separators=(",", ":"))
-            (args.out / "tuner.json").write_text(raw)
-        (args.out / "tuner.md").write_text(
+            (args.out / f"{stem}.json").write_text(raw)
+        (args.out / f"{stem}.md").write_text(
             f"<!-- {json.dumps(meta)} -->\n\n" + text, encoding="utf-8"
         )
     return 0

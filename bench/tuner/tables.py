@@ -22,7 +22,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,3 +123,28 @@ def cpu_grid_tables(path: Path = DATA / "cpu_grid.json") -> list[Table]:
         caps = DeviceCaps(precisions=space.precisions)
         out.append(Table(f"cpu-{wl['name']}", space, rows, caps, 0.0))
     return out
+
+
+def keep_batch(table: Table) -> Table:
+    """The table as a job that keeps its global batch (what the tuner does by default since
+    issue 22): only the configs whose global batch is the table's most common one among the
+    configs that ran (ties: the largest), in a space that keeps it, so the optimum is the best
+    split of that batch. Named ``<table>@<batch>``."""
+    counts = Counter(
+        c.global_batch for c in table.space.configs() if c in table.rows and table.rows[c].ok
+    )
+    batch = max(counts, key=lambda b: (counts[b], b))
+    keep = [c for c in table.space.configs() if c.global_batch == batch]
+    sp = table.space
+    space = SearchSpace(
+        micro_batches=tuple(sorted({c.micro_batch for c in keep})),
+        grad_accums=tuple(sorted({c.grad_accum for c in keep})),
+        gpus=tuple(sorted({c.gpus for c in keep})),
+        shardings=sp.shardings,
+        precisions=sp.precisions,
+        activation_checkpointing=sp.activation_checkpointing,
+        compile=sp.compile,
+        gpus_per_node=sp.gpus_per_node,
+        global_batches=(batch,),
+    )
+    return Table(f"{table.name}@{batch}", space, table.rows, table.caps, table.oom_cost_s)

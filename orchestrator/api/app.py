@@ -4,50 +4,29 @@ An :class:`~orchestrator.errors.OrchError` raised by a route becomes one JSON an
 ``detail`` is its message (or, for a refused spec, one item per problem, as FastAPI's own 422
 names each field): 401 unauthenticated, 403 forbidden, 404 not found, 409 conflict (an ended
 job, an ambiguous name), 422 invalid input, 503 store unreachable, 400 any other refusal.
+A 422 always encodes, whatever the body held (:mod:`orchestrator.api.bodies`), and a body is
+refused before it is read when it has no valid token (401) or is too large (413; see
+:mod:`orchestrator.api.limits`).
 """
 
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
 from orchestrator import __version__
 from orchestrator.api import metrics, routers
+from orchestrator.api.bodies import validation_failed
+from orchestrator.api.limits import BodyLimit, BodyLimits
 from orchestrator.api.routers import dashboard
-from orchestrator.errors import (
-    AmbiguousJob,
-    ConfigError,
-    Forbidden,
-    IllegalTransition,
-    JobEnded,
-    JobNotFound,
-    NotPublished,
-    OrchError,
-    SpecError,
-    StoreError,
-    TokenNotFound,
-    TuneError,
-    Unauthenticated,
-)
+from orchestrator.api.statuses import status_of
+from orchestrator.config import Settings
+from orchestrator.errors import OrchError, SpecError
 from orchestrator.store import JobStore
 
 __all__ = ["create_app", "status_of"]
-
-_STATUS: tuple[tuple[type[OrchError], int], ...] = (
-    (Unauthenticated, 401),
-    (Forbidden, 403),
-    (JobNotFound, 404),
-    (TokenNotFound, 404),
-    (NotPublished, 404),
-    (AmbiguousJob, 409),
-    (JobEnded, 409),
-    (TuneError, 409),
-    (IllegalTransition, 409),
-    (SpecError, 422),
-    (ConfigError, 422),
-    (StoreError, 503),
-)
 
 DESCRIPTION = """\
 Submit, follow and cancel PyTorch jobs with SLAs on a shared GPU pool.
@@ -64,18 +43,23 @@ this API with it.
 """
 
 
-def status_of(err: OrchError) -> int:
-    """The HTTP status an orchestrator error answers with."""
-    return next((code for kind, code in _STATUS if isinstance(err, kind)), 400)
-
-
-def create_app(store: JobStore, *, metrics_public: bool | None = None) -> FastAPI:
+def create_app(
+    store: JobStore,
+    *,
+    metrics_public: bool | None = None,
+    body_limits: BodyLimits | None = None,
+) -> FastAPI:
     """The API over ``store``'s namespace (one store, shared by every request), with
     ``/metrics`` and the dashboard at ``/dashboard/``.
 
     Args:
         metrics_public: serve ``/metrics`` without a token; ``None`` reads
             ``ORCH_METRICS_PUBLIC`` (see :mod:`orchestrator.api.metrics`).
+        body_limits: the largest request bodies read; ``None`` reads ``ORCH_API_MAX_BODY``
+            and ``ORCH_API_MAX_BATCH_BODY`` (see :class:`~orchestrator.config.Settings`).
+
+    Raises:
+        ConfigError: ``body_limits`` is ``None`` and the environment's settings are invalid.
     """
     app = FastAPI(
         title="SLA Orchestrator",
@@ -84,7 +68,7 @@ def create_app(store: JobStore, *, metrics_public: bool | None = None) -> FastAP
         docs_url="/docs",
     )
     app.state.store = store
-    for router in (routers.jobs, routers.logs, routers.pool, routers.access):
+    for router in (routers.jobs, routers.workdirs, routers.logs, routers.pool, routers.access):
         app.include_router(router)
     if metrics_public is None:
         metrics_public = metrics.metrics_public()
@@ -92,6 +76,10 @@ def create_app(store: JobStore, *, metrics_public: bool | None = None) -> FastAP
     app.state.metrics_registry = metrics.registry_for(store)
     app.include_router(metrics.router)
     dashboard.mount(app)
+    if body_limits is None:
+        body_limits = BodyLimits.from_settings(Settings.from_env())
+    app.add_middleware(BodyLimit, store=store, limits=body_limits)
+    app.add_exception_handler(RequestValidationError, validation_failed)  # type: ignore[arg-type]
     app.add_exception_handler(OrchError, _orch_error)  # type: ignore[arg-type]
     app.add_exception_handler(RedisError, _store_down)  # type: ignore[arg-type]
 

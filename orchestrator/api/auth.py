@@ -2,7 +2,9 @@
 
 Every route but ``/healthz`` and the docs depends on :func:`principal`; a request without a
 token, or with one that is unknown, malformed or revoked, is answered 401 before its handler
-runs. What the principal may then do is decided by ``identity`` (403 when it may not).
+runs (and, when it carries a body, before the body is read: see
+:mod:`orchestrator.api.limits`). What the principal may then do is decided by ``identity``
+(403 when it may not).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from orchestrator.api.identity import Principal
 from orchestrator.errors import Unauthenticated
 from orchestrator.store import JobStore
 
-__all__ = ["Store", "Who", "principal", "store_of"]
+__all__ = ["Store", "Who", "authenticate", "bearer_token", "principal", "store_of"]
 
 _bearer = HTTPBearer(
     auto_error=False,
@@ -39,12 +41,29 @@ def principal(
     Raises:
         Unauthenticated: no bearer token, or one that is unknown, malformed or revoked.
     """
-    if credentials is None:
+    return authenticate(store_of(request), None if credentials is None else credentials.credentials)
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header (``None`` for none, or for
+    another scheme), read as :data:`_bearer` reads it for the routes."""
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+def authenticate(store: JobStore, token: str | None) -> Principal:
+    """The principal ``token`` speaks for (``None``: the request sent no bearer token).
+
+    Raises:
+        Unauthenticated: no token, or one that is unknown, malformed or revoked.
+    """
+    if token is None:
         raise Unauthenticated(
             "no API token: send `Authorization: Bearer <token>` (make one with "
             "`orch tokens create`)"
         )
-    info = store_of(request).tokens.authenticate(credentials.credentials)
+    info = store.tokens.authenticate(token)
     if info is None:
         raise Unauthenticated("the API token is unknown, malformed or revoked")
     return Principal.of_token(info)

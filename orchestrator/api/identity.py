@@ -1,6 +1,6 @@
 """Who acts, and what they may do: principals and the role rules, in one place.
 
-The rules (see README, "API, tokens and roles"):
+The rules (see docs/operator-guide.md, "Tokens and roles"):
 
 - ``admin``: everything: any team's jobs, the team config, tokens, the audit stream.
 - ``member`` (always of one team): submits jobs for its own team only (a job naming another

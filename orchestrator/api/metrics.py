@@ -23,6 +23,13 @@ Series (every name starts with ``orch_``):
   (``at_risk``, ``violated``, ``recovered``) and its re-tunes, per check (``latency``,
   ``throughput``, ``deadline``, ``profile``).
 - ``orch_scheduling_round_seconds`` (histogram): one round of the control loop.
+- ``orch_running_data_wait_share{class,team}``, ``orch_running_gpu_busy_share{class,team}``,
+  ``orch_running_energy_per_sample_joules{class,team}``: the mean, over the running jobs that
+  reported one, of their runs' latest share of the step spent waiting for data, share of wall
+  time their GPUs computed, and joules per sample (the last two on GPUs only: none on a pool of
+  virtual slots).
+- ``orch_team_gpu_seconds_total{team}``: GPU-seconds held by each team's ended runs (tuning
+  runs included); the team's account, kept when its jobs are removed (``orch usage`` reports it).
 - ``orch_preemptions_total``, ``orch_resizes_total``, ``orch_tuning_trials_total``,
   ``orch_policy_violations_total`` (decisions dropped for breaking the policy contract).
 
@@ -54,7 +61,14 @@ from orchestrator.api.auth import principal
 from orchestrator.store import JobStore
 from orchestrator.store.telemetry import ROUND_SECONDS, WAIT_SECONDS, Histogram, Telemetry
 
-__all__ = ["PUBLIC_ENV", "PoolCollector", "metrics_public", "registry_for", "router"]
+__all__ = [
+    "PUBLIC_ENV",
+    "PoolCollector",
+    "metrics_public",
+    "registry_for",
+    "router",
+    "run_figures",
+]
 
 PUBLIC_ENV = "ORCH_METRICS_PUBLIC"
 """Set to ``1`` (``true``, ``yes``) to serve ``/metrics`` without a token."""
@@ -96,11 +110,15 @@ class PoolCollector(Collector):
         if view is not None:
             yield from _pool(view.get("nodes", []))
             yield from _teams(view.get("teams", []))
-        tally = Counter(
-            (j.get("state", ""), j.get("class", ""), j.get("team", ""))
-            for j in self.store.job_fields(("state", "class", "team"))
-        )
-        yield from _jobs(tally)
+        rows = self.store.job_fields(("state", "class", "team"))
+        tally = Counter((j.get("state", ""), j.get("class", ""), j.get("team", "")) for j in rows)
+        config = self.store.teams()
+        teams = {t.name for t in config.teams} if config is not None else set()
+        yield from _jobs(tally, teams)
+        running = [j for j in rows if j.get("state") == "running"]
+        names = [key for _, key, _ in _RUN_GAUGES]
+        latest = self.store.latest_metrics([j["id"] for j in running], names) if running else {}
+        yield from run_figures(running, latest)
         yield from _telemetry(self.store.telemetry.read())
 
 
@@ -138,19 +156,63 @@ def _teams(rows: list[dict[str, Any]]) -> Iterator[Metric]:
         yield family
 
 
-def _jobs(tally: Counter[tuple[str, str, str]]) -> Iterator[Metric]:
+def _jobs(tally: Counter[tuple[str, str, str]], teams: set[str]) -> Iterator[Metric]:
+    """Jobs per state, and the queue per class and team: present at 0 for every team with
+    jobs or in the team config (and for team ``""`` with none), so a board reads 0, not
+    "No data", when the queue empties."""
     jobs = GaugeMetricFamily(
         "orch_jobs", "Jobs per state, class and team.", labels=["state", "class", "team"]
     )
     queue = GaugeMetricFamily(
         "orch_queue_length", "Queued jobs per class and team.", labels=["class", "team"]
     )
+    queued: Counter[tuple[str, str]] = Counter()
     for (state, job_class, team), n in sorted(tally.items()):
         jobs.add_metric([state, job_class, team], n)
-        if state == "queued":
-            queue.add_metric([job_class, team], n)
+        queued[(job_class, team)] += n if state == "queued" else 0
+    for team in (teams | {t for _, t in queued}) or {""}:
+        for job_class in ("bulk", "interactive"):
+            queued.setdefault((job_class, team), 0)
+    for (job_class, team), n in sorted(queued.items()):
+        queue.add_metric([job_class, team], n)
     yield jobs
     yield queue
+
+
+_RUN_GAUGES = (
+    (
+        "orch_running_data_wait_share",
+        "data_wait_share",
+        "Mean share of the step running jobs spend waiting for their data.",
+    ),
+    (
+        "orch_running_gpu_busy_share",
+        "gpu_busy_share",
+        "Mean share of wall time running jobs keep their GPUs computing (GPU runs only).",
+    ),
+    (
+        "orch_running_energy_per_sample_joules",
+        "energy_per_sample_j",
+        "Mean joules per sample of running jobs, from NVML's energy counter (GPU runs only).",
+    ),
+)
+
+
+def run_figures(
+    running: Iterable[dict[str, str]], latest: dict[str, dict[str, Any]]
+) -> Iterator[Metric]:
+    """The ``orch_running_*`` gauges: per class and team, the mean of each figure over the
+    running jobs (``running``: ``id``, ``class``, ``team``) whose latest report has it."""
+    for name, key, doc in _RUN_GAUGES:
+        sums: dict[tuple[str, str], list[float]] = {}
+        for j in running:
+            v = latest.get(j["id"], {}).get(key)
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                sums.setdefault((j.get("class", ""), j.get("team", "")), []).append(float(v))
+        family = GaugeMetricFamily(name, doc, labels=["class", "team"])
+        for (job_class, team), values in sorted(sums.items()):
+            family.add_metric([job_class, team], sum(values) / len(values))
+        yield family
 
 
 def _telemetry(t: Telemetry) -> Iterator[Metric]:
@@ -173,6 +235,15 @@ def _telemetry(t: Telemetry) -> Iterator[Metric]:
         for check, n in sorted(t.counter(f"guard_{event}").items()):
             guard.add_metric([event, check], n)
     yield guard
+    used = CounterMetricFamily(
+        "orch_team_gpu_seconds",
+        "GPU-seconds held by each team's ended runs (tuning runs included), kept after the "
+        "jobs are removed.",
+        labels=["team"],
+    )
+    for team, gpu_s in sorted(t.counter("gpu_seconds").items()):
+        used.add_metric([team], gpu_s)
+    yield used
     for name, doc in _COUNTERS:
         counter = CounterMetricFamily(f"orch_{name}", doc)
         counter.add_metric([], t.counter(name).get("", 0.0))

@@ -24,8 +24,11 @@ __all__ = [
     "Submitted",
     "TokenCreate",
     "TokenCreated",
+    "Usage",
+    "UsageRow",
     "Verdict",
     "WhoAmI",
+    "WorkingDirStored",
 ]
 
 MAX_BATCH = 10_000
@@ -148,6 +151,12 @@ class Submitted(_Body):
     ids: list[str]
 
 
+class WorkingDirStored(_Body):
+    """A command job's working directory, stored: the digest its jobs name."""
+
+    digest: str
+
+
 class TokenCreate(_Body):
     """A token to make: whom it speaks for, with which role, for which team."""
 
@@ -172,3 +181,30 @@ class WhoAmI(_Body):
     role: Role
     team: str | None
     token_id: str | None
+
+
+class UsageRow(_Body):
+    """One job's use of the pool: GPU-seconds held by its runs (tuning runs included), up to
+    now for a run still going."""
+
+    id: str
+    name: str
+    team: str
+    job_class: str = Field(alias="class")
+    state: JobState
+    gpu_s: float
+    submitted_at: float
+    finished_at: float | None = None
+
+
+class Usage(_Body):
+    """``orch usage`` (a report like Slurm's ``sacct``): the jobs active since ``since`` (every
+    job not ended, and those that ended since), with each team's total over them, and each
+    team's account since the scheduler started counting (``orch_team_gpu_seconds_total``: it
+    keeps the GPU-seconds of jobs removed by ``orch gc``)."""
+
+    since: float
+    at: float
+    jobs: list[UsageRow]
+    teams: dict[str, float]
+    accounts: dict[str, float]

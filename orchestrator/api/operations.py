@@ -7,25 +7,35 @@ anything is written: a refused batch writes nothing.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pydantic import ValidationError
+
 from orchestrator.api.identity import Principal
-from orchestrator.api.models import JobDetail, JobView
+from orchestrator.api.models import JobDetail, JobView, Usage, UsageRow
 from orchestrator.errors import JobEnded, SpecError, TuneError
-from orchestrator.sla import DeadlineCheck, check_deadline, profile_rate
+from orchestrator.sla import (
+    DeadlineCheck,
+    SLAVerdict,
+    check_deadline,
+    evaluate_sla,
+    profile_rate,
+)
 from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
 from orchestrator.store.audit import AuditEntry
 from orchestrator.store.records import JobRecord
 from orchestrator.store.states import TERMINAL, JobState
 from orchestrator.store.tokens import Role, TokenInfo
-from orchestrator.teams import TeamConfig
+from orchestrator.teams import MAX_TEAM_GPUS, TeamConfig
 
 __all__ = [
     "apply_teams",
     "cancel",
     "create_token",
+    "guarantee_problem",
     "job_detail",
     "job_view",
     "list_jobs",
@@ -93,6 +103,23 @@ def submit(
     teams = sorted({s.team for s in specs})
     _audit(store, who, "submit", ids, f"team {', '.join(teams)}")
     return ids
+
+
+def store_working_dir(store: JobStore, who: Principal, data: bytes) -> str:
+    """Keep a command job's packed working directory (``orch submit --working-dir``); returns
+    its digest, which the jobs that run in it name as ``workload.working_dir``.
+
+    Raises:
+        Forbidden: a viewer (nothing is written).
+        WorkingDirError: not a zip, past the size limit unpacked, or a name leaving it.
+    """
+    from orchestrator.workdir import check_archive
+
+    who.check_write(who.team or "")  # a member for its own team, an admin: not a viewer
+    check_archive(data)
+    digest = store.working_dirs.put(data)
+    _audit(store, who, "working-dir", [digest], f"{len(data):,} bytes")
+    return digest
 
 
 def cancel(store: JobStore, who: Principal, ref: str) -> JobRecord:
@@ -179,10 +206,39 @@ def list_jobs(
     return records[-limit:] if limit is not None else records
 
 
+def verdict_of(store: JobStore, rec: JobRecord) -> SLAVerdict:
+    """The SLA verdict of a job from its latest metrics (none if its stored spec is unreadable,
+    e.g. written by an older version: listing jobs must never fail on one of them)."""
+    try:
+        rec.spec  # noqa: B018 - parsing is the check
+    except ValidationError:
+        return SLAVerdict(met=None, target="(stored spec unreadable)", measured="-")
+    metrics = store.metrics(rec.id)
+    finished_at = _float(rec.fields.get("finished_at"))
+    end = finished_at or time.time()
+    return evaluate_sla(
+        rec.spec,
+        metrics,
+        elapsed_s=end - rec.submitted_at,
+        finished=rec.state is JobState.FINISHED,
+        ended=_ended(rec.state),
+    )
+
+
+def _ended(state: JobState) -> str:
+    """``"cancelled"`` or ``"failed"`` for a job that ended so (see ``evaluate_sla``)."""
+    return state.value if state in (JobState.CANCELLED, JobState.FAILED) else ""
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def job_view(store: JobStore, rec: JobRecord) -> JobView:
     """A record with its SLA verdict from its latest metrics."""
-    from orchestrator.views import verdict_of
-
     return JobView.of(rec, verdict_of(store, rec))
 
 
@@ -204,22 +260,110 @@ def job_detail(store: JobStore, rec: JobRecord) -> JobDetail:
     )
 
 
+def usage(store: JobStore, who: Principal, *, since: float, team: str | None = None) -> Usage:
+    """GPU-seconds per job and per team of the jobs active since ``since`` (epoch seconds): not
+    ended, or ended since. A run still going counts up to now. A principal that reads one team
+    only sees that team's.
+
+    Raises:
+        Forbidden: a member or viewer asking for another team.
+    """
+    records = list_jobs(store, who, team=team, limit=None)
+    now = time.time()
+    rows = []
+    for rec in records:
+        finished = _float(rec.fields.get("finished_at"))
+        if finished is not None and finished < since:
+            continue
+        gpu_s = _float(rec.fields.get("attained_gpu_s")) or 0.0
+        started = _float(rec.fields.get("started_at"))
+        if rec.state is JobState.RUNNING and rec.placement and started is not None:
+            gpu_s += max(0.0, now - started) * len(rec.placement.get("nodes", []))
+        rows.append(
+            UsageRow.model_validate(
+                {
+                    "id": rec.id,
+                    "name": rec.name,
+                    "team": rec.team,
+                    "class": rec.job_class,
+                    "state": rec.state,
+                    "gpu_s": gpu_s,
+                    "submitted_at": rec.submitted_at,
+                    "finished_at": finished,
+                }
+            )
+        )
+    teams: dict[str, float] = {}
+    for row in rows:
+        teams[row.team] = teams.get(row.team, 0.0) + row.gpu_s
+    seen = team if team is not None else (None if who.reads_all else who.team)
+    accounts = {
+        name: gpu_s
+        for name, gpu_s in store.telemetry.read().counter("gpu_seconds").items()
+        if seen is None or name == seen
+    }
+    return Usage(since=since, at=now, jobs=rows, teams=teams, accounts=accounts)
+
+
 # ---- teams, tokens, audit --------------------------------------------------------------------
 
 
+def guarantee_problem(config: TeamConfig, pool_gpus: int | None) -> str | None:
+    """Why the teams' guarantees cannot all be kept (``None``: they can).
+
+    Args:
+        pool_gpus: the GPUs of the pool the running scheduler publishes; ``None`` when none
+            runs: the pool's size is then unknown, and the guarantees are bounded by
+            :data:`~orchestrator.teams.MAX_TEAM_GPUS` in all (the most one team may have).
+    """
+    total = sum(t.guaranteed_gpus for t in config.teams)
+    if pool_gpus is not None and total > pool_gpus:
+        return (
+            f"teams.guaranteed_gpus add up to {total:,}, more than the pool's {pool_gpus:,} "
+            f"GPUs; guarantee at most {pool_gpus:,} in all"
+        )
+    if pool_gpus is None and total > MAX_TEAM_GPUS:
+        return (
+            f"teams.guaranteed_gpus add up to {total:,}; at most {MAX_TEAM_GPUS:,} in all while "
+            "the pool's size is unknown (no scheduler is running: with one up, they are "
+            "checked against its GPUs)"
+        )
+    return None
+
+
 def apply_teams(store: JobStore, who: Principal, config: TeamConfig) -> None:
-    """Store a team config (the guarantees must fit the pool, when a scheduler is up).
+    """Store a team config whose guarantees fit the pool (``orch teams apply`` and
+    ``PUT /v1/teams`` both come here, so both refuse the same).
 
     Raises:
         Forbidden: not an admin.
-        SpecError: the guarantees add up to more than the pool's GPUs.
+        SpecError: the guarantees add up to more than the pool's GPUs (see
+            :func:`guarantee_problem`).
     """
     who.check_admin("apply a team config")
     view = store.pool_view.read()
-    if view is not None:
-        config.views(sum(int(n["gpus"]) for n in view.get("nodes", [])))
+    pool_gpus = None if view is None else sum(int(n["gpus"]) for n in view.get("nodes", []))
+    problem = guarantee_problem(config, pool_gpus)
+    if problem is not None:
+        raise SpecError("teams", [problem])
     store.put_teams(config)
     _audit(store, who, "teams.apply", ["teams"], f"{len(config.teams)} team(s)")
+
+
+def pool_for(who: Principal, view: dict[str, Any]) -> dict[str, Any]:
+    """The published pool ``view`` as ``who`` may see it: nodes and each team's use are no
+    secret, but which jobs hold GPUs is read like the jobs themselves (a member or team viewer
+    sees its own team's only; a view without job teams, from an older scheduler, shows them
+    none)."""
+    if who.reads_all:
+        return view
+    teams = view.get("job_teams") or {}
+    mine = {job for job, team in teams.items() if team == who.team}
+    return {
+        **view,
+        "jobs": {job: nodes for job, nodes in (view.get("jobs") or {}).items() if job in mine},
+        "job_teams": {job: who.team for job in mine},
+    }
 
 
 def create_token(
@@ -234,6 +378,12 @@ def create_token(
     who.check_admin("create tokens")
     if role is Role.MEMBER and team is None:
         raise SpecError("token", ["team is required for a member (a member acts for one team)"])
+    config = store.teams()
+    if team is not None and config is not None and team not in {t.name for t in config.teams}:
+        names = ", ".join(sorted(t.name for t in config.teams)) or "none"
+        raise SpecError(
+            "token", [f"team must be one of the team config's teams ({names}), got {team!r}"]
+        )
     token, info = store.tokens.create(name=name, role=role, team=team, created_by=who.name)
     _audit(store, who, "tokens.create", [info.id], f"{name}: {role.value} of {team or 'all'}")
     return token, info

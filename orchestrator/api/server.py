@@ -17,6 +17,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from orchestrator.api.app import create_app
+from orchestrator.api.limits import BodyLimits
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError, OrchError
 from orchestrator.store import JobStore
@@ -157,7 +158,8 @@ def app_from_env() -> FastAPI:
 
     settings = Settings.from_env()
     url = resolve_url(settings)  # not services.open_store: services imports this module
-    return create_app(JobStore.from_url(url, settings.namespace, retention_s=settings.retention_s))
+    store = JobStore.from_url(url, settings.namespace, retention_s=settings.retention_s)
+    return create_app(store, body_limits=BodyLimits.from_settings(settings))
 
 
 def url_of(sock: socket.socket) -> str:

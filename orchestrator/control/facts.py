@@ -27,7 +27,7 @@ from orchestrator.store.records import JobRecord
 __all__ = ["PROGRESS", "JobFactsReader", "at_or_after", "remaining_s", "tuned_of"]
 
 PROGRESS: tuple[str, ...] = ("first_step_at", "checkpoint_at", "step", "total_steps")
-PROGRESS += ("global_batch", "samples_per_s", "time_left_s")
+PROGRESS += ("global_batch", "samples_per_s", "data_wait_share", "time_left_s")
 """The worker's reports a snapshot reads for each running bulk job."""
 
 Elastic = tuple[JobSpec, tuple[float, ...]]
@@ -164,7 +164,12 @@ def tuned_of(rec: JobRecord) -> dict[str, Any] | None:
 def remaining_s(progress: dict[str, Any]) -> float | None:
     """Seconds of work left: for a run for a set time, what is left of it; else at the rate
     last measured, steps left x global batch / samples/s (``None`` when the run reported no
-    rate or no total)."""
+    rate or no total).
+
+    The reported samples/s counts the timed steps alone; the run also waits for its data
+    between them (``data_wait_share`` of the time), so the wall-clock rate the work goes at is
+    ``samples/s x (1 - data_wait_share)``.
+    """
     left = progress.get("time_left_s")
     if isinstance(left, int | float):
         return max(0.0, float(left))
@@ -172,7 +177,11 @@ def remaining_s(progress: dict[str, Any]) -> float | None:
     batch, rate = progress.get("global_batch"), progress.get("samples_per_s")
     if not total or step is None or not batch or not rate:
         return None
-    return max(0.0, (float(total) - float(step)) * float(batch) / float(rate))
+    wait = progress.get("data_wait_share")
+    wall_rate = float(rate) * (1.0 - float(wait) if isinstance(wait, int | float) else 1.0)
+    if wall_rate <= 0:
+        return None
+    return max(0.0, (float(total) - float(step)) * float(batch) / wall_rate)
 
 
 def at_or_after(value: Any, start: float) -> float | None:

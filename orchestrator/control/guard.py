@@ -8,17 +8,23 @@ last 30 s) and acts on what it returns (:meth:`ControlLoop.guard`). Four checks:
 * ``throughput``: the window's samples/s (or tokens/s) under the SLA's floor (violated);
 * ``deadline``: the work left, at the window's rate, ends after the deadline (at risk; violated
   once the deadline has passed);
-* ``profile``: the window's rate more than ``prediction_margin`` under what the tuner predicted
-  for the settings and GPU count the run has, or its latency that far over the prediction (at
-  risk: the measurements contradict the profile the settings were chosen by).
+* ``profile``: the window's rate more than ``prediction_margin`` under what the tuner
+  predicted for the settings and GPU count the run has, or its latency that far over the
+  prediction (``profile-drift``: the measurements contradict the profile the settings were
+  chosen by; that alone says nothing of the SLA).
 
 Hysteresis, so that noise causes nothing: a check trips only after its figure has been out of
 bounds for ``hold_s`` without a break, and clears only after it has been back inside by the
 ``band`` (a fraction of the target) for ``hold_s``; in between nothing changes. A window of
 fewer than ``min_steps`` steps is not judged. What follows a trip (:func:`actions`): an elastic
 bulk job whose floor or deadline is tripped is *urgent* (the scheduling policy grows it first,
-``RunningJob.urgent``); a tripped ``profile`` on a tuned job is re-tuned from the measured data
-at most ``max_retunes`` times.
+``RunningJob.urgent``). The guard acts on the SLA, not on the tuner's pride: a tuned job is
+re-tuned from the measured data (at most ``max_retunes`` times) only when its SLA is at risk
+(a latency, throughput or deadline check tripped) *and* its profile is contradicted (the
+settings were chosen on figures the job does not show, so a re-tune from what it does show may
+find better ones). A job meeting its SLA is never stopped, however far from its profile: the
+profile is corrected from the measurements instead (the loop's business, an event and the
+stored profile).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 
 __all__ = [
     "GUARD_KEYS",
+    "SLA_CHECKS",
     "Actions",
     "Check",
     "Finding",
@@ -141,7 +148,8 @@ class Finding:
     Attributes:
         check: which.
         tripped: ``True``: it tripped; ``False``: it cleared.
-        severity: ``"violated"`` or ``"at-risk"`` (of a trip; ``"recovered"`` when cleared).
+        severity: ``"violated"`` or ``"at-risk"`` of an SLA check's trip, ``"drift"`` of the
+            profile's; ``"recovered"`` when cleared.
         measured, target: the figures in words, for the event and ``orch show``.
     """
 
@@ -152,7 +160,10 @@ class Finding:
     target: str
 
     def describe(self) -> str:
-        """``"sla-violated: throughput 41.0 samples/s (target >= 50 samples/s)"``."""
+        """``"sla-violated: throughput 41.0 samples/s (target >= 50 samples/s)"``, or for the
+        profile ``"profile-drift: 140.0 samples/s (profile: 200.0 predicted)"``."""
+        if self.check is Check.PROFILE:
+            return f"profile-{self.severity}: {self.measured} (profile: {self.target})"
         return f"sla-{self.severity}: {self.check.value} {self.measured} (target {self.target})"
 
 
@@ -245,7 +256,7 @@ def _status(check: Check, t: Targets, r: Reading, band: float, margin: float) ->
     return _Status(
         any(outs),
         all(ins),
-        "at-risk",
+        "drift",
         ", ".join(m for m, _ in said),
         ", ".join(p for _, p in said),
     )
@@ -309,11 +320,17 @@ class Actions:
     note: str = ""
 
 
+SLA_CHECKS = frozenset({Check.LATENCY, Check.THROUGHPUT, Check.DEADLINE})
+"""The checks of the SLA itself (``profile`` is about the tuner's prediction)."""
+
+
 def actions(targets: Targets, watch: Watch, retunes: int, cfg: GuardConfig) -> Actions:
     """The actions a run's tripped checks call for (see the module doc)."""
     urgent = targets.elastic and bool(watch.tripped & {Check.THROUGHPUT, Check.DEADLINE})
     if Check.PROFILE not in watch.tripped:
         return Actions(urgent)
+    if not watch.tripped & SLA_CHECKS:
+        return Actions(urgent, note="not re-tuned: it meets its SLA; its profile is corrected")
     if not targets.tuned:
         return Actions(urgent, note="not re-tuned: the job runs untuned settings")
     if retunes >= cfg.max_retunes:

@@ -48,6 +48,7 @@ from pydantic import ValidationError
 
 from orchestrator import elastic
 from orchestrator.config import Settings
+from orchestrator.control.admission import AdmissionDesk
 from orchestrator.control.facts import (
     PROGRESS,
     JobFactsReader,
@@ -79,6 +80,7 @@ from orchestrator.store import JobStore, LeaseLost
 from orchestrator.store.records import JobRecord
 from orchestrator.store.states import TERMINAL, JobState
 from policies import (
+    SCHEDULING_POLICIES,
     Decision,
     DecisionKind,
     QueuedJob,
@@ -93,6 +95,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ACTIVE", "ControlLoop"]
 
+HISTORY_EVERY_S = 10.0
+"""How often the pool's use is sampled for the dashboard's charts (a day kept: 8,640 samples)."""
 ACTIVE = (JobState.PLACED, JobState.TUNING, JobState.RUNNING, JobState.CANCELLING)
 """States of a job that a loop holds GPUs for."""
 
@@ -123,7 +127,7 @@ class ControlLoop:
         self.store = store
         self.runtime = runtime
         self.policy = guarded(policy)
-        self.policy_name = type(policy).__name__
+        self.policy_name = SCHEDULING_POLICIES.name_of(policy)  # `shared`, as users type it
         self.restart_cost_s = restart_cost_s
         self.clock = clock
         self.runs: dict[str, Run] = {}
@@ -133,6 +137,7 @@ class ControlLoop:
         self._serial = 0
         self._last_round = 0.0  # the previous round's clock
         self._waits: dict[str, str] = {}
+        self._sampled = -HISTORY_EVERY_S  # when the pool's use was last sampled (monotonic)
         self._queued: dict[str, QueuedJob] = {}
         self._facts: dict[str, JobFacts] = {}  # running jobs' facts, read when they started
         self._nodes: list[NodeInfo] = []
@@ -140,6 +145,7 @@ class ControlLoop:
         self._published: tuple[float, object] = (0.0, None)  # when, and what the pool view was
         self.facts = JobFactsReader(store)
         self.telemetry = LoopTelemetry(store.telemetry)  # counters for /metrics
+        self.admission = AdmissionDesk()  # deadline jobs' verdicts (issue 26)
         self.sla_guard = SLAGuard(
             store,
             self.telemetry,
@@ -289,6 +295,7 @@ class ControlLoop:
         self.forward_tune_requests()
         self.guard()
         snapshot = self.observe()
+        self.admit(snapshot)
         decisions = self.decide(snapshot)
         free = physically_free(self._nodes, self.runs.values())
         for d in decisions:
@@ -362,6 +369,8 @@ class ControlLoop:
                 self._settle(job_id, t, rec, fields, outcome)
             except IllegalTransition:
                 continue  # the state moved (a cancel): decide again on the new one
+            held = fields["attained_gpu_s"] - float(rec.fields.get("attained_gpu_s", 0) or 0)
+            self.telemetry.used(rec.team, held)  # the team's account, kept past the job's gc
             self._queued.pop(job_id, None)
             self._facts.pop(job_id, None)
             self.sla_guard.forget(job_id)
@@ -521,6 +530,13 @@ class ControlLoop:
             )
         return views
 
+    def admit(self, snapshot: Snapshot) -> None:
+        """Each new or changed admission verdict as an ``admission`` event (issue 26; the
+        simulator's desk judges the same snapshots alike)."""
+        for v in self.admission.round(snapshot):
+            with contextlib.suppress(JobNotFound):  # gone since the snapshot: nothing to tell
+                self.store.note_event(v.job_id, "admission", v.reason)
+
     # ---- 3. decide -------------------------------------------------------------------------
 
     def decide(self, snapshot: Snapshot) -> list[Decision]:
@@ -617,6 +633,7 @@ class ControlLoop:
                 self._serial,
                 self.settings.checkpoint_dir / job_id,
                 self._virtual(nodes),
+                self.lease.generation,
             )
             self.runtime.launch(launch)
         except Exception as err:  # never leave a job placed with nothing running it
@@ -708,6 +725,13 @@ class ControlLoop:
             for j, r in self.runs.items()
         }
         now = time.monotonic()
+        if now - self._sampled >= HISTORY_EVERY_S:  # the dashboard's use over time
+            self._sampled = now
+            teams: dict[str, int] = {}
+            for team, nodes in holding.values():
+                teams[team] = teams.get(team, 0) + len(nodes)
+            total = sum(n.gpus for n in self._nodes)
+            self.store.pool_history.append(self.clock(), total, sum(teams.values()), teams)
         if holding == self._published[1] and now - self._published[0] < 1.0:
             return
         self._published = (now, holding)

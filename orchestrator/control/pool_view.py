@@ -45,6 +45,8 @@ def pool_view(
             for n in nodes_to_json(list(nodes))
         ],
         "jobs": {job_id: list(job_nodes) for job_id, (_, job_nodes) in holding.items()},
+        # whose each job is: the API shows a member only its own team's (operations.pool_for)
+        "job_teams": {job_id: team for job_id, (team, _) in holding.items()},
         "teams": team_usage(
             snapshot.teams,
             [(team, len(job_nodes)) for team, job_nodes in holding.values()],

@@ -22,6 +22,7 @@ from orchestrator.control.guard import (
     Check,
     Finding,
     GuardConfig,
+    Reading,
     Targets,
     Watch,
     actions,
@@ -34,6 +35,7 @@ from orchestrator.errors import JobNotFound
 from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
 from orchestrator.store.records import JobRecord
+from orchestrator.tuner.profile import expected, record_live
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +111,8 @@ class SLAGuard:
             self._watch[run.job_id] = (run.launch.serial, watch)
             for f in findings:
                 self._found(run.job_id, f)
+                if f.check is Check.PROFILE and f.tripped:
+                    self._correct(run, reading, now)
             act = actions(targets, watch, done, self.config)
             if act.urgent:
                 urgent.add(run.job_id)
@@ -151,6 +155,25 @@ class SLAGuard:
         log.info("%s: %s", job_id, f.describe())
         self.store.note_event(job_id, f"sla-{f.severity}", f.describe())
         self.telemetry.guarded(f.severity, f.check.value)
+
+    def _correct(self, run: Run, reading: Reading, now: float) -> None:
+        """The run contradicts its profile: the profile takes what it measures (the scheduler
+        and the next runs read that), and the event says so."""
+        kept = record_live(
+            self.store.profiles,
+            run.job_id,
+            len(run.nodes),
+            reading.samples_per_s,
+            reading.latency_ms,
+            now,
+        )
+        if kept is not None:
+            self.store.note_event(
+                run.job_id,
+                "guard",
+                "guard: profile corrected from the run's measurements "
+                f"({len(run.nodes)} GPU(s): {_figures(kept)})",
+            )
 
     def _retune(
         self,
@@ -208,9 +231,7 @@ class SLAGuard:
         tuned = tuned_of(rec)
         rate = ms = None
         if tuned is not None and int(tuned.get("gpus", 1)) == gpus:
-            chosen = (self.store.profiles.load(rec.id) or {}).get("chosen") or {}
-            rate = _positive(chosen.get("samples_per_s"))
-            ms = _positive(chosen.get("latency_ms"))
+            rate, ms = expected(self.store.profiles.load(rec.id), gpus)
         gpu_range = spec.resources.gpus
         return Targets(
             percentile=lat.percentile if lat is not None else None,
@@ -225,7 +246,11 @@ class SLAGuard:
         )
 
 
-def _positive(value: Any) -> float | None:
-    """A positive number from a stored profile, else ``None``."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-    return float(value) if ok else None
+def _figures(live: dict[str, Any]) -> str:
+    """``"5,948.0 samples/s, p95 12.0 ms"`` of what a run measured."""
+    parts = []
+    if live.get("samples_per_s"):
+        parts.append(f"{live['samples_per_s']:,.1f} samples/s")
+    if live.get("latency_ms"):
+        parts.append(f"{live['latency_ms']:.1f} ms")
+    return ", ".join(parts) or "nothing measured"

@@ -1,5 +1,5 @@
 """What the control loop records for ``/metrics``: round durations, waits to start, SLA
-verdicts, preemptions, resizes, tuning trials and dropped decisions.
+verdicts, preemptions, resizes, tuning trials, dropped decisions and GPU-seconds per team.
 
 Each call only adds to an in-memory :class:`~orchestrator.store.telemetry.TelemetryBuffer`;
 the buffer reaches Redis in one pipelined round trip at the end of a round at most once per
@@ -51,6 +51,11 @@ class LoopTelemetry:
     def flush(self) -> None:
         """Write what was gathered (kept for the next flush if Redis does not answer)."""
         self.store.add(self.buffer)
+
+    def used(self, team: str, gpu_s: float) -> None:
+        """A run of one of ``team``'s jobs ended after holding ``gpu_s`` GPU-seconds (tuning
+        runs included: the pool was held for them)."""
+        self.buffer.add("gpu_seconds", gpu_s, team)
 
     def placed(self, rec: JobRecord) -> None:
         """A job was placed: its wait to start, if this is its first placement (never run,

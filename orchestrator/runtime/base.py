@@ -93,6 +93,9 @@ class Launch:
         checkpoint_dir: where the job's checkpoints live (kept across runs): a path or an
             fsspec URL, given to the workers as a string.
         virtual: the GPUs are CPU-backed slots (one torch thread per worker then).
+        generation: the generation of the lease the loop held when it launched this (a run
+            whose generation is no longer current stops without writing: see
+            ``orchestrator.store.sink.RunFence``); 0 where there is no lease.
     """
 
     job_id: str
@@ -103,6 +106,7 @@ class Launch:
     serial: int
     checkpoint_dir: StorageLocation
     virtual: bool
+    generation: int = 0
 
 
 class Runtime(Protocol):

@@ -87,18 +87,21 @@ def start_workers(
     num_threads: int | None,
     reporter_factory: Callable[[], Callable[[dict[str, Any]], None]] | None = None,
     log_sink_factory: Callable[[int], Any] | None = None,
+    runtime_env: dict[str, Any] | None = None,
 ) -> list[Any]:
     """One :class:`workers.actor.WorkerActor` per bundle of ``pg``, rank ``i`` in bundle ``i``
     (a job's gang, or a tuning gang); only rank 0 gets the report sink, every rank the log
-    sink factory (``log_sink_factory(rank)``: where its captured output goes)."""
+    sink factory (``log_sink_factory(rank)``: where its captured output goes). ``runtime_env``:
+    Ray's runtime environment of every actor (a command job's ``working_dir``)."""
     import ray
 
     from workers.actor import WorkerActor
 
     world = len(pg.bundle_specs)
     remote_cls = ray.remote(WorkerActor)
+    env = {"runtime_env": runtime_env} if runtime_env else {}
     return [
-        remote_cls.options(**worker_options(pg, rank)).remote(
+        remote_cls.options(**worker_options(pg, rank), **env).remote(
             job_id=job_id,
             rank=rank,
             world_size=world,
@@ -116,4 +119,6 @@ def failure_message(err: BaseException) -> str:
     if isinstance(cause, BaseException):
         err = cause
     text = str(err).strip().splitlines()
+    if type(err).__name__ == "SandboxError" and text:  # says the job's own error type first
+        return text[0][:500]
     return f"{type(err).__name__}: {text[0] if text else ''}"[:500]

@@ -13,12 +13,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from orchestrator.spec import JobSpec
+from orchestrator.loader_spec import LoaderSpec
+from orchestrator.spec import JobSpec, PlanSettings
 
 if TYPE_CHECKING:
     from orchestrator.tuner.space import Config
 
-__all__ = ["Knobs", "harness_config", "job_harness_config", "run_spec", "tuned_spec"]
+__all__ = [
+    "Knobs",
+    "harness_config",
+    "job_harness_config",
+    "loader_dict",
+    "lr_rule",
+    "run_spec",
+    "tuned_spec",
+]
 
 
 class Knobs(Protocol):
@@ -36,6 +45,8 @@ class Knobs(Protocol):
     def compile(self) -> bool: ...
     @property
     def sharding(self) -> str: ...
+    @property
+    def loader(self) -> Any: ...
 
 
 def harness_config(
@@ -49,10 +60,17 @@ def harness_config(
     warmup_steps: int,
     checkpoint_every: int = 0,
     seed: int = 0,
+    lr_scaling: str = "none",
+    base_global_batch: int | None = None,
+    serve: dict[str, Any] | None = None,
+    plan: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The harness configuration (``workers.config.HarnessConfig`` as a plain dict: it crosses
     to Ray workers) for a workload under ``knobs``; exactly one of ``steps``, ``duration_s``
-    and ``work_tokens`` gives the run's length."""
+    and ``work_tokens`` gives the run's length. ``lr_scaling`` and ``base_global_batch``: how
+    the learning rate follows a global batch other than the job's own (see
+    ``HarnessConfig``); ``serve``: a service's arrivals and batcher; ``plan``: the parallel plan
+    (``workers.parallel.Plan`` as a dict; ``None``: every GPU a replica, by ``sharding``)."""
     return {
         "workload": workload,
         "workload_args": dict(workload_args),
@@ -68,7 +86,22 @@ def harness_config(
         "warmup_steps": warmup_steps,
         "checkpoint_every": checkpoint_every,
         "seed": seed,
+        "lr_scaling": lr_scaling,
+        "base_global_batch": base_global_batch,
+        "serve": serve,
+        "plan": dict(plan) if plan is not None else None,
+        "loader": loader_dict(knobs.loader),
     }
+
+
+def loader_dict(loader: Any) -> dict[str, Any]:
+    """The loader settings as ``HarnessConfig.loader`` takes them, from a spec's
+    ``run.loader`` or a tuner config's token."""
+    from workers.loader_settings import LoaderSettings
+
+    if isinstance(loader, str):
+        return LoaderSettings.from_token(loader).to_dict()
+    return LoaderSettings(**loader.model_dump()).to_dict()
 
 
 def job_harness_config(spec: JobSpec) -> dict[str, Any]:
@@ -84,7 +117,7 @@ def job_harness_config(spec: JobSpec) -> dict[str, Any]:
         steps = spec.steps_for()
     elif tp is not None and tp.work_tokens is not None:
         steps, duration_s, work_tokens = None, None, tp.work_tokens
-    return harness_config(
+    config = harness_config(
         spec.workload.ref,
         spec.workload.args,
         run,
@@ -94,7 +127,31 @@ def job_harness_config(spec: JobSpec) -> dict[str, Any]:
         warmup_steps=run.warmup_steps,
         checkpoint_every=run.checkpoint_every,
         seed=run.seed,
+        serve=spec.serve.harness() if spec.serve is not None else None,
+        plan=run.plan.model_dump() if run.plan is not None else None,
+        **lr_rule(spec),
     )
+    w = spec.workload
+    if w.command is not None:
+        config["command"] = {
+            "argv": list(w.command),
+            "settings": {name: s.default for name, s in w.settings.items()},
+            "first_report_s": w.first_report_s,
+            "working_dir": w.working_dir,
+        }
+    return config
+
+
+def lr_rule(spec: JobSpec) -> dict[str, Any]:
+    """How the job's learning rate follows its global batch: ``lr_scaling`` (its
+    ``tuning.bounds.lr_scaling``, ``none`` when the batch is fixed) and the global batch its
+    learning rate is set for (``run.base_global_batch``, else its own)."""
+    from orchestrator.elastic import global_batch
+
+    return {
+        "lr_scaling": spec.tuning.bounds.lr_scaling or "none",
+        "base_global_batch": spec.run.base_global_batch or global_batch(spec),
+    }
 
 
 def run_spec(spec: JobSpec, tuned: Mapping[str, Any] | None, gpus: int | None = None) -> JobSpec:
@@ -124,10 +181,18 @@ def tuned_spec(spec: JobSpec, config: Config) -> JobSpec:
     The data-parallel degree becomes ``config.gpus`` and ``run.sharding`` becomes
     ``config.sharding`` (DDP or FSDP). A one-GPU config says nothing about sharding (it is always
     ``ddp`` there), so the spec's own ``run.sharding`` stays: it applies if the job is resized.
+    A config with a parallel plan (``config.plan()``) sets ``run.plan``.
+    ``run.base_global_batch`` records the global batch as submitted, which the learning-rate
+    rule scales from when the tuner chose another one within ``tuning.bounds.global_batch``.
     """
+    from orchestrator.elastic import global_batch
+
     sharding = config.sharding if config.gpus > 1 else spec.run.sharding
+    tuned_plan = config.plan()
+    plan = PlanSettings(**tuned_plan) if tuned_plan is not None else None
     run = spec.run.model_copy(
         update={
+            "base_global_batch": spec.run.base_global_batch or global_batch(spec),
             "micro_batch": config.micro_batch,
             "grad_accum": config.grad_accum,
             "precision": config.precision,
@@ -135,6 +200,8 @@ def tuned_spec(spec: JobSpec, config: Config) -> JobSpec:
             "compile": config.compile,
             "data_parallel": config.gpus,
             "sharding": sharding,
+            "loader": LoaderSpec(**loader_dict(config.loader)),
+            "plan": plan,  # a tuned plan, or none: the sharding says it (and any old plan goes)
         }
     )
     return JobSpec.model_validate({**spec.model_dump(by_alias=True), "run": run.model_dump()})

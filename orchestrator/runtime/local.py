@@ -3,13 +3,16 @@
 It lets the control loop be tested on a real store without Ray or torch: launches are recorded,
 ``STARTED`` is reported at once (or when the test says), and a run ends when the test calls
 :meth:`LocalRuntime.end` (or, by default, as soon as it is asked to stop, having written its
-checkpoint).
+checkpoint: a small record in the launch's checkpoint folder, as the runtime contract in
+``tests/runtime/`` asks of every runtime).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from orchestrator.pool import NodeInfo
@@ -68,6 +71,8 @@ class LocalRuntime:
         if at_once:
             self.killed.append(job_id)
         if self.stop_ends:
+            if not at_once:
+                _checkpoint(self._live[job_id])
             self.end(job_id, OutcomeKind.STOPPED, "stopped on request", {"status": "stopped"})
 
     def poll(self) -> list[RunEvent]:
@@ -104,3 +109,15 @@ class LocalRuntime:
         launch = self._live.pop(job_id)
         outcome = Outcome(kind, message, dict(result or {}))
         self._events.append(RunEvent(job_id, EventKind.ENDED, time.time(), launch.serial, outcome))
+
+
+def _checkpoint(launch: Launch) -> None:
+    """What a local run keeps on a graceful stop: a record of the stop in the launch's
+    checkpoint folder (a local path; a URL's folder is left alone: local runs touch no remote
+    storage). A local run has no model state: the record stands for its checkpoint."""
+    if launch.checkpoint_dir.is_url:
+        return
+    folder = Path(launch.checkpoint_dir.uri)
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"job_id": launch.job_id, "launch": launch.serial, "at": time.time()}
+    (folder / f"local-stop-{launch.serial}.json").write_text(json.dumps(record))

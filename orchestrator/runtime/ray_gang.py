@@ -37,6 +37,7 @@ from orchestrator.runtime.gang import (
 )
 from orchestrator.runtime.harness_config import job_harness_config
 from orchestrator.runtime.warm import WarmPool, WarmWorker
+from orchestrator.runtime.workdir import ray_working_dir
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,10 @@ class GangRun(threading.Thread):
             1-GPU run on its node.
         evicted: warm workers on the gang's nodes, given up before its placement group is
             asked for (so it never waits on them).
+        fence: picklable; rank 0 asks it whether the run is still current (see
+            ``orchestrator.store.sink.RunFence``); ``None``: always.
+        working_dirs: a command job's working directory digest -> its Ray URI (see
+            :mod:`orchestrator.runtime.workdir`).
 
     Attributes:
         settled: set once the gang is placed and its workers are set up (rank 0 built its
@@ -80,8 +85,12 @@ class GangRun(threading.Thread):
         stop_grace_s: float = 30.0,
         warm: WarmWorker | None = None,
         evicted: list[WarmWorker] | None = None,
+        fence: Callable[[], bool] | None = None,
+        working_dirs: Callable[[str], str] | None = None,
     ) -> None:
         super().__init__(name=f"{launch.kind}-{launch.job_id}", daemon=True)
+        self.fence = fence
+        self.working_dirs = working_dirs
         self.launch = launch
         self.job_id = launch.job_id
         self.emit = emit
@@ -253,6 +262,7 @@ class GangRun(threading.Thread):
                 num_threads=self.num_threads,
                 reporter_factory=self.reporter_factory,
                 log_sink_factory=self.log_sink_factory,
+                runtime_env=self._runtime_env(),
             )
         init_method = None
         if world > 1:
@@ -260,8 +270,14 @@ class GangRun(threading.Thread):
             init_method = f"tcp://{host}:{port}"
         self.emit(EventKind.STARTED, None)
         cfg = job_harness_config(self.launch.spec)
+        from workers.checkpoint import run_tag
+
         ckpt = str(self.launch.checkpoint_dir)
-        refs = [a.run.remote(cfg, init_method, ckpt) for a in self._actors]
+        tag = run_tag(self.launch.generation, self.launch.serial)
+        refs = [
+            a.run.remote(cfg, init_method, ckpt, fence=self.fence if i == 0 else None, run_tag=tag)
+            for i, a in enumerate(self._actors)
+        ]
         pending = list(refs)
         stop_sent_at: float | None = None
         set_up: Any = None  # rank 0's answer to "is your harness built?" (fresh workers)
@@ -288,9 +304,18 @@ class GangRun(threading.Thread):
                 elif time.monotonic() - stop_sent_at > self.stop_grace_s:
                     return Outcome(OutcomeKind.STOPPED, "stopped (grace period over, killed)")
         result = dict(ray.get(refs[0]))
+        if result.get("status") == "fenced":
+            return Outcome(OutcomeKind.STOPPED, "deposed: a newer run owns the job", result)
         if result.get("status") == "stopped":
             return Outcome(OutcomeKind.STOPPED, "stopped on request", result)
         return Outcome(OutcomeKind.FINISHED, "", result)
+
+    def _runtime_env(self) -> dict[str, str] | None:
+        """A command job's working directory, as the URI Ray ships to every host."""
+        digest = self.launch.spec.workload.working_dir
+        if digest is None or self.working_dirs is None:
+            return None
+        return {"working_dir": self.working_dirs(digest)}
 
 
 class TuneRun(GangRun):
@@ -415,7 +440,7 @@ class RayRuntime:
 
     def launch(self, launch: Launch) -> None:
         """See :meth:`Runtime.launch`."""
-        from orchestrator.store import LogSink, MetricsSink
+        from orchestrator.store import LogSink, MetricsSink, RunFence
 
         emit = functools.partial(self._emit, launch.job_id, launch.serial)
         kw: dict[str, Any] = {
@@ -426,14 +451,27 @@ class RayRuntime:
         # Registered with the warm pool's lock held: a refill counts this run's GPUs as taken
         # from here on, and the warm workers it takes or gives up are out of the pool.
         with self.warm.lock:
-            adopt = launch.kind == "run" and len(launch.nodes) == 1
+            # a warm actor's runtime environment is fixed: a command job needs its own
+            single = len(launch.nodes) == 1 and launch.spec.workload.command is None
+            adopt = launch.kind == "run" and single
             warm, kw["evicted"] = self.warm.claim(launch.nodes, adopt=adopt)
             if launch.kind == "tune":
                 run = TuneRun(launch, emit, self.redis_url, self.namespace, **kw)
             else:
                 sink = functools.partial(MetricsSink, self.redis_url, self.namespace, launch.job_id)
                 logs = functools.partial(LogSink, self.redis_url, self.namespace, launch.job_id)
-                run = GangRun(launch, emit, sink, log_sink_factory=logs, warm=warm, **kw)
+                fence = RunFence(self.redis_url, self.namespace, launch.job_id, launch.generation)
+                zips = functools.partial(ray_working_dir, self.redis_url, self.namespace)
+                run = GangRun(
+                    launch,
+                    emit,
+                    sink,
+                    log_sink_factory=logs,
+                    warm=warm,
+                    fence=fence,
+                    working_dirs=zips,
+                    **kw,
+                )
             self._runs[launch.job_id] = run
         run.start()
 

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
+from orchestrator.control.admission import AdmissionDesk
 from orchestrator.control.invariants import check_decisions, guarded
 from orchestrator.control.snapshot import (
     JobFacts,
@@ -47,6 +48,7 @@ from orchestrator.sim.trace import TraceJob
 from orchestrator.sim.wallclock import WallClockJobModel
 from policies import Decision, DecisionKind, NodeView, QueuedJob, RunningJob, Snapshot
 from policies.scheduling import SchedulingPolicy
+from policies.scheduling.plan import Verdict
 from policies.snapshot import TeamView
 
 _WAITING, _QUEUED, _RUNNING, _DONE = range(4)
@@ -70,6 +72,9 @@ class SimConfig:
             the whole interval); 0 never stops.
         log_decisions: keep every applied start, preemption and resize, with its time, in
             :attr:`Simulator.applied` (to compare a simulated run with a live one).
+        plan_admission: judge deadline jobs against a plan as the live loop does
+            (:class:`~orchestrator.control.admission.AdmissionDesk`), the verdicts kept in
+            :attr:`Simulator.admissions`; off by default (a plan per round with new jobs).
     """
 
     interval_s: float = 60.0
@@ -82,6 +87,7 @@ class SimConfig:
     sigma: float = 0.05
     stuck_rounds: int = 1000
     log_decisions: bool = False
+    plan_admission: bool = False
 
 
 @dataclass(eq=False)
@@ -201,6 +207,9 @@ class Simulator:
         self.usage = Usage(self.total_gpus)
         self.decision_s: list[tuple[int, float]] = []
         self.applied: list[tuple[float, Decision]] = []
+        # the admission desk's verdicts, with their round's time (``SimConfig.plan_admission``)
+        self.admissions: list[tuple[float, Verdict]] = []
+        self._desk = AdmissionDesk() if self.config.plan_admission else None
         self._last_round: float | None = None
         self.rounds = 0
         # kept up to date instead of recomputed every round (a round must cost little more
@@ -371,6 +380,8 @@ class Simulator:
 
     def _round(self) -> None:
         snapshot = self.snapshot()
+        if self._desk is not None:
+            self.admissions += [(self.now, v) for v in self._desk.round(snapshot)]
         # each team's demand for its entitlement (see Usage.note_entitlement), from the jobs
         # as the snapshot shows them: a queued job asks for its lo, a running one for
         # max(gpus, lo)

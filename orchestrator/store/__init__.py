@@ -16,21 +16,30 @@ output, written by workers through :class:`LogSink`), ``lease(owner)`` (:class:`
 
 from __future__ import annotations
 
-from orchestrator.store.audit import AuditStore
-from orchestrator.store.connection import connect, open_url, resolve_url
-from orchestrator.store.jobs import JobStore
-from orchestrator.store.keys import Keys
-from orchestrator.store.lease import LEASE_MS, Lease, LeaseLost, SchedulerBusy
-from orchestrator.store.logs import LogStore
-from orchestrator.store.pool_view import PoolViewStore
-from orchestrator.store.records import JobRecord
-from orchestrator.store.scaling import ScalingStore
-from orchestrator.store.server import EmbeddedRedis, find_redis_server
-from orchestrator.store.sink import LogSink, MetricsSink
-from orchestrator.store.states import ACTIVE, TERMINAL, TRANSITIONS, JobState, is_legal, sources
-from orchestrator.store.telemetry import TelemetryStore
-from orchestrator.store.tokens import TokenStore
-from orchestrator.store.tuning import ProfileStore, StudyJournal, TuneCacheStore, TuneReportStore
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator.store.audit import AuditStore
+    from orchestrator.store.connection import connect, open_url, resolve_url
+    from orchestrator.store.jobs import JobStore
+    from orchestrator.store.keys import Keys
+    from orchestrator.store.lease import LEASE_MS, Lease, LeaseLost, SchedulerBusy
+    from orchestrator.store.logs import LogStore
+    from orchestrator.store.pool_view import PoolViewStore
+    from orchestrator.store.records import JobRecord
+    from orchestrator.store.scaling import ScalingStore
+    from orchestrator.store.server import EmbeddedRedis, find_redis_server
+    from orchestrator.store.sink import LogSink, MetricsSink, RunFence
+    from orchestrator.store.states import ACTIVE, TERMINAL, TRANSITIONS, JobState, is_legal, sources
+    from orchestrator.store.telemetry import TelemetryStore
+    from orchestrator.store.tokens import TokenStore
+    from orchestrator.store.tuning import (
+        ProfileStore,
+        StudyJournal,
+        TuneCacheStore,
+        TuneReportStore,
+    )
 
 __all__ = [
     "ACTIVE",
@@ -50,6 +59,7 @@ __all__ = [
     "MetricsSink",
     "PoolViewStore",
     "ProfileStore",
+    "RunFence",
     "ScalingStore",
     "SchedulerBusy",
     "StudyJournal",
@@ -64,3 +74,49 @@ __all__ = [
     "resolve_url",
     "sources",
 ]
+
+
+# Each name loads its module on first use (PEP 562): the CLI reads records and states in API
+# mode without importing redis-py's client or the stores it never uses (`orch` starts faster).
+_HOME = {
+    "AuditStore": "orchestrator.store.audit",
+    "connect": "orchestrator.store.connection",
+    "open_url": "orchestrator.store.connection",
+    "resolve_url": "orchestrator.store.connection",
+    "JobStore": "orchestrator.store.jobs",
+    "Keys": "orchestrator.store.keys",
+    "LEASE_MS": "orchestrator.store.lease",
+    "Lease": "orchestrator.store.lease",
+    "LeaseLost": "orchestrator.store.lease",
+    "SchedulerBusy": "orchestrator.store.lease",
+    "LogStore": "orchestrator.store.logs",
+    "PoolViewStore": "orchestrator.store.pool_view",
+    "JobRecord": "orchestrator.store.records",
+    "ScalingStore": "orchestrator.store.scaling",
+    "EmbeddedRedis": "orchestrator.store.server",
+    "find_redis_server": "orchestrator.store.server",
+    "LogSink": "orchestrator.store.sink",
+    "MetricsSink": "orchestrator.store.sink",
+    "RunFence": "orchestrator.store.sink",
+    "ACTIVE": "orchestrator.store.states",
+    "TERMINAL": "orchestrator.store.states",
+    "TRANSITIONS": "orchestrator.store.states",
+    "JobState": "orchestrator.store.states",
+    "is_legal": "orchestrator.store.states",
+    "sources": "orchestrator.store.states",
+    "TelemetryStore": "orchestrator.store.telemetry",
+    "TokenStore": "orchestrator.store.tokens",
+    "ProfileStore": "orchestrator.store.tuning",
+    "StudyJournal": "orchestrator.store.tuning",
+    "TuneCacheStore": "orchestrator.store.tuning",
+    "TuneReportStore": "orchestrator.store.tuning",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -39,6 +40,10 @@ def resolve_url(settings: Settings) -> str:
     return EmbeddedRedis(settings.data_dir, settings.redis_bind).ensure_running()
 
 
+LOADING_WAIT_S = 60.0
+"""How long to wait for a server loading its data file before giving up."""
+
+
 def open_url(url: str) -> redis.Redis:
     """A client for ``url`` (responses decoded to ``str``), checked with a PING.
 
@@ -49,10 +54,24 @@ def open_url(url: str) -> redis.Redis:
         client = redis.Redis.from_url(
             url, decode_responses=True, socket_connect_timeout=CONNECT_TIMEOUT_S
         )
-        client.ping()
+        _ping(client)
     except (redis.RedisError, ValueError, OSError) as err:
         raise StoreError(f"cannot reach Redis at {redact(url)}: {err}") from None
     return client
+
+
+def _ping(client: redis.Redis, loading_s: float = LOADING_WAIT_S) -> None:
+    """PING, waiting while a restarted server loads its data file (it answers LOADING for as
+    long as that takes: `orch down; orch list` must not fail on it)."""
+    deadline = time.monotonic() + loading_s
+    while True:
+        try:
+            client.ping()
+            return
+        except redis.BusyLoadingError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def redact(url: str) -> str:

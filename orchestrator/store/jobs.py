@@ -33,7 +33,7 @@ from orchestrator.store.connection import open_url
 from orchestrator.store.keys import Keys
 from orchestrator.store.lease import LEASE_MS, Lease, LeaseLost, lease_holder
 from orchestrator.store.logs import LogStore
-from orchestrator.store.pool_view import PoolViewStore, memory_problem
+from orchestrator.store.pool_view import PoolHistoryStore, PoolViewStore, memory_problem
 from orchestrator.store.records import CORE_FIELDS, JobRecord
 from orchestrator.store.retention import RetentionStore
 from orchestrator.store.scaling import ScalingStore
@@ -42,7 +42,8 @@ from orchestrator.store.telemetry import TelemetryStore
 from orchestrator.store.tokens import TokenStore
 from orchestrator.store.tuning import ProfileStore, StudyJournal, TuneCacheStore, TuneReportStore
 from orchestrator.store.wake import WakeChannel, Wakeups
-from orchestrator.teams import TeamConfig, parse_teams
+from orchestrator.store.workdirs import WorkingDirStore
+from orchestrator.teams import TeamConfig, entry_problem, parse_teams
 
 __all__ = ["EVENTS_MAXLEN", "METRICS_MAXLEN", "QUEUE_FACTS", "JobStore"]
 
@@ -128,6 +129,7 @@ class JobStore:
         retention_s: how long an ended job's keys live (``Settings.retention_s``).
         wake: the wake channel, published on by submissions and cancels (see
             :meth:`wakeups`).
+        working_dirs: command jobs' packed working directories, by digest.
     """
 
     def __init__(
@@ -142,12 +144,14 @@ class JobStore:
         self.tune_reports = TuneReportStore(client, self.keys)
         self.tune_cache = TuneCacheStore(client, self.keys)
         self.pool_view = PoolViewStore(client, self.keys)
+        self.pool_history = PoolHistoryStore(client, self.keys)
         self.tokens = TokenStore(client, self.keys)
         self.audit = AuditStore(client, self.keys)
         self.telemetry = TelemetryStore(client, self.keys)
         self.logs = LogStore(client, self.keys)
         self.retention = RetentionStore(client, self.keys, self.logs)
         self.wake = WakeChannel(client, self.keys)
+        self.working_dirs = WorkingDirStore(client, self.keys)
         self._submit = client.register_script(_SUBMIT_LUA)
         self._transition = client.register_script(_TRANSITION_LUA)
         self._incr_attempts = client.register_script(_INCR_ATTEMPTS_LUA)
@@ -213,14 +217,27 @@ class JobStore:
         """
         specs = builtins.list(specs)
         config = self.teams()
+        problems = [
+            f"job {spec.name!r}: {problem}"
+            for spec in specs
+            if spec.workload.entry is not None
+            and (problem := entry_problem(config, spec.team, spec.workload.entry))
+        ]
+        problems += [
+            f"job {spec.name!r}: workload.working_dir {digest} is not stored: submit with "
+            "orch submit --working-dir DIR"
+            for spec in specs
+            if (digest := spec.workload.working_dir) is not None
+            and not self.working_dirs.exists(digest)
+        ]
         if config is not None:
-            problems = [
+            problems += [
                 f"job {spec.name!r}: {problem}"
                 for spec in specs
                 for problem in config.admission_problems(spec.team, spec.resources.gpus.min)
             ]
-            if problems:
-                raise SpecError("team config", problems)
+        if problems:
+            raise SpecError("team config", problems)
         if any(spec.resources.gpu_memory_gb is not None for spec in specs):
             view = self.pool_view.read() or {}
             problems = [

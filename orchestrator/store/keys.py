@@ -11,6 +11,10 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+LOG_MAXLEN = 2000
+"""Lines of each rank's output a job's log stream keeps (here, beside the layout, so that the
+API's limits read it without loading the stores)."""
+
 if TYPE_CHECKING:
     import redis
 
@@ -38,8 +42,10 @@ class Keys:
         ns:logs:{id}               set     ranks of the job that wrote output
         ns:logs:{id}:{rank}        stream  one rank's stdout and stderr lines {s, l}, capped
         ns:teams                   string  the team config (JSON)
+        ns:workdir:{digest}        string  a command job's working directory (zip, base64)
         ns:scheduler:lease         string  owner of the scheduler lease, with a TTL
         ns:pool                    string  the pool view the scheduler publishes (JSON), TTL
+        ns:pool:history            stream  the pool's use over time (GPUs, used, per team)
         ns:scaling:{id}            hash    GPU count -> samples/s a run of the job showed
         ns:profile:{job}           string  the tuner's performance profile of a job (JSON)
         ns:tune:{job}              string  the tuning report of a job (JSON)
@@ -129,6 +135,10 @@ class Keys:
         """``logs(job_id, rank)`` is ``logs_prefix(job_id) + str(rank)`` (for scripts)."""
         return self.key("logs", job_id, "")
 
+    def working_dir(self, digest: str) -> str:
+        """A command job's packed working directory, by content digest (``sha256:...``)."""
+        return self.key("workdir", digest)
+
     @property
     def teams(self) -> str:
         """The team config."""
@@ -149,6 +159,11 @@ class Keys:
     def pool_view(self) -> str:
         """The pool view the scheduler publishes for ``orch pool``."""
         return self.key("pool")
+
+    @property
+    def pool_history(self) -> str:
+        """The pool's use over time, sampled by the scheduler (the dashboard's charts)."""
+        return self.key("pool", "history")
 
     def scaling(self, job_id: str) -> str:
         """Throughput per GPU count that runs of a job showed."""

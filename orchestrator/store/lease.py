@@ -28,7 +28,7 @@ from orchestrator.errors import OrchError
 from orchestrator.store.keys import Keys
 from orchestrator.store.server import pid_alive
 
-__all__ = ["LEASE_MS", "Lease", "LeaseLost", "SchedulerBusy", "lease_holder"]
+__all__ = ["LEASE_MS", "Lease", "LeaseLost", "SchedulerBusy", "lease_generation", "lease_holder"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,14 @@ return 0
 
 class SchedulerBusy(OrchError):
     """Another scheduler holds this namespace's lease."""
+
+    @classmethod
+    def of(cls, holder: str, namespace: str) -> SchedulerBusy:
+        """The error for ``holder`` driving ``namespace``."""
+        return cls(
+            f"another scheduler ({holder}) is driving namespace {namespace!r}; "
+            "stop it first, or use another ORCH_NAMESPACE"
+        )
 
 
 class LeaseLost(OrchError):
@@ -115,13 +123,10 @@ class Lease:
         gen = self._acquire(keys=keys, args=[self.owner, self.ttl_ms, ""])
         if not gen:
             holder = str(self._client.get(self.key) or "")
-            if _holder_is_dead(holder):
+            if holder_is_dead(holder):
                 gen = self._acquire(keys=keys, args=[self.owner, self.ttl_ms, holder])
             if not gen:
-                raise SchedulerBusy(
-                    f"another scheduler ({holder}) is driving namespace {namespace!r}; "
-                    "stop it first, or use another ORCH_NAMESPACE"
-                )
+                raise SchedulerBusy.of(holder, namespace)
             log.warning("took over the lease of %s, whose process is gone", holder)
         self.generation = int(gen)
         self._renewed_at = time.monotonic()
@@ -216,8 +221,30 @@ def lease_holder(client: redis.Redis, keys: Keys) -> str | None:
     return str(holder) if holder else None
 
 
-def _holder_is_dead(holder: str) -> bool:
+def lease_generation(client: redis.Redis, keys: Keys) -> int | None:
+    """The generation of the namespace's latest lease acquisition (``None``: never taken)."""
+    gen = client.get(keys.scheduler_lease_generation)
+    return int(gen) if gen else None
+
+
+def holder_is_dead(holder: str) -> bool:
     """Whether a holder (``host:pid:tag``) was a process on this host that has exited."""
     host, _, rest = holder.partition(":")
     pid_text = rest.partition(":")[0]
     return host == socket.gethostname() and pid_text.isdigit() and not pid_alive(int(pid_text))
+
+
+def live_scheduler(url: str) -> str | None:
+    """The holder of a live scheduler lease in any namespace of the Redis at ``url`` (``orch
+    down`` refuses to stop a server a scheduler uses: its watchdog would restart it at once)."""
+    from orchestrator.store.connection import open_url
+
+    client = open_url(url)
+    try:
+        for key in client.scan_iter(match="*:scheduler:lease"):
+            holder = client.get(key)
+            if holder and not holder_is_dead(str(holder)):
+                return str(holder)
+        return None
+    finally:
+        client.close()

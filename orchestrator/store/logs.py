@@ -17,11 +17,10 @@ from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.store.keys import KeyFamily
+from orchestrator.store.keys import LOG_MAXLEN, KeyFamily
 
 __all__ = ["LOG_MAXLEN", "LogEntry", "LogStore"]
 
-LOG_MAXLEN = 2000
 """Approximate number of lines kept per rank of a job (the most recent)."""
 
 POLL_S = 0.5

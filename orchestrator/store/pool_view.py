@@ -15,7 +15,10 @@ from orchestrator.spec import JobSpec
 from orchestrator.store.keys import KeyFamily
 from policies import NodeView
 
-__all__ = ["PoolViewStore", "memory_problem"]
+__all__ = ["HISTORY_LEN", "PoolHistoryStore", "PoolViewStore", "memory_problem"]
+
+HISTORY_LEN = 8640
+"""Samples of the pool's use kept (a day at the scheduler's one per 10 s)."""
 
 
 class PoolViewStore(KeyFamily):
@@ -29,6 +32,37 @@ class PoolViewStore(KeyFamily):
         """The view last published, or ``None`` when none is live (no scheduler runs)."""
         raw = cast(str | None, self._client.get(self._keys.pool_view))
         return json.loads(raw) if raw else None
+
+
+class PoolHistoryStore(KeyFamily):
+    """The pool's use over time: one sample per interval the scheduler chooses, the newest
+    :data:`HISTORY_LEN` kept (a capped stream: its memory is bounded whatever the uptime)."""
+
+    def append(self, at: float, gpus: int, used: int, teams: Mapping[str, int]) -> None:
+        """Record that at ``at`` (epoch seconds) ``used`` of ``gpus`` were held, per team."""
+        fields = {"at": f"{at:.3f}", "gpus": gpus, "used": used, "teams": json.dumps(teams)}
+        self._client.xadd(
+            self._keys.pool_history,
+            fields,  # type: ignore[arg-type]
+            maxlen=HISTORY_LEN,
+            approximate=True,
+        )
+
+    def read(self, count: int = HISTORY_LEN) -> list[dict[str, Any]]:
+        """The newest ``count`` samples, oldest first: ``{at, gpus, used, teams}``."""
+        entries = cast(
+            list[tuple[str, dict[str, str]]],
+            self._client.xrevrange(self._keys.pool_history, count=count),
+        )
+        return [
+            {
+                "at": float(f["at"]),
+                "gpus": int(f["gpus"]),
+                "used": int(f["used"]),
+                "teams": json.loads(f["teams"]),
+            }
+            for _, f in reversed(entries)
+        ]
 
 
 def memory_problem(spec: JobSpec, nodes: Sequence[Mapping[str, Any]]) -> str:

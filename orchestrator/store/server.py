@@ -108,7 +108,10 @@ class EmbeddedRedis:
                 holds the end of its log).
         """
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            # a new data directory is the owner's to list (a team's sandboxed code may be given
+            # search permission on it to reach its checkpoints: see workers.sandbox)
+            self.dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.dir.mkdir(exist_ok=True)
             os.chmod(self.dir, 0o700)  # the password, the data: the owner's only
             with self._locked():
                 password = self._password()

@@ -13,8 +13,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from orchestrator.store.jobs import JobStore
+from orchestrator.store.lease import lease_generation
 
-__all__ = ["LogSink", "MetricsSink"]
+__all__ = ["LogSink", "MetricsSink", "RunFence"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,18 @@ class _StoreSink:
         self._store: JobStore | None = None
         self._retry_at = 0.0
 
+    def _connected(self) -> JobStore:
+        if self._store is None:
+            client = redis.Redis.from_url(
+                self.redis_url,
+                decode_responses=True,
+                socket_timeout=TIMEOUT_S,
+                socket_connect_timeout=TIMEOUT_S,
+                retry=Retry(NoBackoff(), 1),
+            )
+            self._store = JobStore(client, self.namespace)
+        return self._store
+
     def _write(self, write: Callable[[JobStore], None]) -> None:
         """``write(store)``, or drop it (see the class doc)."""
         now = time.monotonic()
@@ -52,16 +65,7 @@ class _StoreSink:
             self.dropped += 1
             return
         try:
-            if self._store is None:
-                client = redis.Redis.from_url(
-                    self.redis_url,
-                    decode_responses=True,
-                    socket_timeout=TIMEOUT_S,
-                    socket_connect_timeout=TIMEOUT_S,
-                    retry=Retry(NoBackoff(), 1),
-                )
-                self._store = JobStore(client, self.namespace)
-            write(self._store)
+            write(self._connected())
         except Exception as err:  # anything at all: never worth a failed run
             self.dropped += 1
             self._retry_at = now + RETRY_AFTER_S
@@ -130,3 +134,63 @@ class LogSink(_StoreSink):
     def __call__(self, lines: Sequence[tuple[str, str]]) -> None:
         """Append a batch of ``(stream, line)`` (see ``LogStore.append``); never raises."""
         self._write(lambda store: store.logs.append(self.job_id, self.rank, lines))
+
+
+class RunFence(_StoreSink):
+    """Whether a run is still its job's current one: the scheduler that launched it still holds
+    the generation of the lease it was launched under (``Lease.generation``, bumped by every
+    scheduler that takes the namespace over). Workers ask it once per step and before each
+    checkpoint commit (``workers.harness.Harness``'s ``fence``), so the runs of a frozen
+    scheduler stop without writing once a standby has taken over and restarted their jobs.
+
+    Built by the control plane and shipped to rank 0's worker like the sinks. An answer is
+    kept for ``cache_s`` (one small GET a second per running job). When Redis cannot be asked
+    the run goes on (answers ``True``): an outage must not stop every job, and a new generation
+    can only start with Redis up, when the next answer sees it.
+
+    Args:
+        generation: the lease generation the run was launched under.
+        cache_s: how long an answer is reused.
+    """
+
+    what = "fence check"
+
+    def __init__(
+        self,
+        redis_url: str,
+        namespace: str,
+        job_id: str,
+        generation: int,
+        *,
+        cache_s: float = 1.0,
+    ) -> None:
+        super().__init__(redis_url, namespace, job_id)
+        self.generation = generation
+        self.cache_s = cache_s
+        self._asked_at = -float("inf")
+        self._current = True
+
+    def __call__(self) -> bool:
+        """``False`` once another scheduler generation drives the namespace (then for good)."""
+        now = time.monotonic()
+        if not self._current or now - self._asked_at < self.cache_s:
+            return self._current
+        self._asked_at = now
+
+        def ask(store: JobStore) -> None:
+            latest = lease_generation(store.client, store.keys)
+            self._current = latest is None or latest <= self.generation
+
+        self._write(ask)
+        if not self._current:
+            log.warning(
+                "job %s: launched under lease generation %d, which is no longer current",
+                self.job_id,
+                self.generation,
+            )
+        return self._current
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_asked_at"] = -float("inf")
+        return state

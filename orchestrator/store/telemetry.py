@@ -85,6 +85,12 @@ class TelemetryBuffer:
         if by:
             self.counts[_counter_field(name, label)] += by
 
+    def add(self, name: str, amount: float, label: str = "") -> None:
+        """Add ``amount`` (a float: GPU-seconds) to counter ``name`` (of ``label``)."""
+        if amount and math.isfinite(amount):
+            key = _counter_field(name, label)
+            self.sums[key] = self.sums.get(key, 0.0) + amount
+
     def observe(self, spec: HistogramSpec, value: float, label: str = "") -> None:
         """Record one observation of histogram ``spec`` (of ``label``)."""
         if not math.isfinite(value):

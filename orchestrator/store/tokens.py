@@ -14,7 +14,6 @@ import hmac
 import json
 import secrets
 import time
-from enum import StrEnum
 from typing import Self, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -23,20 +22,12 @@ from redis.exceptions import WatchError
 from orchestrator.errors import OrchError, TokenNotFound
 from orchestrator.spec import NAME_PATTERN
 from orchestrator.store.keys import KeyFamily
+from orchestrator.store.roles import Role
 
 __all__ = ["TOKEN_PREFIX", "Role", "TokenInfo", "TokenStore"]
 
 TOKEN_PREFIX = "orch_"
 _ID_TRIES = 16
-
-
-class Role(StrEnum):
-    """What a principal may do. ``admin``: teams, tokens and any job; ``member``: submit for
-    its own team and cancel that team's jobs; ``viewer``: read."""
-
-    ADMIN = "admin"
-    MEMBER = "member"
-    VIEWER = "viewer"
 
 
 class TokenInfo(BaseModel):

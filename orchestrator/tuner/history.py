@@ -2,15 +2,17 @@
 
 Strategies read it to decide the next config; the tuner writes it. It also holds the knowledge
 that lets a trial be skipped without running: a repeated config (already measured), a
-micro-batch at or above a known out-of-memory one, and a latency ceiling already missed by a
-smaller micro-batch with the same other settings (step time does not fall when the micro-batch
-grows, so the larger one misses too). While the tuner runs a batch of trials at once
-(``Tuner(free_gpus=k)``), ``pending`` holds the configs being measured, so that a strategy
+micro-batch at or above a known out-of-memory one, and a latency ceiling already missed beyond
+measurement noise by a smaller micro-batch with the same other settings (step time does not
+fall when the micro-batch grows, so the larger one misses too; a miss within the noise says
+nothing where step time is flat across micro-batches). While the tuner runs a batch of trials
+at once (``Tuner(free_gpus=k)``), ``pending`` holds the configs being measured, so that a strategy
 proposes different ones.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
@@ -19,7 +21,12 @@ from orchestrator.tuner.objective import Goal, Measurement, Verdict
 from orchestrator.tuner.oom import FitFrontier
 from orchestrator.tuner.space import Config, SearchSpace
 
-__all__ = ["History", "Source", "TrialRecord"]
+__all__ = ["LATENCY_NOISE", "History", "Source", "TrialRecord"]
+
+LATENCY_NOISE = 0.02
+"""The least relative noise assumed of a measured latency percentile: a ceiling missed by less
+prunes nothing (run-to-run variation of a profiled step on a shared machine is of that order;
+see ``History.latency_noise``)."""
 
 Source = Literal["measured", "repeat", "pruned", "cached"]
 
@@ -115,27 +122,60 @@ class History:
             return None
         return min(pool, key=lambda r: (r.verdict.violation, -r.config.micro_batch))
 
+    def latency_noise(self) -> float:
+        """How far a latency measurement may be off: at least :data:`LATENCY_NOISE`, or the
+        largest inversion seen on a line (a larger micro-batch measured faster than a smaller
+        one with the same other settings, which only noise explains)."""
+        lines: dict[Config, list[tuple[int, float]]] = {}
+        for r in self._by_config.values():
+            lat = self.goal.latency(r.measurement) if r.measurement.ok else None
+            if lat:
+                line = dataclasses.replace(r.config, micro_batch=0)  # its other settings
+                lines.setdefault(line, []).append((r.config.micro_batch, lat))
+        worst = LATENCY_NOISE
+        for points in lines.values():
+            points.sort()
+            for i, (_, slow) in enumerate(points):
+                for _, fast in points[i + 1 :]:
+                    worst = max(worst, slow / fast - 1.0)
+        return worst
+
+    def latency_misses(self) -> list[Config]:
+        """The measured configs whose latency missed the ceiling by more than the noise
+        (:meth:`latency_noise`): only such a miss says a larger micro-batch misses too (none
+        without a ceiling)."""
+        ceiling = self.goal.ceiling_ms
+        if ceiling is None:
+            return []
+        limit = ceiling * (1.0 + self.latency_noise())
+        out = []
+        for r in self._by_config.values():
+            lat = self.goal.latency(r.measurement) if r.measurement.ok else None
+            if lat is not None and lat > limit:
+                out.append(r.config)
+        return out
+
     def prune_reason(self, config: Config) -> str | None:
         """Why ``config`` needs no trial (it cannot be feasible), or ``None``."""
         if self.frontier.will_oom(config):
             return f"micro-batch {self.frontier.limit(config)} already ran out of memory"
-        ceiling = self.goal.ceiling_ms
-        if ceiling is None:
-            return None
-        for r in self._by_config.values():
-            c = r.config
-            lat = self.goal.latency(r.measurement) if r.measurement.ok else None
+        for c in self.latency_misses():
             if (
-                lat is not None
-                and lat > ceiling
-                and c.micro_batch <= config.micro_batch
+                c.micro_batch <= config.micro_batch
                 and (c.gpus, c.grad_accum, c.sharding, c.precision)
                 == (config.gpus, config.grad_accum, config.sharding, config.precision)
-                and (c.activation_checkpointing, c.compile)
-                == (config.activation_checkpointing, config.compile)
+                and (c.activation_checkpointing, c.compile, c.tp, c.pp, c.zero)
+                == (
+                    config.activation_checkpointing,
+                    config.compile,
+                    config.tp,
+                    config.pp,
+                    config.zero,
+                )
             ):
+                m = self._by_config[c].measurement
                 return (
-                    f"p{self.goal.percentile} {lat:.1f} ms at micro-batch {c.micro_batch} "
-                    f"already exceeds {ceiling:g} ms"
+                    f"p{self.goal.percentile} {self.goal.latency(m):.1f} ms at micro-batch "
+                    f"{c.micro_batch} already exceeds {self.goal.ceiling_ms:g} ms beyond noise"
                 )
         return None

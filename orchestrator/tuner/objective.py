@@ -1,7 +1,9 @@
 """The SLA as an optimisation problem: one objective value and named constraints per trial.
 
 - Throughput SLA (a floor, or work by a deadline): among configs whose throughput meets the
-  floor, the lowest cost, in GPU-seconds per sample (``gpus / samples_per_s``). Minimised.
+  floor, the lowest cost, in GPU-seconds per sample (``gpus / samples_per_s``), or with
+  ``tuning.objective: energy`` in joules per sample (NVML's energy counter; a trial on a device
+  without it has no such figure and counts as measuring nothing). Minimised.
 - Latency SLA (a ceiling on a percentile of step time): the highest throughput among configs
   whose percentile meets the ceiling. Maximised. A stated throughput floor is a second
   constraint.
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["FAILED_COST", "Goal", "Measurement", "Verdict"]
 
 Status = Literal["ok", "oom", "error"]
+Cost = Literal["gpu_seconds", "energy"]
 
 FAILED_COST = 1e12
 """Objective value of a failed trial under a cost goal (Optuna needs a finite value; the
@@ -41,7 +44,10 @@ class Measurement:
             ``error`` (any other crash).
         p50_ms, p95_ms, p99_ms: step latency percentiles over the measured steps.
         samples_per_s, tokens_per_s: throughput over all GPUs (tokens only for token models).
-        peak_mem_mb: peak memory of one worker.
+        peak_mem_mb: peak memory of one worker in this trial (restarted per run).
+        data_wait_share: share of the step spent making the data (outside the timed step).
+        gpu_busy_share: compute time over wall time on a GPU (``None`` on the CPU).
+        energy_per_sample_j: joules per sample from NVML (``None`` without it).
         cost_s: profiling seconds the trial cost (GPU-seconds are ``cost_s * gpus``).
         message: why it failed, for ``error``/``oom``.
     """
@@ -53,6 +59,9 @@ class Measurement:
     samples_per_s: float | None = None
     tokens_per_s: float | None = None
     peak_mem_mb: float | None = None
+    data_wait_share: float | None = None
+    gpu_busy_share: float | None = None
+    energy_per_sample_j: float | None = None
     cost_s: float = 0.0
     message: str = ""
 
@@ -102,6 +111,11 @@ class Goal:
         floor: minimum throughput in ``metric`` units, if any.
         ceiling_ms: maximum latency, if any.
         percentile: which step-latency percentile the ceiling applies to.
+        batch_rule: what the job lets the tuner do with its global batch, in words, when it
+            allows a range (``tuning.bounds.global_batch`` with its ``lr_scaling``); empty
+            when the batch is kept, as by default.
+        cost: what a throughput goal minimises: ``gpu_seconds`` per unit of ``metric``, or
+            ``energy`` (joules per unit of ``metric``, where the trials measured it).
     """
 
     kind: Literal["throughput", "latency"]
@@ -109,6 +123,8 @@ class Goal:
     floor: float | None = None
     ceiling_ms: float | None = None
     percentile: int = 95
+    batch_rule: str = ""
+    cost: Cost = "gpu_seconds"
 
     @classmethod
     def from_spec(cls, spec: JobSpec) -> Goal:
@@ -118,6 +134,11 @@ class Goal:
         if the job starts at once; queueing time is the scheduler's business).
         """
         tp, lat = spec.sla.throughput, spec.sla.latency
+        gb, rule = spec.tuning.bounds.global_batch, spec.tuning.bounds.lr_scaling
+        batch_rule = ""
+        if gb is not None and gb.min < gb.max:
+            lr = "kept" if rule == "none" else "by the job's own rule" if rule == "script" else rule
+            batch_rule = f"global batch {gb.min}-{gb.max}, learning rate {lr}"
         metric: Literal["samples_per_s", "tokens_per_s"] = "samples_per_s"
         floor: float | None = None
         if tp is not None:
@@ -130,8 +151,8 @@ class Goal:
             elif tp.deadline_s is not None and tp.work_tokens is not None:
                 metric, floor = "tokens_per_s", tp.work_tokens / tp.deadline_s
         if lat is not None:
-            return cls("latency", metric, floor, lat.max_ms, lat.percentile)
-        return cls("throughput", metric, floor)
+            return cls("latency", metric, floor, lat.max_ms, lat.percentile, batch_rule)
+        return cls("throughput", metric, floor, batch_rule=batch_rule, cost=spec.tuning.objective)
 
     @property
     def direction(self) -> Literal["minimize", "maximize"]:
@@ -146,8 +167,11 @@ class Goal:
             parts.append(f">= {self.floor:g} {unit}")
         if self.ceiling_ms is not None:
             parts.append(f"p{self.percentile} <= {self.ceiling_ms:g} ms")
-        head = "min GPU-s per sample" if self.kind == "throughput" else f"max {unit}"
-        return f"{head} with {' and '.join(parts)}" if parts else head
+        per = "sample" if self.metric == "samples_per_s" else "token"
+        spent = "J" if self.cost == "energy" else "GPU-s"
+        head = f"min {spent} per {per}" if self.kind == "throughput" else f"max {unit}"
+        text = f"{head} with {' and '.join(parts)}" if parts else head
+        return f"{text} ({self.batch_rule})" if self.batch_rule else text
 
     def rate(self, m: Measurement) -> float | None:
         """The throughput figure this goal uses, from a measurement."""
@@ -159,11 +183,27 @@ class Goal:
         value = getattr(m, f"p{self.percentile}_ms")
         return float(value) if value is not None else None
 
-    def value_of(self, gpus: int, rate: float) -> float:
-        """The objective for a config on ``gpus`` GPUs running at ``rate``."""
+    def value_of(self, gpus: int, rate: float, watts: float | None = None) -> float:
+        """The objective for a config on ``gpus`` GPUs running at ``rate``; under an energy
+        cost, each GPU drawing ``watts`` (joules per unit = watts x GPU-seconds per unit)."""
         if self.kind == "throughput":
-            return gpus / rate if rate > 0 else FAILED_COST
+            per_gpu_s = 1.0 if self.cost == "gpu_seconds" else watts
+            return gpus / rate * per_gpu_s if rate > 0 and per_gpu_s is not None else FAILED_COST
         return rate
+
+    def watts_per_gpu(self, gpus: int, m: Measurement) -> float | None:
+        """A trial's mean power per GPU, from its energy per sample and throughput (``None``
+        without an energy figure): how an energy cost is predicted for configs not yet run."""
+        if m.energy_per_sample_j is None or not m.samples_per_s or gpus <= 0:
+            return None
+        return m.energy_per_sample_j * m.samples_per_s / gpus
+
+    def _measured_value(self, gpus: int, rate: float, m: Measurement) -> float | None:
+        """The objective of a trial that ran (``None``: an energy cost the trial lacks)."""
+        if self.kind == "throughput" and self.cost == "energy":
+            watts = self.watts_per_gpu(gpus, m)
+            return None if watts is None else self.value_of(gpus, rate, watts)
+        return self.value_of(gpus, rate)
 
     @property
     def worst(self) -> float:
@@ -186,8 +226,13 @@ class Goal:
         """Score one trial: objective value, constraints, and the reason it misses (if it does)."""
         rate = self.rate(m) if m.ok else None
         lat = self.latency(m) if m.ok else None
-        if rate is None or rate <= 0 or not math.isfinite(rate):
+        if rate is not None and (rate <= 0 or not math.isfinite(rate)):
+            rate = None
+        value = self._measured_value(config.gpus, rate, m) if rate is not None else None
+        if rate is None or value is None:
             what = {"oom": "out of memory", "error": "crashed"}.get(m.status, "measured nothing")
+            if rate is not None:
+                what = "no energy figure (NVML's energy counter is unavailable here)"
             detail = f": {m.message}" if m.message else ""
             cons = {"runs": 1.0}
             if self.floor is not None:
@@ -222,6 +267,4 @@ class Goal:
                         f"{self.ceiling_ms:g} ms ceiling"
                     )
         violation = sum(v for v in cons.values() if v > 0)
-        return Verdict(
-            self.value_of(config.gpus, rate), cons, not reasons, violation, "; ".join(reasons)
-        )
+        return Verdict(value, cons, not reasons, violation, "; ".join(reasons))

@@ -4,7 +4,7 @@ Optuna has no notion of "this parameter and every larger one fail", so this is h
 memory grows with the micro-batch at fixed precision, checkpointing, compile and sharding, so
 one OOM at micro-batch ``b`` rules out every ``b' >= b`` with those settings, and one success
 rules in every ``b' <= b``. :class:`FitFrontier` keeps that knowledge for the tuner's pruning;
-the strategies walk the ladder by galloping, then bisect (``strategies/sla.py``), as
+the strategies walk the ladder by galloping, then bisect (``strategies/sla/``), as
 DeepSpeed's autotuner does for ZeRO stages.
 """
 
@@ -47,9 +47,10 @@ def _chain(err: BaseException) -> list[BaseException]:
 def memory_key(config: Config) -> tuple[object, ...]:
     """What memory use depends on besides the micro-batch.
 
-    Precision, checkpointing, compile and sharding, and the GPU count: with DDP each rank
-    holds the whole model, but the count is kept because a memory limit measured per count
-    (as the Pollux tables' caps on the global batch are) must not be carried to another count.
+    Precision, checkpointing, compile and sharding (and the parallel plan), and the GPU count:
+    with DDP each rank holds the whole model, but the count is kept because a memory limit
+    measured per count (as the Pollux tables' caps on the global batch are) must not be carried
+    to another count.
     Gradient accumulation is left out: it does not change the memory of a micro-batch.
     """
     return (
@@ -58,6 +59,9 @@ def memory_key(config: Config) -> tuple[object, ...]:
         config.compile,
         config.sharding,
         config.gpus,
+        config.tp,  # the parallel plan: each shards memory its own way
+        config.pp,
+        config.zero,
     )
 
 

@@ -98,6 +98,18 @@ class StepModel:
             tuple(c * k for c in self.coef), self.gpus_per_node, sample.pct_ratio, self.error
         )
 
+    def with_factors(self, compute: float = 1.0, sync: float = 1.0) -> StepModel:
+        """This model with its per-sample compute (``c1``, ``c2``) times ``compute`` and its
+        sync terms times ``sync``: a prior for a family whose settings are known to change
+        one of them (activation checkpointing recomputes the forward pass; FSDP adds
+        all-gathers to DDP's gradient sync)."""
+        coef = list(self.coef)
+        for i in (_SAMPLE, _SQUARE):
+            coef[i] *= compute
+        for i in range(_PER_GPU, len(coef)):
+            coef[i] *= sync
+        return StepModel(tuple(coef), self.gpus_per_node, self.pct_ratio, self.error)
+
     def samples_per_s(self, gpus: int, micro_batch: int, grad_accum: int = 1) -> float:
         """Predicted throughput over all GPUs (``inf`` if the model predicts no time)."""
         t = self.step_s(gpus, micro_batch, grad_accum)

@@ -4,7 +4,9 @@ Per job, for each precision: throughput and latency against micro-batch and GPU 
 measured by the tuning trials, plus the fitted step-time model's prediction of throughput at
 every GPU count for the chosen settings (what the scheduler needs to decide how many GPUs a
 job is worth). After the job runs, :func:`record_outcome` compares what it measured with what
-was predicted (:func:`prediction_errors`) and keeps the error. Profiles are stored by
+was predicted (:func:`prediction_errors`) and keeps the error; while it runs, a run whose
+figures contradict the profile corrects it (:func:`record_live`: the SLA guard's
+``profile-drift``), and :func:`expected` then reads the live figures first. Profiles are stored by
 ``orchestrator.store.ProfileStore`` (``{ns}:profile:{job}``).
 """
 
@@ -21,7 +23,7 @@ from orchestrator.tuner.space import Config
 if TYPE_CHECKING:
     from orchestrator.store.tuning import ProfileStore
 
-__all__ = ["build_profile", "prediction_errors", "record_outcome"]
+__all__ = ["build_profile", "expected", "prediction_errors", "record_live", "record_outcome"]
 
 
 def build_profile(history: History, chosen: Config | None) -> dict[str, Any]:
@@ -40,6 +42,9 @@ def build_profile(history: History, chosen: Config | None) -> dict[str, Any]:
                 "p95_ms": m.p95_ms,
                 "p99_ms": m.p99_ms,
                 "peak_mem_mb": m.peak_mem_mb,
+                "data_wait_share": m.data_wait_share,
+                "gpu_busy_share": m.gpu_busy_share,
+                "energy_per_sample_j": m.energy_per_sample_j,
             }
         )
     for points in curves.values():
@@ -96,8 +101,16 @@ def build_profile(history: History, chosen: Config | None) -> dict[str, Any]:
 
 def _at_gpus(history: History, chosen: Config, gpus: int, model: StepModel) -> dict[str, Any]:
     """The chosen settings on ``gpus`` GPUs: measured when a trial ran exactly that, else the
-    model's prediction (``measured`` says which)."""
+    model's prediction (``measured`` says which). A job that keeps its global batch runs there
+    as an elastic resize runs it: the batch split by ``elastic.split_batch`` (a micro-batch no
+    larger than the chosen one, the least accumulation); the same micro-batch otherwise."""
     at = dataclasses.replace(chosen, gpus=gpus)
+    if history.space.global_batches is not None:
+        from orchestrator.elastic import split_batch
+
+        split = split_batch(chosen.global_batch, gpus, chosen.micro_batch)
+        if split is not None:
+            at = dataclasses.replace(at, micro_batch=split[0], grad_accum=split[1])
     rec = history.measured(at)
     if rec is not None and rec.measurement.ok and rec.measurement.samples_per_s:
         return {
@@ -108,8 +121,8 @@ def _at_gpus(history: History, chosen: Config, gpus: int, model: StepModel) -> d
         }
     return {
         "gpus": gpus,
-        "samples_per_s": model.samples_per_s(gpus, chosen.micro_batch, chosen.grad_accum),
-        "latency_ms": model.latency_ms(gpus, chosen.micro_batch, chosen.grad_accum),
+        "samples_per_s": model.samples_per_s(gpus, at.micro_batch, at.grad_accum),
+        "latency_ms": model.latency_ms(gpus, at.micro_batch, at.grad_accum),
         "measured": False,
     }
 
@@ -149,3 +162,54 @@ def record_outcome(
     profile["outcome"] = {"measured": metrics, "error": errors}
     profiles.save(job, profile)
     return errors
+
+
+def expected(profile: Mapping[str, Any] | None, gpus: int) -> tuple[float | None, float | None]:
+    """What a run of the chosen settings on ``gpus`` GPUs is expected to show: ``(samples/s,
+    latency ms)``, from the best evidence the profile holds: what a live run measured on that
+    GPU count (:func:`record_live`), else the tuning trial of exactly that config, else the
+    fitted model's prediction. ``(None, None)`` when the profile chose nothing for that count.
+
+    The trial comes before the model: a measurement of exactly that config has no fit error.
+    """
+    chosen = (profile or {}).get("chosen") or {}
+    if int((chosen.get("config") or {}).get("gpus", 1)) != gpus:
+        return None, None
+    live = chosen.get("live") or {}
+    if int(live.get("gpus", 0)) != gpus:
+        live = {}
+    rate = _first_positive(
+        live.get("samples_per_s"), chosen.get("measured_samples_per_s"), chosen.get("samples_per_s")
+    )
+    ms = _first_positive(
+        live.get("latency_ms"), chosen.get("measured_latency_ms"), chosen.get("latency_ms")
+    )
+    return rate, ms
+
+
+def record_live(
+    profiles: ProfileStore,
+    job: str,
+    gpus: int,
+    samples_per_s: float | None,
+    latency_ms: float | None,
+    at: float,
+) -> dict[str, Any] | None:
+    """A run contradicted the profile: keep what it measured (on ``gpus`` GPUs, at ``at``) as
+    the chosen settings' live figures, which :func:`expected` reads first from then on.
+    Returns the figures kept, ``None`` when the job has no chosen settings."""
+    profile = profiles.load(job)
+    chosen = (profile or {}).get("chosen")
+    if profile is None or not chosen:
+        return None
+    live = {"gpus": gpus, "samples_per_s": samples_per_s, "latency_ms": latency_ms, "at": at}
+    chosen["live"] = live
+    profiles.save(job, profile)
+    return live
+
+
+def _first_positive(*values: Any) -> float | None:
+    for v in values:
+        if isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
+            return float(v)
+    return None

@@ -7,13 +7,15 @@ the cache entry (``JobStore.tune_cache``) and the profile (``JobStore.profiles``
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from orchestrator.spec import JobSpec
 from orchestrator.tuner.cache import TuneCache, describe, fingerprint
-from orchestrator.tuner.evaluators.base import Evaluator
+from orchestrator.tuner.evaluators.base import Evaluator, EvaluatorLost
+from orchestrator.tuner.loader_stage import data_wait_material, tune_loader
 from orchestrator.tuner.objective import Goal, Measurement
 from orchestrator.tuner.profile import build_profile
 from orchestrator.tuner.space import Config, DeviceCaps, space_for
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
 __all__ = ["TuneReport", "tune_spec"]
 
 CacheStatus = Literal["hit", "warm", "miss", "off"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class TuneReport:
                 "number": r.number,
                 "source": r.source,
                 "config": r.config.to_dict(),
+                "global_batch": r.config.global_batch,
                 "measurement": r.measurement.to_dict(),
                 "feasible": r.verdict.feasible,
                 "value": r.verdict.value,
@@ -70,6 +75,31 @@ class TuneReport:
             "study": self.study,
             "trials_table": trials,
         }
+
+
+def _forward_only(evaluator: Evaluator) -> bool:
+    """What the workload says it is (its probe step). A probe that fails says nothing: the job
+    is tuned as training, and its trials report the failure as they would have."""
+    try:
+        return evaluator.forward_only()
+    except EvaluatorLost:
+        raise
+    except Exception as err:  # the workload's own failure: its trials will show it
+        log.info(
+            "the workload probe failed (%s: %s); tuning it as training", type(err).__name__, err
+        )
+        return False
+
+
+def _reads_dataset(evaluator: Evaluator) -> bool:
+    """Whether the workload reads a dataset through the loader (the probe's answer; a failed
+    probe says no: the loader's knobs are then left as the job set them)."""
+    try:
+        return evaluator.reads_dataset()
+    except EvaluatorLost:
+        raise
+    except Exception:  # the workload's own failure: _forward_only logged it
+        return False
 
 
 def tune_spec(
@@ -121,7 +151,7 @@ def tune_spec(
             spec.workload.ref, spec.workload.args, caps=caps, seed=spec.run.seed
         )
     caps = caps or evaluator.caps
-    space = space_for(spec, caps)
+    space = space_for(spec, caps, forward_only=_forward_only(evaluator))
     goal = Goal.from_spec(spec)
     chosen_strategy = STRATEGIES.create(strategy, seed=spec.run.seed)
     descriptor = describe(spec.workload.ref, dict(spec.workload.args), caps, space)
@@ -162,6 +192,25 @@ def tune_spec(
         free_gpus=free_gpus,
     )
     result = tuner.run()
+    if data_wait_material(result, _reads_dataset(evaluator)):
+        result = tune_loader(
+            result,
+            space,
+            goal,
+            evaluator,
+            # a study of its own: Optuna fixes a parameter's choices within one study
+            study=open_study(
+                store.study_journal(redis_url),
+                f"{name}-loader",
+                goal.direction,
+                chosen_strategy.sampler(),
+                fresh=fresh or retune,
+                metric_name=objective_name(goal),
+            ),
+            known=known,
+            on_trial=on_trial,
+            seed=spec.run.seed,
+        )
     if status == "hit" and result.trials > 0:
         status = "warm"  # the cached trials did not settle this SLA: more were run
     if cache is not None:

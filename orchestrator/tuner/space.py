@@ -3,6 +3,13 @@
 The space is built once from the job spec (its ``tuning.bounds`` pin or narrow any dimension,
 ``resources.gpus`` bounds the data-parallel degree) and the device's capabilities (bf16 needs a
 CPU or an Ampere-or-newer GPU, fp16 needs CUDA). A :class:`Config` is one point of it.
+
+The global batch (micro-batch x accumulation x GPUs) is what the job learns with, so a
+training job's space keeps it (rule 3): by default every config has the job's own global batch,
+and the tuner trades micro-batch, accumulation and GPU count only among its splits; a job may
+allow a range (``tuning.bounds.global_batch``, with a learning-rate rule). Accumulation is then
+not an independent dimension: on ``g`` GPUs at micro-batch ``m`` it is ``G / (m g)``. A
+forward-only workload learns nothing: its space has accumulation 1 and any micro-batch.
 """
 
 from __future__ import annotations
@@ -14,13 +21,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import TuneError
+from workers.loader_settings import DEFAULT_TOKEN, LoaderSettings
 
 if TYPE_CHECKING:
     import optuna
 
     from orchestrator.spec import JobSpec
 
-__all__ = ["DIMENSIONS", "Config", "DeviceCaps", "SearchSpace", "power_ladder", "space_for"]
+__all__ = [
+    "DIMENSIONS",
+    "Config",
+    "DeviceCaps",
+    "SearchSpace",
+    "global_batches_for",
+    "power_ladder",
+    "space_for",
+]
 
 DIMENSIONS: tuple[str, ...] = (
     "micro_batches",
@@ -30,6 +46,7 @@ DIMENSIONS: tuple[str, ...] = (
     "precisions",
     "activation_checkpointing",
     "compile",
+    "loaders",
 )
 
 
@@ -39,6 +56,14 @@ class Config:
 
     ``sharding`` is meaningful only with more than one GPU; with one GPU it is always ``ddp``
     (there is nothing to shard), so equal runs have equal configs.
+
+    ``tp``, ``pp`` and ``zero`` make a parallel plan (``workers.parallel.Plan``): the ``gpus``
+    are ``replicas x tp x pp`` and the global batch counts replicas. ``zero`` (0-3) says what
+    the replicas shard; left at 0 on a data-parallel-only config, ``sharding`` says it as
+    before (``fsdp`` is ZeRO 3). One replica has nothing to shard: ``zero`` is then 0.
+
+    ``loader`` is the data loader's settings as one token
+    (``workers.loader_settings.LoaderSettings.token``).
     """
 
     micro_batch: int
@@ -48,14 +73,59 @@ class Config:
     precision: str = "fp32"
     activation_checkpointing: bool = False
     compile: bool = False
+    tp: int = 1
+    pp: int = 1
+    zero: int = 0
+    loader: str = DEFAULT_TOKEN
 
     def __post_init__(self) -> None:
-        if self.gpus == 1 and self.sharding != "ddp":
+        if self.replicas <= 1:
             object.__setattr__(self, "sharding", "ddp")
+            object.__setattr__(self, "zero", 0)
+        elif self.sharding == "fsdp":
+            object.__setattr__(self, "zero", 3)
+        elif self.zero == 3:
+            object.__setattr__(self, "sharding", "fsdp")
+
+    @property
+    def replicas(self) -> int:
+        """Data-parallel replicas: the GPUs over the plan's tensor and pipeline degrees."""
+        return max(1, self.gpus // (self.tp * self.pp))
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step over all replicas: what the job learns with."""
+        return self.micro_batch * self.grad_accum * self.replicas
+
+    @property
+    def planned(self) -> bool:
+        """Whether the config needs a parallel plan (tensor or pipeline parallelism, or ZeRO
+        1 or 2), not only the ``sharding`` of data parallelism."""
+        return self.tp > 1 or self.pp > 1 or self.zero in (1, 2)
+
+    def plan(self) -> dict[str, Any] | None:
+        """The harness's ``plan`` (``workers.parallel.Plan`` as a dict), or ``None`` when
+        ``sharding`` says it all."""
+        if not self.planned:
+            return None
+        return {
+            "dp": self.replicas,
+            "tp": self.tp,
+            "pp": self.pp,
+            "zero": self.zero,
+            "offload": False,
+        }
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict (the inverse of :meth:`from_dict`)."""
-        return dataclasses.asdict(self)
+        """A JSON-serialisable dict (the inverse of :meth:`from_dict`); the plan's fields only
+        when it has one, the loader only when not at its defaults (so configs of data
+        parallelism alone keep their old form)."""
+        out = dataclasses.asdict(self)
+        if not self.planned:
+            del out["tp"], out["pp"], out["zero"]
+        if self.loader == DEFAULT_TOKEN:  # likewise the loader's, at its defaults
+            del out["loader"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
@@ -68,12 +138,20 @@ class Config:
         parts = [f"micro-batch {self.micro_batch}"]
         if self.grad_accum > 1:
             parts.append(f"accum {self.grad_accum}")
-        parts.append(f"{self.gpus} GPU" + (f" {self.sharding}" if self.gpus > 1 else ""))
+        if self.planned:
+            axes = [f"dp {self.replicas}"]
+            axes += [f"{n} {getattr(self, n)}" for n in ("tp", "pp") if getattr(self, n) > 1]
+            axes += [f"zero {self.zero}"] if self.replicas > 1 else []
+            parts.append(f"{self.gpus} GPU " + " ".join(axes))
+        else:
+            parts.append(f"{self.gpus} GPU" + (f" {self.sharding}" if self.gpus > 1 else ""))
         parts.append(self.precision)
         if self.activation_checkpointing:
             parts.append("ckpt")
         if self.compile:
             parts.append("compile")
+        if self.loader != DEFAULT_TOKEN:
+            parts.append(LoaderSettings.from_token(self.loader).describe())
         return ", ".join(parts)
 
 
@@ -164,8 +242,14 @@ class SearchSpace:
     """The values each dimension may take (a dimension with one value is pinned).
 
     ``micro_batches`` is an increasing ladder: the strategies walk it by index.
+    ``global_batches``: when set, a config is a point of the space only if its global batch is
+    one of them (see the module doc); ``None`` leaves the batch dimensions independent (a
+    forward-only workload, or a benchmark table). A *line* is the configs that differ only in
+    micro-batch: with a global batch, accumulation is re-derived along it (:meth:`on_line`).
     ``gpus_per_node`` is not a dimension: it tells the performance model where gradient sync
-    starts crossing nodes.
+    starts crossing nodes. ``plans``: when set, the ``(tp, pp, zero)`` choices of a config on
+    more than one GPU (each where ``tp x pp`` divides the GPUs and the plan is valid: see
+    :func:`plan_fits`), in place of ``shardings``; the batch splits then count replicas.
     """
 
     micro_batches: tuple[int, ...]
@@ -175,7 +259,10 @@ class SearchSpace:
     precisions: tuple[str, ...] = ("fp32",)
     activation_checkpointing: tuple[bool, ...] = (False,)
     compile: tuple[bool, ...] = (False,)
+    loaders: tuple[str, ...] = (DEFAULT_TOKEN,)
     gpus_per_node: int = 8
+    global_batches: tuple[int, ...] | None = None
+    plans: tuple[tuple[int, int, int], ...] | None = None
 
     def __post_init__(self) -> None:
         for name in DIMENSIONS:
@@ -183,23 +270,67 @@ class SearchSpace:
                 raise TuneError(f"the search space has no value left for {name}")
         if list(self.micro_batches) != sorted(set(self.micro_batches)):
             raise TuneError("micro_batches must be strictly increasing")
+        if self.global_batches is not None and not any(
+            self.splits(c.replicas) for g in self.gpus for c in self.layouts(g)
+        ):
+            raise TuneError(
+                f"no micro-batch x accumulation x GPUs of the space makes a global batch of "
+                f"{list(self.global_batches)}"
+            )
+
+    def splits(self, gpus: int, global_batch: int | None = None) -> tuple[tuple[int, int], ...]:
+        """The ``(micro_batch, grad_accum)`` pairs of the space on ``gpus`` GPUs (with
+        ``global_batch``: only those making it), by micro-batch."""
+        return tuple(
+            (m, a)
+            for m in self.micro_batches
+            for a in self.grad_accums
+            if self.keeps_batch(m * a * gpus)
+            and (global_batch is None or m * a * gpus == global_batch)
+        )
+
+    def keeps_batch(self, global_batch: int) -> bool:
+        """Whether a config with this global batch is allowed (always, without a constraint)."""
+        return self.global_batches is None or global_batch in self.global_batches
+
+    def layouts(self, gpus: int) -> list[Config]:
+        """How ``gpus`` GPUs may share the model, as configs at micro-batch 1 (the sharding,
+        or with ``plans`` the plans that fit), one per distinct layout."""
+        if self.plans is None or gpus == 1:
+            found = [Config(1, gpus=gpus, sharding=s) for s in self.shardings]
+        else:
+            found = [
+                Config(1, gpus=gpus, tp=tp, pp=pp, zero=z)
+                for tp, pp, z in self.plans
+                if plan_fits(gpus, tp, pp, z)
+            ]
+        return list(dict.fromkeys(found))
 
     def configs(self) -> Iterator[Config]:
         """Every distinct config of the space (sharding varies only with more than one GPU)."""
         seen: set[Config] = set()
-        for g, s, p, c, comp, a, m in itertools.product(
+        for g, p, c, comp, ld, a, m in itertools.product(
             self.gpus,
-            self.shardings,
             self.precisions,
             self.activation_checkpointing,
             self.compile,
+            self.loaders,
             self.grad_accums,
             self.micro_batches,
         ):
-            cfg = Config(m, a, g, s, p, c, comp)
-            if cfg not in seen:
-                seen.add(cfg)
-                yield cfg
+            for lay in self.layouts(g):
+                cfg = dataclasses.replace(
+                    lay,
+                    micro_batch=m,
+                    grad_accum=a,
+                    precision=p,
+                    activation_checkpointing=c,
+                    compile=comp,
+                    loader=ld,
+                )
+                if cfg not in seen and self.keeps_batch(cfg.global_batch):
+                    seen.add(cfg)
+                    yield cfg
 
     @property
     def size(self) -> int:
@@ -212,15 +343,50 @@ class SearchSpace:
             config.micro_batch in self.micro_batches
             and config.grad_accum in self.grad_accums
             and config.gpus in self.gpus
-            and (config.gpus == 1 or config.sharding in self.shardings)
+            and self._lays_out(config)
             and config.precision in self.precisions
             and config.activation_checkpointing in self.activation_checkpointing
             and config.compile in self.compile
+            and config.loader in self.loaders
+            and self.keeps_batch(config.global_batch)
+        )
+
+    def _lays_out(self, config: Config) -> bool:
+        """Whether the space shares ``config``'s GPUs as it does (sharding, or plan)."""
+        if config.gpus == 1:
+            return not config.planned
+        if self.plans is None:
+            return not config.planned and config.sharding in self.shardings
+        return (config.tp, config.pp, config.zero) in self.plans and plan_fits(
+            config.gpus, config.tp, config.pp, config.zero
         )
 
     def index(self, micro_batch: int) -> int:
         """The position of ``micro_batch`` on the ladder."""
         return self.micro_batches.index(micro_batch)
+
+    def on_line(self, config: Config, micro_batch: int) -> Config | None:
+        """``config`` at another micro-batch, the rest of its line kept: its global batch (the
+        accumulation re-derived) when the space keeps one, else its accumulation; ``None``
+        when that is no point of the space."""
+        accum = config.grad_accum
+        if self.global_batches is not None:
+            per_step = micro_batch * config.replicas
+            if config.global_batch % per_step:
+                return None
+            accum = config.global_batch // per_step
+        moved = dataclasses.replace(config, micro_batch=micro_batch, grad_accum=accum)
+        return moved if self.contains(moved) else None
+
+    def line(self, config: Config) -> list[Config]:
+        """Every point of ``config``'s line (see :meth:`on_line`), by micro-batch."""
+        return [c for m in self.micro_batches if (c := self.on_line(config, m)) is not None]
+
+    def snap(self, config: Config, index: int) -> Config | None:
+        """The point of ``config``'s line with the largest micro-batch at or below ladder
+        ``index`` (the one a ladder walk that wanted ``index`` may take), or ``None``."""
+        below = [c for c in self.line(config) if self.index(c.micro_batch) <= index]
+        return below[-1] if below else None
 
     # ---- the Optuna view: every trial suggests the same parameters ---------------------------
 
@@ -228,21 +394,42 @@ class SearchSpace:
         """Let Optuna's sampler (or an enqueued trial) choose a config.
 
         ``gpus`` is an integer range so TPE sees its order; the others are categorical.
-        ``sharding`` is suggested only with more than one GPU (define-by-run).
+        ``sharding`` is suggested only with more than one GPU (define-by-run). With a global
+        batch to keep, the micro-batch is suggested among the splits of the GPU count (and the
+        global batch, when a range is allowed), each such choice a parameter of its own
+        (Optuna's way to a conditional space: no sampler can propose a config that breaks the
+        batch), and the accumulation follows from it.
         """
         g_lo, g_hi = min(self.gpus), max(self.gpus)
         if list(self.gpus) == list(range(g_lo, g_hi + 1)):
             gpus = trial.suggest_int("gpus", g_lo, g_hi)
         else:
             gpus = int(trial.suggest_categorical("gpus", list(self.gpus)))
-        sharding = "ddp"
-        if gpus > 1:
-            sharding = str(trial.suggest_categorical("sharding", list(self.shardings)))
-        return Config(
-            micro_batch=int(trial.suggest_categorical("micro_batch", list(self.micro_batches))),
-            grad_accum=int(trial.suggest_categorical("grad_accum", list(self.grad_accums))),
-            gpus=gpus,
-            sharding=sharding,
+        lay = Config(1, gpus=gpus)
+        if gpus > 1 and self.plans is None:
+            lay = Config(
+                1,
+                gpus=gpus,
+                sharding=str(trial.suggest_categorical("sharding", list(self.shardings))),
+            )
+        elif gpus > 1:
+            # the plans that fit this GPU count, a parameter per count (its choices differ)
+            layouts = {_plan_label(c): c for c in self.layouts(gpus)}
+            lay = layouts[str(trial.suggest_categorical(_plan_param(gpus), list(layouts)))]
+        r = lay.replicas  # the batch splits over the replicas
+        if self.global_batches is None:
+            micro = int(trial.suggest_categorical("micro_batch", list(self.micro_batches)))
+            accum = int(trial.suggest_categorical("grad_accum", list(self.grad_accums)))
+        else:
+            batches = sorted({m * a * r for m, a in self.splits(r)})
+            batch = int(trial.suggest_categorical(_batch_param(r), batches))
+            micros = [m for m, _ in self.splits(r, batch)]
+            micro = int(trial.suggest_categorical(_micro_param(r, batch), micros))
+            accum = batch // (micro * r)
+        return dataclasses.replace(
+            lay,
+            micro_batch=micro,
+            grad_accum=accum,
             precision=str(trial.suggest_categorical("precision", list(self.precisions))),
             activation_checkpointing=bool(
                 trial.suggest_categorical(
@@ -250,19 +437,65 @@ class SearchSpace:
                 )
             ),
             compile=bool(trial.suggest_categorical("compile", list(self.compile))),
+            loader=str(trial.suggest_categorical("loader", list(self.loaders))),
         )
 
-    @staticmethod
-    def params(config: Config) -> dict[str, Any]:
+    def params(self, config: Config) -> dict[str, Any]:
         """The Optuna parameters of ``config`` (for ``study.enqueue_trial``)."""
         p = config.to_dict()
+        for name in ("tp", "pp", "zero"):
+            p.pop(name, None)
+        p["loader"] = config.loader  # suggested on every trial
         if config.gpus == 1:
             del p["sharding"]
+        elif self.plans is not None:
+            del p["sharding"]
+            p[_plan_param(config.gpus)] = _plan_label(config)
+        if self.global_batches is not None:
+            r = config.replicas
+            del p["micro_batch"], p["grad_accum"]
+            p[_batch_param(r)] = config.global_batch
+            p[_micro_param(r, config.global_batch)] = config.micro_batch
         return p
 
-    def to_dict(self) -> dict[str, list[Any]]:
+    def to_dict(self) -> dict[str, Any]:
         """The space as JSON data (stored with the study and part of the cache fingerprint)."""
-        return {name: list(getattr(self, name)) for name in DIMENSIONS}
+        out: dict[str, Any] = {name: list(getattr(self, name)) for name in DIMENSIONS}
+        if self.global_batches is not None:
+            out["global_batches"] = list(self.global_batches)
+        if self.plans is not None:
+            out["plans"] = [list(p) for p in self.plans]
+        return out
+
+
+def plan_fits(gpus: int, tp: int, pp: int, zero: int) -> bool:
+    """Whether the plan ``(tp, pp, zero)`` is one for ``gpus`` GPUs: ``tp x pp`` divides them
+    and the plan is valid (``workers.parallel.Plan.problems``: ZeRO 0 and 1 on a 1-D plan
+    only). A plan with one replica has ZeRO 0 only (nothing to shard)."""
+    from workers.parallel.plan import Plan
+
+    if gpus % (tp * pp):
+        return False
+    dp = gpus // (tp * pp)
+    if dp == 1 and zero:
+        return False
+    return not Plan(dp=dp, tp=tp, pp=pp, zero=zero).problems(world=gpus)
+
+
+def _plan_label(config: Config) -> str:
+    return f"tp{config.tp}-pp{config.pp}-zero{config.zero}"
+
+
+def _plan_param(gpus: int) -> str:
+    return f"plan_{gpus}gpu"
+
+
+def _batch_param(gpus: int) -> str:
+    return f"global_batch_{gpus}gpu"
+
+
+def _micro_param(gpus: int, global_batch: int) -> str:
+    return f"micro_batch_{gpus}gpu_{global_batch}"
 
 
 def _allowed(
@@ -278,25 +511,39 @@ def _allowed(
     return tuple(dict.fromkeys(kept))
 
 
-def space_for(spec: JobSpec, caps: DeviceCaps) -> SearchSpace:
+def global_batches_for(spec: JobSpec) -> tuple[int, ...]:
+    """The global batches a training job may be tuned to: its own (micro-batch x
+    accumulation x GPUs as submitted), or with ``tuning.bounds.global_batch`` the powers of two
+    in that range, both ends and its own (when within)."""
+    from orchestrator.elastic import global_batch
+
+    own = global_batch(spec)
+    gb = spec.tuning.bounds.global_batch
+    if gb is None:
+        return (own,)
+    values = set(power_ladder(gb.min, gb.max))
+    if gb.min <= own <= gb.max:
+        values.add(own)
+    return tuple(sorted(values))
+
+
+def space_for(spec: JobSpec, caps: DeviceCaps, *, forward_only: bool = False) -> SearchSpace:
     """The search space of ``spec`` on a device with ``caps``.
 
-    Defaults for a dimension the spec leaves open: micro-batch powers of two from 1 to
-    ``caps.max_micro_batch``; gradient accumulation 1, 2, 4 (1 for inference workloads);
+    Defaults for a dimension the spec leaves open: micro-batches from 1 to
+    ``caps.max_micro_batch``; gradient accumulation 1 to 4 (or the job's own, if more);
     GPUs ``resources.gpus``; every precision the device supports; checkpointing on and off;
-    compile on and off where ``caps.compile``.
+    compile on and off where ``caps.compile``. A training job keeps its global batch (see the
+    module doc): only the splits of it within those ranges are points. A forward-only
+    workload (``forward_only``, as the evaluator's probe found it) has accumulation 1 and the
+    powers of two as micro-batches.
 
     Raises:
-        TuneError: the bounds leave no value for a dimension (e.g. only fp16 on a CPU).
+        TuneError: the bounds leave no value for a dimension (e.g. only fp16 on a CPU), no
+            split of the global batch fits them, or they ask a forward-only workload for
+            accumulation or a global batch.
     """
     b = spec.tuning.bounds
-    mb = b.micro_batch
-    micro = power_ladder(mb.min, mb.max) if mb else power_ladder(1, caps.max_micro_batch)
-    inference = spec.workload.name == "infer"
-    ga = b.grad_accum
-    accums = power_ladder(ga.min, ga.max) if ga else ((1,) if inference else (1, 2, 4))
-    if inference and accums != (1,):
-        raise TuneError("tuning.bounds.grad_accum must be 1 for an inference workload")
     lo, hi = spec.resources.gpus.min, spec.resources.gpus.upper
     if b.gpus is not None:
         lo, hi = max(lo, b.gpus.min), min(hi, b.gpus.max)
@@ -306,10 +553,14 @@ def space_for(spec: JobSpec, caps: DeviceCaps) -> SearchSpace:
             f"no GPU count fits: resources.gpus/tuning.bounds.gpus ask for at least {lo}, "
             f"but at most {hi} can be profiled here"
         )
+    plans = _plans(spec, forward_only)
+    if forward_only:
+        batch = _forward_only_batch(spec, caps, range(lo, hi + 1))
+    else:
+        batch = _training_batch(spec, caps, range(lo, hi + 1), plans)
     return SearchSpace(
-        micro_batches=micro,
-        grad_accums=accums,
-        gpus=tuple(range(lo, hi + 1)),
+        **batch,
+        plans=plans,
         shardings=_allowed("sharding", b.sharding, ("ddp", "fsdp"), caps.shardings),
         precisions=_allowed("precision", b.precision, caps.precisions, caps.precisions),
         activation_checkpointing=_allowed(
@@ -318,5 +569,80 @@ def space_for(spec: JobSpec, caps: DeviceCaps) -> SearchSpace:
         compile=_allowed(
             "compile", b.compile, (False, True) if caps.compile else (False,), (False, True)
         ),
+        loaders=(spec.run.loader.token(),),  # the job's own; see tuner.loader_stage
         gpus_per_node=caps.gpus_per_node,
     )
+
+
+def _plans(spec: JobSpec, forward_only: bool) -> tuple[tuple[int, int, int], ...] | None:
+    """The ``(tp, pp, zero)`` choices of ``tuning.bounds.plan`` (``None`` without one)."""
+    pb = spec.tuning.bounds.plan
+    if pb is None:
+        return None
+    if forward_only:
+        raise TuneError("tuning.bounds.plan applies to training; this workload is forward-only")
+    return tuple(itertools.product(sorted(set(pb.tp)), sorted(set(pb.pp)), sorted(set(pb.zero))))
+
+
+def _forward_only_batch(spec: JobSpec, caps: DeviceCaps, gpus: range) -> dict[str, Any]:
+    """The batch dimensions of a forward-only workload: any micro-batch, no accumulation."""
+    b = spec.tuning.bounds
+    if b.grad_accum is not None and (b.grad_accum.min, b.grad_accum.max) != (1, 1):
+        raise TuneError(
+            "tuning.bounds.grad_accum must be 1 for a forward-only (inference) workload"
+        )
+    if b.global_batch is not None:
+        raise TuneError(
+            "tuning.bounds.global_batch applies to training; this workload is forward-only "
+            "(it learns nothing, so its batch is free)"
+        )
+    mb = b.micro_batch
+    micro = power_ladder(mb.min, mb.max) if mb else power_ladder(1, caps.max_micro_batch)
+    return {"micro_batches": micro, "grad_accums": (1,), "gpus": tuple(gpus)}
+
+
+def _training_batch(
+    spec: JobSpec,
+    caps: DeviceCaps,
+    gpus: range,
+    plans: tuple[tuple[int, int, int], ...] | None = None,
+) -> dict[str, Any]:
+    """The batch dimensions of a training job: every split ``m x a x r`` of one of its global
+    batches over ``r`` replicas of ``g`` GPUs (every GPU a replica, or with ``plans`` ``g``
+    over each plan's ``tp x pp``), with ``m``, ``a`` and ``g`` within their bounds (so the
+    ladder holds divisors of the batch, not only powers of two: a batch of 24 splits as 24,
+    12 x 2, 8 x 3, 6 x 4)."""
+    b = spec.tuning.bounds
+    m_lo, m_hi = (
+        (b.micro_batch.min, b.micro_batch.max) if b.micro_batch else (1, caps.max_micro_batch)
+    )
+    a_lo, a_hi = (
+        (b.grad_accum.min, b.grad_accum.max) if b.grad_accum else (1, max(4, spec.run.grad_accum))
+    )
+    batches = global_batches_for(spec)
+    replicas = {g: {g} for g in gpus}
+    if plans is not None:
+        replicas = {
+            g: {g // (tp * pp) for tp, pp, z in plans if plan_fits(g, tp, pp, z)} for g in gpus
+        }
+    points = [
+        (batch // (a * r), a, g)
+        for batch in batches
+        for g in gpus
+        for r in replicas[g]
+        for a in range(a_lo, a_hi + 1)
+        if batch % (a * r) == 0 and m_lo <= batch // (a * r) <= m_hi
+    ]
+    if not points:
+        raise TuneError(
+            f"no split of the global batch {' or '.join(map(str, batches))} fits: micro-batch "
+            f"within [{m_lo}, {m_hi}], accumulation within [{a_lo}, {a_hi}], GPUs within "
+            f"[{gpus.start}, {gpus.stop - 1}] (widen tuning.bounds, or allow a range with "
+            "tuning.bounds.global_batch)"
+        )
+    return {
+        "micro_batches": tuple(sorted({m for m, _, _ in points})),
+        "grad_accums": tuple(sorted({a for _, a, _ in points})),
+        "gpus": tuple(sorted({g for _, _, g in points})),
+        "global_batches": batches,
+    }

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from orchestrator.errors import TuneError
 from orchestrator.tuner.evaluators.base import Evaluator, EvaluatorLost
 from orchestrator.tuner.history import History, Source, TrialRecord
 from orchestrator.tuner.objective import Goal, Measurement
@@ -308,11 +309,21 @@ class Tuner:
         return self._tell(trial, chosen, measurement, source)
 
     def _ask(self, config: Config | None) -> tuple[optuna.trial.Trial, Config]:
-        """A new trial of the study: ``config`` (enqueued), or the sampler's choice."""
+        """A new trial of the study: ``config`` (enqueued), or the sampler's choice.
+
+        Raises:
+            TuneError: the strategy proposed a config outside the space (one that breaks the
+                job's global batch, say): a bug in the strategy, never measured.
+        """
         if config is not None:
+            if not self.space.contains(config):
+                raise TuneError(
+                    f"strategy {self.strategy.name!r} proposed {config.describe()} (global batch "
+                    f"{config.global_batch}), which is not a point of the search space"
+                )
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # enqueue_trial is marked experimental
-                self.study.enqueue_trial(SearchSpace.params(config))
+                self.study.enqueue_trial(self.space.params(config))
         trial = self.study.ask()
         return trial, self.space.suggest(trial)
 

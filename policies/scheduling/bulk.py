@@ -23,13 +23,16 @@ class BulkAdmission:
     1. **Runs with no step yet** keep exactly their GPUs (their floor; no shrink, preemption
        or growth: each would restart the run and throw its start-up away).
     2. **Young jobs** (started less than ``min_runtime_s``, or ``reclaim_min_runtime_s``,
-       ago) whose team holds no more than its ``room`` when the job's turn comes keep their
-       GPUs (their floor), except as a reclaim takes them (below).
+       ago) whose team holds no more than its ``room`` (``young_kept``: whatever their team
+       holds) keep their GPUs (their floor), except as a reclaim takes them (below).
     3. **Jobs within their team's room**, each taking its minimum from it.
     4. **The rest** (borrowers).
-    5. **Late jobs** (preempted in the previous round): apart, for the GPUs 1-4 leave.
+    5. **Late jobs** (preempted recently, see ``shared``): apart, for the GPUs 1-4 leave.
 
-    Floors: each team's ``guarantee`` is spread over its jobs in row order, minimums first (a
+    Floors: each team's ``guarantee`` counts what its jobs of groups 1 and 2 keep first (issue 28:
+    a job it keeps is never displaced for a floor of its own team's other jobs, and a team
+    below its guarantee takes the unprotected jobs of a team above its guarantee, not its
+    protected ones); the rest is spread over its other jobs in row order, minimums first (a
     late job gets none); ``elastic`` admits floors before anything else.
 
     Reclaim: a team below its guarantee does not wait for ``min_runtime_s``. When the
@@ -48,7 +51,7 @@ class BulkAdmission:
         running_rows: the rows of the running jobs (any order).
         room: per team, the GPUs its bulk jobs may hold within its entitlement.
         guarantee: per team, the GPUs its guarantee gives its bulk jobs (interactive ones out).
-        late: the queued jobs preempted in the previous round.
+        late: the queued jobs preempted recently (group 5).
         nostep: the running jobs whose current run has done no step yet.
         touched: the running jobs shrunk this round for an interactive job (not regrown).
         now: the round's clock.
@@ -56,6 +59,11 @@ class BulkAdmission:
         reclaim_min_runtime_s: the minimum-runtime protection against a guarantee's reclaim.
         lost: fill each running job's ``ElasticJob.lost_s`` (the allocator reads it: see
             ``ElasticAllocation.reads_lost``); else it is 0.
+        young_kept: young jobs keep their GPUs against fairness and goodput whatever their
+            team holds (not only within its room).
+        floor_growth: a team's guarantee left after its jobs' minimums is spread on as floors
+            up to their ``hi`` (``False``, ``shared``'s default since issue 26: a guarantee
+            protects minimums, never growth).
     """
 
     def __init__(
@@ -71,6 +79,8 @@ class BulkAdmission:
         min_runtime_s: float,
         reclaim_min_runtime_s: float,
         lost: bool = False,
+        young_kept: bool = False,
+        floor_growth: bool = True,
     ) -> None:
         self.rows = rows
         self.running_rows = running_rows
@@ -83,18 +93,57 @@ class BulkAdmission:
         self.young_s = max(min_runtime_s, reclaim_min_runtime_s)
         self.reclaim_s = reclaim_min_runtime_s
         self.lost = lost
+        self.young_kept = young_kept
+        self.floor_growth = floor_growth
 
     def jobs(self, bulk_pool: int) -> tuple[list[ElasticJob], list[ElasticJob]]:
         """The jobs of groups 1-4 in admission order, and the late jobs, for ``bulk_pool`` GPUs."""
-        floors = self._floors(dict(self.guarantee), None) if self.guarantee else {}
-        keep: dict[str, int] = {}
-        reclaimable: list[tuple[str, str, int, int]] = []
-        groups = self._groups(floors, keep, reclaimable)
+        keep, reclaimable = self._keep()
+        floors = self._floors(self._guarantee_left(keep), keep) if self.guarantee else {}
+        groups = self._groups(floors, keep)
         if reclaimable and self.guarantee:
             reclaim = self._reclaim(keep, reclaimable, bulk_pool)
             if reclaim is not None:
-                groups = self._groups(*reclaim, None)
+                groups = self._groups(*reclaim)
         return groups[0] + groups[1] + groups[2] + groups[3], groups[4]
+
+    def _keep(self) -> tuple[dict[str, int], list[tuple[str, str, int, int]]]:
+        """What running jobs keep against other bulk jobs (groups 1 and 2), and the reclaimable
+        ones: ``(job id, team, lo, GPUs)`` of those kept by ``min_runtime_s`` alone (a
+        guarantee may reclaim them), in row order."""
+        now, nostep, young_s, reclaim_s = self.now, self.nostep, self.young_s, self.reclaim_s
+        keep: dict[str, int] = {}
+        reclaimable: list[tuple[str, str, int, int]] = []
+        held_team: Counter[str] | None = None  # GPUs held per team, once a young job needs it
+        for _, j, lo, _, cur, _, started in self.rows:  # row order: the reclaim's order
+            if cur <= 0:
+                continue
+            if nostep and j.job_id in nostep:
+                keep[j.job_id] = cur
+            elif now - started < young_s:  # young: it keeps its GPUs if within its room
+                if held_team is None:
+                    held_team = Counter()
+                    for _, r, _, _, held, _, _ in self.running_rows:
+                        held_team[r.team] += held
+                # within its team's entitlement as a whole, not what jobs before it in LAS
+                # order took of it: else a job of its own team (one just requeued, say) would
+                # preempt it at once, the thrash the protection is there to stop
+                if self.young_kept or held_team[j.team] <= self.room.get(j.team, 0):
+                    keep[j.job_id] = cur
+                    if not now - started < reclaim_s:
+                        reclaimable.append((j.job_id, j.team, lo, cur))
+        return keep, reclaimable
+
+    def _guarantee_left(self, keep: dict[str, int]) -> dict[str, int]:
+        """Each team's guarantee less what its kept jobs hold: a team's guarantee counts its
+        protected jobs first, so the floors spread only the rest over its other jobs (else a
+        team keeps floors for unprotected jobs on top of its protected ones, and a team below
+        its guarantee waits, or takes protected jobs, while they run)."""
+        kept: Counter[str] = Counter()
+        for _, j, _, _, _, _, _ in self.running_rows:
+            if j.job_id in keep:
+                kept[j.team] += keep[j.job_id]
+        return {t: g - kept[t] for t, g in self.guarantee.items() if g > kept[t]}
 
     def _floors(self, g_room: dict[str, int], kept: dict[str, int] | None) -> dict[str, int]:
         """Each team's ``g_room`` (consumed) spread over its jobs not in ``kept`` nor late."""
@@ -108,54 +157,27 @@ class BulkAdmission:
             ):
                 floors[j.job_id] = lo
                 g_room[j.team] -= lo
-        for _, j, _, hi, _, _, _ in self.rows if floors else ():
+        for _, j, _, hi, _, _, _ in self.rows if floors and self.floor_growth else ():
             if j.job_id in floors and g_room.get(j.team, 0) > 0:
                 add = min(hi - floors[j.job_id], g_room[j.team])
                 floors[j.job_id] += add
                 g_room[j.team] -= add
         return floors
 
-    def _groups(
-        self,
-        floors: dict[str, int],
-        keep: dict[str, int],
-        reclaimable: list[tuple[str, str, int, int]] | None,
-    ) -> tuple[list[ElasticJob], ...]:
+    def _groups(self, floors: dict[str, int], keep: dict[str, int]) -> tuple[list[ElasticJob], ...]:
         """The groups, runs with no step yet apart, first (their floors always fit).
 
         Args:
             floors: each job's share of its team's guarantee.
-            keep: the GPUs each running job keeps against other bulk jobs: filled here when
-                ``reclaimable`` is a list, else taken as given (after a reclaim).
-            reclaimable: filled with ``(job id, team, lo, GPUs)`` of the jobs that keep their
-                GPUs by ``min_runtime_s`` alone (a guarantee may reclaim them), in row order.
+            keep: the GPUs each running job keeps against other bulk jobs (see :meth:`_keep`;
+                after a reclaim, what the reclaim leaves them).
         """
         now, late, nostep, touched, lost = self.now, self.late, self.nostep, self.touched, self.lost
         room = dict(self.room)
-        held_team: Counter[str] | None = None  # GPUs held per team, once a young job needs it
         groups: tuple[list[ElasticJob], ...] = ([], [], [], [], [])
-        young_s, reclaim_s = self.young_s, self.reclaim_s
         for _, j, lo, hi, cur, gpus, started in self.rows:
             team = j.team
-            kept = 0
-            if cur <= 0:
-                pass
-            elif reclaimable is None:
-                kept = keep.get(j.job_id, 0)
-            elif nostep and j.job_id in nostep:
-                kept = keep[j.job_id] = cur
-            elif now - started < young_s:  # young: it keeps its GPUs if within its room
-                if held_team is None:
-                    held_team = Counter()
-                    for _, r, _, _, held, _, _ in self.running_rows:
-                        held_team[r.team] += held
-                # within its team's entitlement as a whole, not what jobs before it in LAS
-                # order took of it: else a job of its own team (one just requeued, say) would
-                # preempt it at once, the thrash the protection is there to stop
-                if held_team[team] <= self.room.get(team, 0):
-                    kept = keep[j.job_id] = cur
-                    if not now - started < reclaim_s:
-                        reclaimable.append((j.job_id, team, lo, cur))
+            kept = keep.get(j.job_id, 0) if cur > 0 and keep else 0
             floor = floors.get(j.job_id, 0) if floors else 0
             if (touched and j.job_id in touched) or (nostep and j.job_id in nostep):
                 hi = cur  # shrunk for an interactive job, or no step yet: no growth
@@ -204,8 +226,7 @@ class BulkAdmission:
         excess = {t: k - guarantee.get(t, 0) for t, k in kept.items() if k > guarantee.get(t, 0)}
         if not any(team in excess for _, team, _, _ in reclaimable):
             return None
-        # a team's guarantee counts what its own jobs keep first; the rest becomes floors
-        g_room = {t: g - kept[t] for t, g in guarantee.items() if g > kept[t]}
+        g_room = self._guarantee_left(keep)  # as in :meth:`jobs`
         over = sum(g_room.values()) + sum(keep.values()) - bulk_pool
         if over <= 0:  # even the whole guarantees fit (the floors spread no more)
             return None

@@ -99,6 +99,10 @@ CASES: dict[str, Case] = {
     ),
     "pool": Case("GET", lambda s: "/v1/pool", ALL),
     "teams": Case("GET", lambda s: "/v1/teams", ALL),
+    "usage": Case("GET", lambda s: "/v1/usage", ALL),
+    "usage-team-speech": Case(
+        "GET", lambda s: "/v1/usage?team=speech", _only("admin", "viewer-all", "outsider")
+    ),
     "teams-apply": Case("PUT", lambda s: "/v1/teams", _only("admin"), lambda s: TEAMS),
     "tokens": Case("GET", lambda s: "/v1/tokens", _only("admin")),
     "tokens-create": Case(
@@ -229,3 +233,40 @@ def test_mutations_are_audited_with_their_principal(
         ("member", "member", "vision", "submit"),
         ("member", "member", "vision", "cancel"),
     ]
+
+
+def test_the_pool_view_shows_a_member_only_its_teams_jobs(
+    api: ApiServer, world: JobStore, tokens: dict[str, str]
+) -> None:
+    view = {
+        "nodes": [{"node_id": "n1", "gpus": 4, "used_gpus": 2}],
+        "jobs": {"vis-1": ["n1"], "sp-1": ["n1"]},
+        "job_teams": {"vis-1": "vision", "sp-1": "speech"},
+    }
+    world.pool_view.publish(view, 60_000)
+    seen = {}
+    for role in ("admin", "viewer-all", "member", "viewer", "outsider"):
+        with http(api, tokens[role]) as client:
+            reply = client.get("/v1/pool").json()
+        seen[role] = set(reply["jobs"])
+        assert set(reply["job_teams"]) == seen[role]
+        assert reply["nodes"] == view["nodes"]  # the pool itself is no secret
+    assert seen["admin"] == seen["viewer-all"] == {"vis-1", "sp-1"}
+    assert seen["member"] == seen["viewer"] == {"vis-1"} and seen["outsider"] == {"sp-1"}
+    # a view from a scheduler that did not say whose jobs they are shows a member none
+    world.pool_view.publish({"nodes": [], "jobs": {"vis-1": ["n1"]}}, 60_000)
+    with http(api, tokens["member"]) as client:
+        assert client.get("/v1/pool").json()["jobs"] == {}
+
+
+def test_a_token_for_a_team_the_config_does_not_name_is_refused(
+    api: ApiServer, world: JobStore, tokens: dict[str, str]
+) -> None:
+    before = world.tokens.list()
+    with http(api, tokens["admin"]) as client:
+        reply = client.post("/v1/tokens", json={"name": "eve", "role": "viewer", "team": "nosuch"})
+        assert reply.status_code == 422, reply.text
+        assert "team must be one of the team config's teams (speech, vision)" in reply.text
+        ok = client.post("/v1/tokens", json={"name": "eve", "role": "viewer", "team": "speech"})
+        assert ok.status_code == 201, ok.text
+    assert len(world.tokens.list()) == len(before) + 1

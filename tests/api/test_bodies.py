@@ -1,12 +1,18 @@
-"""Bad bodies over real HTTP: 422 naming each field, and nothing written."""
+"""Bad bodies over real HTTP: 422 naming each field (or the key or limit of a JSON document the
+CLI's loader refuses too), an answer that always encodes, and nothing written."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from orchestrator.api.server import ApiServer
+from orchestrator.errors import SpecError
+from orchestrator.inputs import load_document
 from orchestrator.store import JobStore
 from tests.api.conftest import http, spec_data
 from tests.api.test_authorization import snapshot
@@ -86,6 +92,27 @@ def test_a_job_the_team_config_refuses_is_422_and_writes_nothing(
     assert store.list() == []
 
 
+def test_an_entry_point_the_operator_did_not_allow_is_422_and_writes_nothing(
+    api: ApiServer, store: JobStore, tokens: dict[str, str]
+) -> None:
+    """The issue's hostile submission: a member naming subprocess:call as its workload."""
+    body = {**spec_data("vision"), "workload": {"entry": "subprocess:call", "args": {}}}
+    with http(api, tokens["member"]) as client:
+        reply = client.post("/v1/jobs", json=body)
+    assert reply.status_code == 422
+    (problem,) = reply.json()["detail"]
+    assert "module 'subprocess' is not one team 'vision' may run" in problem["msg"]
+    assert store.list() == []
+    with http(api, tokens["admin"]) as client:  # the operator allows the team's own package
+        teams = {"teams": [{"name": "vision", "entry_modules": ["vision_models"]}]}
+        assert client.put("/v1/teams", json=teams).status_code == 200
+    with http(api, tokens["member"]) as client:
+        body["workload"] = {"entry": "vision_models.resnet:build"}
+        assert client.post("/v1/jobs", json=body).status_code == 201
+        body["workload"] = {"entry": "vision_models_evil:build"}  # a prefix is not a package
+        assert client.post("/v1/jobs", json=body).status_code == 422
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -114,3 +141,127 @@ def test_a_bad_team_config_is_422_naming_the_field(
     assert reply.status_code == 422
     assert ["body", "teams", 0, "weight"] in [e["loc"] for e in reply.json()["detail"]]
     assert store.teams() is None
+
+
+def _raw(client: httpx.Client, method: str, path: str, text: str) -> httpx.Response:
+    return client.request(method, path, content=text, headers={"content-type": "application/json"})
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_a_non_finite_number_is_422_naming_the_field_and_encodes(
+    api: ApiServer, store: JobStore, tokens: dict[str, str], literal: str
+) -> None:
+    job = json.dumps(_with("sla.latency.max_ms", 12345.5)).replace("12345.5", literal)
+    teams = '{"teams": [{"name": "vision", "weight": ' + literal + "}]}"
+    with http(api, tokens["admin"]) as client:
+        replies = [
+            _raw(client, "POST", "/v1/jobs", job),
+            _raw(client, "POST", "/v1/jobs/batch", f'{{"jobs": [{job}]}}'),
+            _raw(client, "PUT", "/v1/teams", teams),
+        ]
+    fields = [
+        ["body", "sla", "latency", "max_ms"],
+        ["body", "jobs", 0, "sla", "latency", "max_ms"],
+        ["body", "teams", 0, "weight"],
+    ]
+    for reply, field in zip(replies, fields, strict=True):
+        assert reply.status_code == 422, reply.text
+        (problem,) = reply.json()["detail"]
+        assert problem["loc"] == field and problem["msg"] == "Input should be a finite number"
+        assert problem["input"] in ("nan", "inf", "-inf")  # shown as text: JSON has no NaN
+    assert store.list() == [] and store.teams() is None
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "text", "key"),
+    [
+        ("POST", "/v1/jobs", '{"name": "a", "name": "b"}', "name"),
+        (
+            "POST",
+            "/v1/jobs",
+            '{"name": "a", "sla": {"latency": {"max_ms": 1, "max_ms": 2}}}',
+            "max_ms",
+        ),
+        ("POST", "/v1/jobs/batch", '{"jobs": [], "jobs": []}', "jobs"),
+        ("PUT", "/v1/teams", '{"teams": [{"name": "vision", "name": "speech"}]}', "name"),
+        ("POST", "/v1/tokens", '{"name": "carol", "role": "viewer", "role": "admin"}', "role"),
+    ],
+)
+def test_a_duplicate_key_is_422_naming_the_key_as_the_cli_refuses_it(
+    api: ApiServer,
+    store: JobStore,
+    tokens: dict[str, str],
+    tmp_path: Path,
+    method: str,
+    path: str,
+    text: str,
+    key: str,
+) -> None:
+    before = snapshot(store)
+    with http(api, tokens["admin"]) as client:
+        reply = _raw(client, method, path, text)
+    assert reply.status_code == 422, reply.text
+    assert reply.json()["detail"] == [
+        {"type": "json_invalid", "loc": ["body"], "msg": f"not valid JSON: duplicate key {key!r}"}
+    ]
+    assert snapshot(store) == before and store.teams() is None
+    file = tmp_path / "same.json"  # the CLI's loader refuses it in the same words
+    file.write_text(text)
+    with pytest.raises(SpecError, match=f"not valid JSON: duplicate key {key!r}"):
+        load_document(file)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[" * 40 + "]" * 40, "nested more than 32 levels deep"),
+        ('{"gpus": ' + "9" * 41 + "}", "integer of 41 characters; at most 40 allowed"),
+        ('{"name": ', "not valid JSON: line 1, column 10: Expecting value"),
+    ],
+    ids=["deep", "long-integer", "truncated"],
+)
+def test_the_cli_limits_on_json_hold_for_bodies(
+    api: ApiServer, tokens: dict[str, str], text: str, message: str
+) -> None:
+    with http(api, tokens["admin"]) as client:
+        reply = _raw(client, "POST", "/v1/jobs", text)
+    assert reply.status_code == 422, reply.text
+    assert message in reply.json()["detail"][0]["msg"]
+
+
+def test_a_body_that_is_not_utf8_is_422(api: ApiServer, tokens: dict[str, str]) -> None:
+    with http(api, tokens["admin"]) as client:
+        as_json = client.post(
+            "/v1/jobs", content=b'{"name": "\xff"}', headers={"content-type": "application/json"}
+        )
+        as_text = client.post(
+            "/v1/jobs", content=b"\xff\xfe", headers={"content-type": "text/plain"}
+        )
+    assert as_json.status_code == 422 and "not UTF-8" in as_json.json()["detail"][0]["msg"]
+    assert as_text.status_code == 422  # echoed as text, not a failure to encode bytes
+    assert as_text.json()["detail"][0]["input"] == "\ufffd\ufffd"
+
+
+def test_guarantees_past_the_pool_are_refused(
+    api: ApiServer, store: JobStore, tokens: dict[str, str]
+) -> None:
+    huge = {"teams": [{"name": f"t{i}", "guaranteed_gpus": 1_000_000} for i in range(5)]}
+    with http(api, tokens["admin"]) as client:
+        unknown_pool = client.put("/v1/teams", json=huge)
+        store.pool_view.publish({"nodes": [{"node_id": "n1", "gpus": 4}]}, 60_000)
+        known_pool = client.put("/v1/teams", json=huge)
+        fits = client.put("/v1/teams", json={"teams": [{"name": "t0", "guaranteed_gpus": 4}]})
+    assert unknown_pool.status_code == 422
+    (problem,) = unknown_pool.json()["detail"]
+    assert problem["msg"].startswith(
+        "teams.guaranteed_gpus add up to 5,000,000; at most 1,000,000 in all while the pool's "
+        "size is unknown"
+    )
+    assert known_pool.status_code == 422
+    assert known_pool.json()["detail"][0]["msg"] == (
+        "teams.guaranteed_gpus add up to 5,000,000, more than the pool's 4 GPUs; "
+        "guarantee at most 4 in all"
+    )
+    assert fits.status_code == 200
+    config = store.teams()
+    assert config is not None and [t.name for t in config.teams] == ["t0"]

@@ -173,6 +173,12 @@ def test_a_member_signs_in_sees_its_jobs_opens_one_and_cancels_it(
     tmp_path: Path,
 ) -> None:
     loop, (first, second, other, wide) = running
+    done = operations.submit(store, Principal.local("alice"), [job_spec("vision", "done")])[0]
+    for state in (JobState.PLACED, JobState.RUNNING):
+        store.transition(done, state)
+    store.put_metrics(done, {"p95_ms": 12.0, "samples_per_s": 500.0, "step": 9})
+    store.transition(done, JobState.FINISHED)  # its p95 met its ceiling: judged "met"
+    store.logs.append(first, 0, [("out", "epoch 1: loss 0.42"), ("err", "a warning")])
     _sign_in(browser, api, tokens["member"])
     _wait(browser, ec.text_to_be_present_in_element((By.ID, "whoami"), "member of vision"), "who")
     row = _row(browser, first)
@@ -185,19 +191,31 @@ def test_a_member_signs_in_sees_its_jobs_opens_one_and_cancels_it(
     _row(browser, wide)
     queues = browser.find_element(By.ID, "queues").text
     assert "interactive vision 1" in queues
+    history = (By.CSS_SELECTOR, '#history svg polyline[data-name="vision"]')
+    _wait(browser, ec.presence_of_element_located(history), "the pool's use over time")
+    assert (
+        browser.find_element(By.CSS_SELECTOR, "#history svg").get_attribute("data-series") == "3"
+    )  # all teams, speech and vision: the pool's use is no secret, as the pool view
+    attainment = browser.find_element(By.CSS_SELECTOR, '#attainment tr[data-team="vision"]')
+    assert "100% (1/1)" in attainment.text
     shot = _screenshot(browser, tmp_path, "dashboard.png")
     assert shot.stat().st_size > 10_000
 
     row.find_element(By.LINK_TEXT, first).click()
     title = _wait(browser, ec.visibility_of_element_located((By.ID, "job-title")), "a job page")
     assert first in title.text
-    line = (By.CSS_SELECTOR, "#chart-p95 svg polyline")
-    _wait(browser, ec.presence_of_element_located(line), "the p95 chart")
-    chart = browser.find_element(By.CSS_SELECTOR, "#chart-p95 svg")
+    line = (By.CSS_SELECTOR, "#chart-latency svg polyline")
+    _wait(browser, ec.presence_of_element_located(line), "the latency chart")
+    assert browser.find_element(By.ID, "latency-title").text == "p95 latency (ms)"  # the SLA's
+    chart = browser.find_element(By.CSS_SELECTOR, "#chart-latency svg")
     assert chart.get_attribute("data-points") == "30"
     assert "SLA" in chart.text  # the ceiling is drawn
     tput = (By.CSS_SELECTOR, "#chart-tput svg polyline")
     _wait(browser, ec.presence_of_element_located(tput), "the throughput chart")
+    logs = browser.find_element(By.ID, "logs").text
+    assert "[rank 0] epoch 1: loss 0.42" in logs and "[rank 0 err] a warning" in logs
+    busy = browser.find_element(By.ID, "chart-busy").text
+    assert busy == "No % busy reported yet."  # the in-process runtime's slots report none
     events = browser.find_element(By.ID, "events").text
     assert "running" in events and "placed" in events
     trials = browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.api.metrics import PUBLIC_ENV
+from orchestrator.api.metrics import PUBLIC_ENV, run_figures
 from orchestrator.api.server import ApiServer, start
 from orchestrator.config import Settings
 from orchestrator.control.loop import ControlLoop
@@ -137,6 +137,8 @@ def test_metrics_after_a_small_run_has_the_expected_series(
     assert value(samples, "orch_jobs", state="finished", **{"class": "bulk"}, team="vision") == 1
     assert value(samples, "orch_jobs", state="finished", **{"class": "bulk"}, team="speech") == 1
     assert value(samples, "orch_queue_length", **{"class": "interactive"}, team="vision") == 2
+    # present at zero for a team with no queued job (a board reads 0, not "No data")
+    assert value(samples, "orch_queue_length", **{"class": "bulk"}, team="speech") == 0
     total_jobs = sum(v for (n, _), v in samples.items() if n == "orch_jobs")
     assert total_jobs == 6
 
@@ -173,9 +175,9 @@ def test_warm_workers_are_counted_per_node_kind_apart_from_used_gpus(
 ) -> None:
     """The pool view counts each node's warm workers and those holding a GPU (whose GPU stays
     free to jobs, so not "used"); /metrics sums them per node kind and `orch pool` shows them."""
+    from orchestrator.cli.views import pool_table
     from orchestrator.control.pool_view import pool_view
     from orchestrator.pool import NodeInfo
-    from orchestrator.views import pool_table
     from policies import Snapshot
 
     nodes = [NodeInfo("idle", "10.0.0.1", 2, virtual=True), NodeInfo("full", "10.0.0.2", 2, True)]
@@ -248,3 +250,28 @@ def test_the_loop_writes_its_counts_at_most_once_per_interval(store: JobStore) -
     read = store.telemetry.read()
     assert read.counter("preemptions") == {"": 1.0} and read.counter("tuning_trials") == {"": 5.0}
     assert read.histogram(ROUND_SECONDS)[""].count == 2
+
+
+def test_running_jobs_figures_are_means_per_class_and_team() -> None:
+    running = [
+        {"id": "a", "class": "bulk", "team": "vision"},
+        {"id": "b", "class": "bulk", "team": "vision"},
+        {"id": "c", "class": "interactive", "team": "speech"},
+        {"id": "d", "class": "bulk", "team": "speech"},  # no report yet
+    ]
+    latest: dict[str, dict[str, Any]] = {
+        "a": {"data_wait_share": 0.2, "gpu_busy_share": 0.9, "energy_per_sample_j": 1.5},
+        "b": {"data_wait_share": 0.4, "gpu_busy_share": 0.7, "energy_per_sample_j": 2.5},
+        "c": {"data_wait_share": 0.1, "gpu_busy_share": None, "energy_per_sample_j": None},
+    }
+    got = {
+        (s.name, s.labels["class"], s.labels["team"]): s.value
+        for family in run_figures(running, latest)
+        for s in family.samples
+    }
+    assert got == {
+        ("orch_running_data_wait_share", "bulk", "vision"): pytest.approx(0.3),
+        ("orch_running_data_wait_share", "interactive", "speech"): pytest.approx(0.1),
+        ("orch_running_gpu_busy_share", "bulk", "vision"): pytest.approx(0.8),
+        ("orch_running_energy_per_sample_joules", "bulk", "vision"): pytest.approx(2.0),
+    }  # a CPU run's absent figures are left out, not counted as 0

@@ -49,6 +49,10 @@ def test_cpu_smoke_writes_every_section(tmp_path: Path) -> None:
         assert r["samples_per_s"] > 0 and r["measured_steps"] > 0
         assert r["p50_ms"] <= r["p95_ms"] <= r["p99_ms"]
         assert r["mfu"] is not None and 0 < r["mfu"] <= 1
+        # per-run figures: this run's peak, its data wait apart; no GPU figures on the CPU
+        assert r["peak_mem_scope"] == "run" and r["peak_mem_mb"] > 0
+        assert 0 <= r["data_wait_share"] <= 1 and r["compute_ms"] > 0
+        assert r["gpu_busy_share"] is None and r["energy_per_sample_j"] is None
 
     assert 0 < d["mfu"]["mfu"] <= 1 and 0 < d["mfu"]["mfu_of_matmul"] <= 1
     assert d["mfu"]["matmul"]["median"] > 0 and d["mfu"]["flops_per_token"] > 0

@@ -96,22 +96,50 @@ def test_deadline_at_risk_then_violated() -> None:
             assert f[0].severity == "violated"
 
 
-def test_profile_contradicted_calls_for_a_bounded_retune() -> None:
-    t = Targets(predicted_rate=200.0, tuned=True)
+def test_profile_contradicted_with_the_sla_at_risk_calls_for_a_bounded_retune() -> None:
+    t = Targets(floor=150.0, predicted_rate=200.0, tuned=True)
     watch = Watch()
+    found = []
     for at in range(0, 12):
-        watch, _ = assess(t, Reading(float(at), 20, samples_per_s=140.0), watch, CFG)
-    assert Check.PROFILE in watch.tripped
+        watch, f = assess(t, Reading(float(at), 20, samples_per_s=140.0), watch, CFG)
+        found += f
+    assert {Check.PROFILE, Check.THROUGHPUT} <= watch.tripped
+    drift = next(f for f in found if f.check is Check.PROFILE)
+    assert drift.describe() == "profile-drift: 140.0 samples/s (profile: 200.0 predicted)"
     assert actions(t, watch, retunes=0, cfg=CFG).retune
     limited = actions(t, watch, retunes=1, cfg=CFG)
     assert not limited.retune and "re-tune" in limited.note
-    untuned = actions(Targets(predicted_rate=200.0), watch, retunes=0, cfg=CFG)
+    untuned = actions(Targets(floor=150.0, predicted_rate=200.0), watch, retunes=0, cfg=CFG)
     assert not untuned.retune and "untuned" in untuned.note
     # 20% under the prediction is within the margin: no trip
     watch = Watch()
     for at in range(0, 30):
         watch, found = assess(t, Reading(float(at), 20, samples_per_s=160.0), watch, CFG)
         assert found == []
+
+
+def test_a_job_meeting_its_sla_is_never_retuned_however_far_from_its_profile() -> None:
+    """The issue's case: a 200 samples/s floor, 5,948 measured, 33,599 predicted."""
+    t = Targets(floor=200.0, predicted_rate=33_599.0, tuned=True)
+    watch = Watch()
+    for at in range(0, 600):
+        watch, _ = assess(t, Reading(float(at), 50, samples_per_s=5_948.0), watch, CFG)
+        act = actions(t, watch, retunes=0, cfg=CFG)
+        assert not act.retune
+    assert watch.tripped == {Check.PROFILE}
+    assert "meets its SLA" in actions(t, watch, retunes=0, cfg=CFG).note
+    # a latency job under its ceiling likewise, with no floor at all
+    lat = Targets(percentile=95, max_ms=100.0, predicted_ms=5.0, tuned=True)
+    watch = Watch()
+    for at in range(0, 60):
+        watch, _ = assess(lat, Reading(float(at), 50, latency_ms=40.0), watch, CFG)
+    assert watch.tripped == {Check.PROFILE}
+    assert not actions(lat, watch, retunes=0, cfg=CFG).retune
+    # once the SLA itself trips, the contradicted profile is worth a re-tune
+    watch = Watch()
+    for at in range(0, 30):
+        watch, _ = assess(lat, Reading(float(at), 50, latency_ms=140.0), watch, CFG)
+    assert actions(lat, watch, retunes=0, cfg=CFG).retune
 
 
 def test_urgent_only_for_an_elastic_job_short_of_floor_or_deadline() -> None:

@@ -83,6 +83,28 @@ def test_a_job_is_placed_runs_and_finishes_with_its_service_recorded(
     assert not loop.runs and not rt.alive()
 
 
+def test_each_runs_gpu_seconds_reach_the_job_and_its_teams_account(
+    store: JobStore, make_loop: Any
+) -> None:
+    from orchestrator.api import operations
+    from orchestrator.api.identity import Principal
+
+    loop, rt = make_loop([("n0", 2)])
+    job_id = store.submit(job("a", gpus=2)).id
+    loop.round()
+    loop.round()
+    time.sleep(0.3)
+    rt.end(job_id, OutcomeKind.FINISHED, result={"samples_per_s": 10.0, "world_size": 2})
+    loop.round()
+    loop.telemetry.flush()
+    held = float(store.get(job_id).fields["attained_gpu_s"])
+    assert held >= 2 * 0.3  # two GPUs held for at least the sleep
+    report = operations.usage(store, Principal.local(), since=0.0)
+    assert [(r.id, r.gpu_s) for r in report.jobs] == [(job_id, held)]
+    assert report.teams == {"t": held}
+    assert report.accounts["t"] == pytest.approx(held)
+
+
 def test_only_runs_lost_after_starting_count_towards_giving_up(
     store: JobStore, make_loop: Any
 ) -> None:

@@ -73,7 +73,9 @@ def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
         redis_url="unused", namespace=store.namespace, data_dir=tmp_path, guard_hold_s=0.01
     )
     rt = LocalRuntime([("n0", 4)])
-    loop = ControlLoop(settings, store, rt, make_policy("shared"))
+    # no restart cost: the preempted job is not held after its preemption (issue 28), so the
+    # next rounds place it again on the free pool
+    loop = ControlLoop(settings, store, rt, make_policy("shared"), restart_cost_s=0.0)
     loop.lease.acquire(store.namespace)
     try:
         job_id = store.submit(bulk).id
@@ -147,5 +149,46 @@ def test_a_run_for_a_set_time_has_its_time_left_as_remaining_work(
         # its run time so far is in its checkpoint, so it resumes for what is left, not for
         # its whole duration_s again (issue 15, item 5b: the clock used to start again)
         assert queued.remaining_work == 12.5
+    finally:
+        loop.release(grace_s=5)
+
+
+def test_the_loop_writes_the_plans_verdict_as_an_admission_event(
+    store: JobStore, tmp_path: Path
+) -> None:
+    # issue 26: a deadline job whose remaining work is known (after a run) is judged on the
+    # plan of the round's snapshot, as the simulator's desk judges it; the verdict is an event
+    spec = parse_spec(
+        {
+            "name": "due",
+            "team": "t",
+            "class": "bulk",
+            "workload": "mlp",
+            "sla": {"throughput": {"work_samples": 8000, "deadline_s": 3600}},
+            "run": {"micro_batch": 8},
+        }
+    )
+    settings = Settings(redis_url="unused", namespace=store.namespace, data_dir=tmp_path)
+    rt = LocalRuntime([("n0", 4)])
+    loop = ControlLoop(settings, store, rt, make_policy("shared"))
+    loop.lease.acquire(store.namespace)
+    try:
+        job_id = store.submit(spec).id
+        loop.round()
+        loop.round()
+        assert not [e for e in store.events(job_id) if e["event"] == "admission"]  # work unknown
+        now = time.time()
+        store.put_metrics(
+            job_id, {"first_step_at": now, "checkpoint_at": now, "step": 3, "time_left_s": 100.0}
+        )
+        loop.bind(Decision(DecisionKind.PREEMPT, job_id, reason="contract"), {})
+        loop.reap(rt.poll())
+        snapshot = loop.observe()
+        loop.admit(snapshot)
+        (event,) = [e for e in store.events(job_id) if e["event"] == "admission"]
+        assert event["message"].startswith("admitted: the plan runs it on 1 GPUs")
+        assert loop.admission.verdicts[job_id].admitted
+        loop.admit(snapshot)  # once: the same verdict is not written again
+        assert len([e for e in store.events(job_id) if e["event"] == "admission"]) == 1
     finally:
         loop.release(grace_s=5)

@@ -1,7 +1,6 @@
-"""End-to-end fixtures: one multi-node Ray cluster with virtual GPUs for the whole session.
-
-Node layout: a head with no GPU, node A with 4 GPU slots, node B with 2. A scheduler (with its
-own namespace and data directory) is started per test against the shared cluster and Redis.
+"""End-to-end fixtures: a scheduler (with its own namespace and data directory) per test,
+against the session's multi-node Ray cluster (``ray_cluster`` in ``tests/conftest.py``: a head
+with no GPU, node A with 4 GPU slots, node B with 2) and Redis.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from orchestrator.services import Running, serve_in_background
 from orchestrator.store import JobStore
 from orchestrator.store.records import JobRecord
 from orchestrator.store.states import JobState
+from orchestrator.teams import TeamConfig, TeamSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,22 +32,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.slow)
-
-
-@pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[Any]:
-    """A real multi-node Ray cluster (``ray.cluster_utils.Cluster``), shared by the session."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
-    cluster.add_node(num_cpus=1, num_gpus=4)
-    cluster.add_node(num_cpus=1, num_gpus=2)
-    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
-    cluster.wait_for_nodes()
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
 
 
 @dataclass
@@ -115,7 +99,10 @@ def start_orch(
         **settings_,
     )
     running = serve_in_background(settings)
-    return Orch(settings, running.scheduler.store, running)
+    store = running.scheduler.store
+    # the test workloads are entry points in tests/: the operator's allow-list names them
+    store.put_teams(TeamConfig(teams=[TeamSpec(name="e2e")], entry_modules=["tests"]))
+    return Orch(settings, store, running)
 
 
 @pytest.fixture

@@ -1,6 +1,10 @@
 """The MLP workload, slowed on purpose after a number of micro-batches, for the SLA guard.
 
-Arguments (beside the MLP's own): ``slow_after`` micro-batches made in one process (or
+The cost is added to each micro-batch's forward (its ``loss``), inside the timed step: the
+harness makes the data before the step's clock starts, so a slow ``make_batch`` would show as
+data wait, not as a slower step.
+
+Arguments (beside the MLP's own): ``slow_after`` micro-batches run in one process (or
 ``slow_after_s`` seconds after the workload was built, if set), after which every micro-batch
 costs ``slow_ms`` more; ``flag``: a file created at that moment (if set), and
 once it exists every process of the job is slowed from its first micro-batch, so the tuner's
@@ -25,10 +29,10 @@ def build(args: dict[str, Any], seed: int) -> Workload:
     workload = build_mlp({k: v for k, v in args.items() if k not in own}, seed)
     after, ms, flag = int(own.get("slow_after", 0)), float(own.get("slow_ms", 0)), own.get("flag")
     made = 0
-    make = workload.make_batch
+    loss = workload.loss
     at = time.monotonic() + float(own["slow_after_s"]) if "slow_after_s" in own else None
 
-    def slowed(first: int, count: int) -> Any:
+    def slowed(model: Any, batch: Any) -> Any:
         nonlocal made
         made += 1
         late = made > after if at is None else time.monotonic() >= at
@@ -39,7 +43,7 @@ def build(args: dict[str, Any], seed: int) -> Workload:
         slow = late or flagged
         if slow:
             time.sleep(ms / 1000.0)
-        return make(first, count)
+        return loss(model, batch)
 
-    workload.make_batch = slowed
+    workload.loss = slowed
     return workload

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from orchestrator.cli.demo import run_demo
 from orchestrator.config import Settings
-from orchestrator.demo import run_demo
 from tests.e2e.conftest import ROOT
 
 
@@ -33,3 +33,7 @@ def test_demo_runs_the_folder_and_prints_the_sla_table(
     assert "virtual (CPU-backed)" in text
     assert "demo: measured against each job's SLA" in text
     assert "p95 <= 100 ms" in text and "finished" in text
+    # tuned in front of the user, its global batch kept, run with the chosen config
+    assert "tuning: feasible" in text and "chosen config:" in text
+    assert "its global batch (16) is kept" in text
+    assert "orch list -o wide" in text  # the next commands

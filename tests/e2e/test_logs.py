@@ -29,7 +29,8 @@ def talker(name: str, gpus: int, **args: Any) -> JobSpec:
 
 def test_orch_logs_shows_each_ranks_prints_warnings_and_traceback(orch: Orch) -> None:
     ok, broken = orch.store.submit_many([talker("talker", 2), talker("breaks", 1, fail_at=8)])
-    assert orch.wait(ok, {JobState.FINISHED, JobState.FAILED}).state is JobState.FINISHED
+    rec = orch.wait(ok, {JobState.FINISHED, JobState.FAILED})
+    assert rec.state is JobState.FINISHED, rec.message
     assert orch.wait(broken, {JobState.FINISHED, JobState.FAILED}).state is JobState.FAILED
 
     out = orch.cli("logs", ok)

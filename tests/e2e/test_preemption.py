@@ -13,7 +13,10 @@ from tests.e2e.jobs import mlp_job
 from workers.config import HarnessConfig
 from workers.harness import Harness
 
-STEPS = 2000
+STEPS = 1000
+# Enough that both bulk jobs are still mid-run when the interactive job (submitted once both have
+# done 40 steps) needs room a round later: 2,000 steps only made the runs and the reference
+# twice as long.
 
 
 def _steps(o: Orch, job_id: str) -> int:

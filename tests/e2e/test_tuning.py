@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from orchestrator.elastic import split_batch
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store.states import JobState
 from orchestrator.tuner.evaluators.gang import GangEvaluator
@@ -30,7 +31,8 @@ def tuned_job(name: str, max_ms: float) -> JobSpec:
             "class": "interactive",
             "workload": "mlp",
             "sla": {"latency": {"percentile": 95, "max_ms": max_ms}},
-            "run": {"micro_batch": 4, "steps": 20, "warmup_steps": 2},
+            # a global batch of 32 (4 x 8 accumulation steps), the job's to keep
+            "run": {"micro_batch": 4, "grad_accum": 8, "steps": 20, "warmup_steps": 2},
             "tuning": {
                 "enabled": True,
                 "budget": {"trials": 6},
@@ -47,9 +49,10 @@ def test_a_tuned_job_runs_with_the_settings_the_tuner_chose(orch: Orch) -> None:
     tuned = json.loads(rec.fields["tuned"])
     events = orch.store.events(job_id)
     assert any(e["message"].startswith("tuned (") for e in events), events
-    # The run used the tuned micro-batch (the spec said 4; a loose ceiling favours larger).
+    # The run used the tuned micro-batch (the spec said 4; a loose ceiling favours larger,
+    # with less accumulation) and the job's own global batch.
     assert rec.result is not None
-    assert rec.result["global_batch"] == tuned["micro_batch"] * tuned["grad_accum"]
+    assert rec.result["global_batch"] == tuned["micro_batch"] * tuned["grad_accum"] == 32
     assert tuned["micro_batch"] > 4
     # The measured run is compared with the tuner's prediction, kept in the job's profile.
     assert "tuner prediction error: samples per s" in rec.message, rec.message
@@ -80,7 +83,8 @@ def test_a_multi_gpu_job_is_tuned_on_a_gang_over_gpu_count_and_sharding(shared: 
             "workload": "mlp",
             "resources": {"gpus": {"min": 1, "max": 2}},
             "sla": {"throughput": {"min_samples_per_s": 1}},
-            "run": {"micro_batch": 8, "steps": 40, "warmup_steps": 1},
+            # a global batch of 16: 16 on one GPU, 8 a rank on two
+            "run": {"micro_batch": 16, "steps": 40, "warmup_steps": 1},
             "tuning": {
                 "enabled": True,
                 "budget": {"trials": 12},
@@ -104,12 +108,14 @@ def test_a_multi_gpu_job_is_tuned_on_a_gang_over_gpu_count_and_sharding(shared: 
         if t["source"] == "measured" and t["measurement"]["status"] == "ok"
     }
     assert {(1, "ddp"), (2, "ddp"), (2, "fsdp")} <= ran, ran
-    # It ran with the tuned global batch (on as many GPUs as the elastic policy gave it).
+    assert {t["global_batch"] for t in report["trials_table"]} == {16}
+    # It ran with its global batch (on as many GPUs as the elastic policy gave it).
     tuned = json.loads(rec.fields["tuned"])
     assert rec.result is not None
-    assert rec.result["global_batch"] == tuned["gpus"] * tuned["micro_batch"]
-    # Its profile prices each GPU count for the policy: measured where a trial ran exactly the
-    # chosen settings on that count, else the model fitted on the 1- and 2-GPU trials.
+    assert rec.result["global_batch"] == tuned["gpus"] * tuned["micro_batch"] == 16
+    # Its profile prices each GPU count for the policy: measured where a trial ran the chosen
+    # settings on that count (its batch split as a resize splits it), else the model fitted on
+    # the 1- and 2-GPU trials.
     profile = shared.store.profiles.load(job_id)
     assert profile is not None
     by_gpus = profile["chosen"]["by_gpus"]
@@ -120,7 +126,15 @@ def test_a_multi_gpu_job_is_tuned_on_a_gang_over_gpu_count_and_sharding(shared: 
         if t["measurement"]["status"] == "ok"
     }
     for p in by_gpus:
-        at = {**tuned, "gpus": p["gpus"], "sharding": tuned["sharding"] if p["gpus"] > 1 else "ddp"}
+        split = split_batch(16, p["gpus"], tuned["micro_batch"])
+        assert split is not None
+        at = {
+            **tuned,
+            "gpus": p["gpus"],
+            "micro_batch": split[0],
+            "grad_accum": split[1],
+            "sharding": tuned["sharding"] if p["gpus"] > 1 else "ddp",
+        }
         assert p["measured"] is (json.dumps(at, sort_keys=True) in measured), (p, at)
 
 
@@ -168,7 +182,7 @@ class: bulk
 workload: mlp
 resources: {gpus: {min: 1, max: 2}}
 sla: {throughput: {min_samples_per_s: 100}}
-run: {micro_batch: 8, steps: 20}
+run: {micro_batch: 16, steps: 20}
 tuning:
   enabled: true
   budget: {trials: 10}

@@ -60,7 +60,7 @@ RAY_TOKEN = secrets.token_hex(32)
 """The cluster's Ray auth token. Ray enables token authentication on its own once a token file
 exists (``~/.ray/auth_token``, written by any local ``ray.init``), and a node without the token
 cannot join: every process of the cluster gets this one, as a cluster with Ray's token
-authentication would (README)."""
+authentication would (docs/operator-guide.md)."""
 
 
 def _env(**extra: str) -> dict[str, str]:

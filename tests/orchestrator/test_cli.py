@@ -17,10 +17,17 @@ BAD = Path(__file__).parent / "bad_jobs"
 GOOD = ROOT / "examples" / "interactive-mlp.yaml"
 
 
-def orch(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def orch(
+    *args: str, env: dict[str, str], stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).parent / "orch"
     return subprocess.run(
-        [str(exe), *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=60
+        [str(exe), *args],
+        env={**os.environ, **env},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -93,3 +100,64 @@ def test_bad_settings_name_the_variable(env: dict[str, str]) -> None:
 def test_debug_shows_the_traceback(env: dict[str, str]) -> None:
     out = orch("show", "no-such-job", "--debug", env=env)
     assert out.returncode != 0 and "Traceback" in out.stderr
+
+
+LONG = "a" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("submit", str(GOOD), "--by", LONG), "--by must be 1-63 lowercase letters"),
+        (("cancel", "x", "--by", "Bob Smith"), "--by must be 1-63 lowercase letters"),
+        (("list", "--limit", "9" * 20), "--limit must be from 1 to 100,000, got 9999"),
+        (("list", "--limit", "0"), "--limit must be from 1 to 100,000, got 0"),
+        (("list", "--team", "Vision Team"), "--team must be 1-63 lowercase letters"),
+        (("show", "x" * 201), "JOB must be a job id or name of 1 to 200 characters"),
+        (("logs", "x", "--rank", "4096"), "--rank must be from 0 to 4,095, got 4096"),
+        (("logs", "x", "--tail", "0"), "--tail must be from 1 to 4,000, got 0"),
+        (("tokens", "create", "--role", "viewer", "--name", "Carol!"), "--name must be 1-63"),
+        (("tokens", "create", "--role", "member", "--team", "t" * 60), "--name must be 1-63"),
+        (("tokens", "revoke", "not-an-id"), "TOKEN_ID must be a token's id: 8 lowercase hex"),
+        (("audit", "--action", "a" * 65), "--action must be at most 64 characters"),
+    ],
+    ids=[
+        "by-long",
+        "by-spaces",
+        "limit-huge",
+        "limit-zero",
+        "team",
+        "job-ref",
+        "rank",
+        "tail",
+        "token-name",
+        "token-default-name",
+        "token-id",
+        "audit-action",
+    ],
+)
+def test_what_the_api_refuses_the_cli_refuses_in_one_line(
+    env: dict[str, str], store: JobStore, args: tuple[str, ...], message: str
+) -> None:
+    out = orch(*args, env=env)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("error: ") and message in line, line
+    assert len(line) < 300  # a 100,000-character value is not printed back whole
+    assert _keys(store) == []
+
+
+def test_guarantees_past_the_pool_are_refused_by_teams_apply(
+    env: dict[str, str], store: JobStore, tmp_path: Path
+) -> None:
+    file = tmp_path / "teams.yaml"
+    file.write_text(
+        "teams:\n" + "".join(f"  - {{name: t{i}, guaranteed_gpus: 1000000}}\n" for i in range(5))
+    )
+    out = orch("teams", "apply", str(file), env=env)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "add up to 5,000,000; at most 1,000,000 in all while the pool's size is" in out.stderr
+    store.pool_view.publish({"nodes": [{"node_id": "n1", "gpus": 4}]}, 60_000)
+    out = orch("teams", "apply", str(file), env=env)
+    assert out.returncode == 2 and "more than the pool's 4 GPUs" in out.stderr
+    assert store.teams() is None

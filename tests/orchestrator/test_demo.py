@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.demo import demo_namespace
+from orchestrator.cli.demo import demo_namespace
 
 
 def test_the_demo_never_clears_a_real_namespace() -> None:

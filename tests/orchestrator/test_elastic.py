@@ -52,3 +52,32 @@ def test_speedup_curve_interpolates_and_extrapolates() -> None:
     assert elastic.speedup_curve(spec, {1: 100.0, 2: 150.0}) == (100.0, 150.0, 225.0, 300.0)
     # between measured sizes, interpolated; below the smallest, linear down
     assert elastic.speedup_curve(spec, {2: 150.0, 4: 250.0}) == (75.0, 150.0, 200.0, 250.0)
+
+
+def test_a_resize_keeps_the_plans_model_axes_and_its_batch() -> None:
+    spec = parse_spec(
+        {
+            "name": "e",
+            "team": "t",
+            "class": "bulk",
+            "workload": "gpt",
+            "sla": {"throughput": {"min_samples_per_s": 1}},
+            "resources": {"gpus": {"min": 2, "max": 8}},
+            "run": {
+                "steps": 10,
+                "micro_batch": 8,
+                "data_parallel": 4,
+                "plan": {"dp": 2, "tp": 2, "zero": 3, "offload": True},
+            },
+        }
+    )
+    assert elastic.global_batch(spec) == 16
+    grown = elastic.resized_spec(spec, 8)
+    assert grown is not None and grown.run.plan is not None
+    assert (grown.run.plan.dp, grown.run.plan.tp, grown.run.plan.zero) == (4, 2, 3)
+    assert elastic.global_batch(grown) == 16 and grown.run.micro_batch == 4
+    shrunk = elastic.resized_spec(spec, 2)  # one replica: nothing left to shard or offload
+    assert shrunk is not None and shrunk.run.plan is not None
+    assert (shrunk.run.plan.dp, shrunk.run.plan.zero, shrunk.run.plan.offload) == (1, 0, False)
+    assert elastic.global_batch(shrunk) == 16 and shrunk.run.grad_accum == 2
+    assert elastic.resized_spec(spec, 3) is None  # tp 2 does not divide 3 GPUs

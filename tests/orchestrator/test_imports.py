@@ -27,6 +27,20 @@ def test_orch_help_imports_no_torch_or_ray() -> None:
     assert _loaded_after(code) == set()
 
 
+def test_the_cli_loads_no_client_library_until_a_command_runs() -> None:
+    # `orch --version` and `--help` start in typer and rich alone: the store's redis-py, the
+    # models' pydantic, YAML and httpx load inside the command that needs them
+    probe = (
+        "import sys\nfrom orchestrator.cli import app\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'redis', 'pydantic', 'yaml', 'httpx', 'fastapi', 'numpy'}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"
+
+
 def test_policies_import_nothing_heavy_nor_the_orchestrator() -> None:
     loaded = _loaded_after("import policies")
     assert loaded == set()

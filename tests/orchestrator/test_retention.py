@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from orchestrator.config import DEFAULT_RETENTION_S, Settings, parse_duration
+from orchestrator.config import DEFAULT_RETENTION_S, Settings, format_duration, parse_duration
 from orchestrator.storage import StorageLocation
 from orchestrator.store import JobStore
 from orchestrator.store.retention import job_keys
@@ -219,6 +219,10 @@ def test_the_retention_age_reads_durations() -> None:
     with pytest.raises(ValueError, match="30d, 12h"):
         parse_duration("a month")
     assert Settings.from_env(retention_s="12h").retention_s == 43200
+    # said back as typed (orch gc): never 2.592e+06 s
+    for text, said in (("30d", "30d"), ("2592000", "30d"), ("90m", "90m"), ("1.5h", "90m")):
+        assert format_duration(parse_duration(text)) == said
+    assert format_duration(3.5) == "3.5s" and format_duration(14 * DAY) == "2w"
 
 
 def test_orch_gc_command(

@@ -56,3 +56,13 @@ def test_every_stated_part_must_hold() -> None:
     assert evaluate_sla(s, {"samples_per_s": 20, "p95_ms": 4}).met is True
     assert evaluate_sla(s, {"samples_per_s": 20, "p95_ms": 6}).met is False
     assert evaluate_sla(s, {"samples_per_s": 20}).met is None
+
+
+def test_a_cancelled_job_gets_no_verdict_and_a_failed_one_missed() -> None:
+    s = spec({"throughput": {"min_samples_per_s": 100}})
+    met = {"samples_per_s": 150.0}
+    cancelled = evaluate_sla(s, met, ended="cancelled")
+    assert cancelled.met is None and cancelled.measured == "150.0 samples/s, cancelled"
+    failed = evaluate_sla(s, met, ended="failed")
+    assert failed.met is False and failed.measured.endswith("failed")
+    assert evaluate_sla(s, met).met is True

@@ -31,6 +31,8 @@ EXPECTED = {
     "not-yaml.yaml": "not valid YAML",
     "not-a-mapping.yaml": "the job must be a mapping of fields, got list",
     "string-floor.json": "sla.throughput.min_samples_per_s must be a number, got 'fast'",
+    "bad-objective.yaml": "tuning.objective must be one of 'gpu_seconds' or 'energy', got 'joules'",
+    "energy-under-latency.yaml": "tuning.objective 'energy' needs a throughput SLA without",
 }
 
 
@@ -130,3 +132,109 @@ def test_run_sharding_reaches_the_harness_config() -> None:
     assert HarnessConfig.from_dict(job_harness_config(fsdp)).sharding == "fsdp"
     default = parse_spec({**base, "run": {"steps": 5}})
     assert HarnessConfig.from_dict(job_harness_config(default)).sharding == "ddp"
+
+
+def _tuned_job(bounds: dict[str, object], workload: str = "gpt", **run: object) -> JobSpec:
+    return parse_spec(
+        {
+            "name": "j",
+            "team": "t",
+            "class": "bulk",
+            "workload": workload,
+            "sla": {"throughput": {"min_samples_per_s": 10}},
+            "run": {"steps": 5, "micro_batch": 8, **run},
+            "tuning": {"enabled": True, "bounds": bounds},
+        }
+    )
+
+
+def test_a_global_batch_range_needs_a_learning_rate_rule() -> None:
+    with pytest.raises(
+        SpecError, match=r"tuning.bounds: a global_batch range changes what the job learns"
+    ):
+        _tuned_job({"global_batch": {"min": 8, "max": 64}})
+    with pytest.raises(SpecError, match=r"lr_scaling must be one of 'linear', 'sqrt', 'none'"):
+        _tuned_job({"global_batch": {"min": 8, "max": 64}, "lr_scaling": "cubic"})
+    with pytest.raises(SpecError, match="lr_scaling goes with a global_batch range"):
+        _tuned_job({"lr_scaling": "linear"})
+    spec = _tuned_job({"global_batch": {"min": 8, "max": 64}, "lr_scaling": "sqrt"})
+    assert spec.tuning.bounds.lr_scaling == "sqrt"
+    # a range of one value is the fixed batch: no rule needed
+    assert _tuned_job({"global_batch": {"min": 8, "max": 8}}).tuning.bounds.global_batch
+
+
+def test_a_global_batch_range_holds_the_jobs_own_batch() -> None:
+    with pytest.raises(SpecError, match=r"\[16, 64\] must hold the job's own global batch 8"):
+        _tuned_job({"global_batch": {"min": 16, "max": 64}, "lr_scaling": "linear"})
+
+
+def test_script_scaling_needs_the_jobs_own_code() -> None:
+    bounds = {"global_batch": {"min": 8, "max": 64}, "lr_scaling": "script"}
+    with pytest.raises(SpecError, match="lr_scaling script needs a workload given by entry"):
+        _tuned_job(bounds)
+    assert _tuned_job(bounds, workload="tests.workers.sample_workload:build")
+
+
+def test_the_learning_rate_rule_reaches_the_harness_from_the_submitted_batch() -> None:
+    """A tuned spec keeps the global batch it was submitted with as the learning rate's base,
+    so the harness scales from it (and a fixed batch scales by 1)."""
+    from orchestrator.runtime.harness_config import job_harness_config, tuned_spec
+    from orchestrator.tuner.space import Config
+    from workers.config import HarnessConfig
+    from workers.optimizations import scaled_lr
+
+    spec = _tuned_job({"global_batch": {"min": 8, "max": 64}, "lr_scaling": "linear"})
+    tuned = tuned_spec(spec, Config(16, grad_accum=2))
+    cfg = HarnessConfig.from_dict(job_harness_config(tuned))
+    assert (cfg.lr_scaling, cfg.base_global_batch) == ("linear", 8)
+    assert scaled_lr(cfg, 32) == pytest.approx(4 * cfg.lr)
+    fixed = HarnessConfig.from_dict(job_harness_config(tuned_spec(_tuned_job({}), Config(4, 2))))
+    assert (fixed.lr_scaling, fixed.base_global_batch) == ("none", 8)
+    assert scaled_lr(fixed, 8) == fixed.lr
+
+
+def _planned(plan: dict[str, object], gpus: object = 4, **extra: object) -> JobSpec:
+    return parse_spec(
+        {
+            "name": "p",
+            "team": "t",
+            "class": "bulk",
+            "workload": {"name": "gpt", "args": {"n_layer": 2, "n_head": 4}},
+            "sla": {"throughput": {"work_samples": 160, "deadline_s": 600}},
+            "resources": {"gpus": gpus},
+            "run": {"micro_batch": 4, "grad_accum": 2, "plan": plan},
+            **extra,
+        }
+    )
+
+
+def test_run_plan_reaches_the_harness_and_sets_the_global_batch() -> None:
+    from orchestrator.elastic import global_batch
+    from orchestrator.runtime.harness_config import job_harness_config
+    from workers.config import HarnessConfig
+
+    spec = _planned({"dp": 2, "tp": 2, "zero": 3})
+    config = HarnessConfig.from_dict(job_harness_config(spec))
+    assert config.plan == {"dp": 2, "tp": 2, "pp": 1, "zero": 3, "offload": False}
+    # 4 GPUs, 2 replicas: the global batch is micro-batch x accumulation x dp
+    assert (spec.replicas, global_batch(spec), spec.steps_for()) == (2, 16, 10)
+
+
+@pytest.mark.parametrize(
+    ("plan", "message"),
+    [
+        ({"dp": 2, "tp": 3}, r"run.plan: dp x tp x pp must equal the GPU count 4, got 2 x 3 x 1"),
+        ({"dp": 2, "pp": 2, "zero": 1}, r"run.plan.zero must be 2 or 3 when dp > 1"),
+        ({"dp": 4, "zero": 2, "offload": True}, r"run.plan.offload needs zero 3"),
+        ({"dp": 4, "zero": 5}, r"run.plan.zero must be <= 3, got 5"),
+        (
+            {"dp": 4, "tensor": 2},
+            "run.plan.tensor: unknown field; allowed: dp, tp, pp, zero, offload",
+        ),
+    ],
+)
+def test_a_bad_plan_is_refused_at_submit_naming_the_field(
+    plan: dict[str, object], message: str
+) -> None:
+    with pytest.raises(SpecError, match=message):
+        _planned(plan)

@@ -27,3 +27,12 @@ def test_the_view_lives_under_the_namespace(store: JobStore) -> None:
     assert store.keys.pool_view == f"{store.namespace}:pool"
     assert store.delete_namespace() == 1
     assert store.pool_view.read() is None
+
+
+def test_the_pool_history_reads_the_newest_samples_oldest_first(store: JobStore) -> None:
+    for i in range(5):
+        store.pool_history.append(100.0 + i, 8, i, {"vision": i} if i else {})
+    samples = store.pool_history.read(3)
+    assert [s["at"] for s in samples] == [102.0, 103.0, 104.0]  # the newest, oldest first
+    assert samples[-1] == {"at": 104.0, "gpus": 8, "used": 4, "teams": {"vision": 4}}
+    assert store.client.xinfo_stream(store.keys.pool_history)["length"] == 5

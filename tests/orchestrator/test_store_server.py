@@ -179,3 +179,25 @@ def test_connect_without_a_url_starts_the_embedded_server(
         assert server.url() is not None
     finally:
         client.close()
+
+
+def test_orch_down_refuses_while_a_scheduler_uses_the_server(
+    tmp_path: Path, embedded: Callable[[Path], EmbeddedRedis]
+) -> None:
+    import subprocess
+    import sys
+
+    server = embedded(tmp_path)
+    url = server.ensure_running()
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "ORCH_NAMESPACE")}
+    env["ORCH_DATA_DIR"] = str(tmp_path)
+    orch = [str(Path(sys.executable).parent / "orch"), "down"]
+    with redis.Redis.from_url(url) as client:  # a live scheduler on another host holds a lease
+        client.set("team-a:scheduler:lease", "elsewhere:4242:abc123", px=60_000)
+        refused = subprocess.run(orch, env=env, capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1 and "elsewhere:4242:abc123" in refused.stderr
+        assert server.url() is not None  # still serving the scheduler
+        client.delete("team-a:scheduler:lease")
+    stopped = subprocess.run(orch, env=env, capture_output=True, text=True, timeout=60)
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    assert server.url() is None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.store import JobStore, Keys, StudyJournal
-from orchestrator.tuner.profile import prediction_errors, record_outcome
+from orchestrator.tuner.profile import expected, prediction_errors, record_live, record_outcome
 
 PROFILE = {
     "goal": "max samples/s",
@@ -59,6 +59,27 @@ def test_the_prediction_error_is_kept_in_the_profile(store: JobStore) -> None:
     assert stored is not None
     assert stored["outcome"] == {"measured": metrics, "error": errors}
     assert prediction_errors({"chosen": {}}, metrics) is None  # nothing was predicted
+
+
+def test_a_live_correction_is_what_the_profile_expects_from_then_on(store: JobStore) -> None:
+    chosen = {
+        "config": {"micro_batch": 8, "gpus": 2},
+        "samples_per_s": 33_599.0,  # the fitted model's
+        "latency_ms": 4.0,
+        "measured_samples_per_s": 20_000.0,  # the tuning trial of exactly this config
+        "measured_latency_ms": 5.0,
+    }
+    assert record_live(store.profiles, "job-1", 2, 5_948.0, 9.0, 1.0) is None  # no profile
+    store.profiles.save("job-1", {"chosen": chosen})
+    # the trial comes before the model; another GPU count has no expectation
+    assert expected(store.profiles.load("job-1"), 2) == (20_000.0, 5.0)
+    assert expected(store.profiles.load("job-1"), 1) == (None, None)
+    assert expected({"chosen": {"config": {"gpus": 1}, "samples_per_s": 10.0}}, 1) == (10.0, None)
+    kept = record_live(store.profiles, "job-1", 2, 5_948.0, 9.0, 123.0)
+    assert kept == {"gpus": 2, "samples_per_s": 5_948.0, "latency_ms": 9.0, "at": 123.0}
+    profile = store.profiles.load("job-1")
+    assert expected(profile, 2) == (5_948.0, 9.0)
+    assert profile is not None and profile["chosen"]["samples_per_s"] == 33_599.0  # kept beside
 
 
 def test_tune_cache_entries_and_their_index(store: JobStore) -> None:

@@ -6,10 +6,10 @@ import io
 
 from rich.console import Console
 
+from orchestrator.cli.views import show_job
 from orchestrator.spec import parse_spec
 from orchestrator.store import JobStore
 from orchestrator.store.states import JobState
-from orchestrator.views import show_job
 
 
 def _render(store: JobStore, job_id: str) -> str:
@@ -36,10 +36,44 @@ def test_show_gives_the_tuned_settings_and_the_submitted_ones_beside(store: JobS
     assert not [line for line in before.splitlines() if "submitted" in line and "micro" in line]
     store.transition(job_id, JobState.PLACED)
     store.transition(job_id, JobState.TUNING)
-    config = {"micro_batch": 32, "grad_accum": 2, "precision": "bf16", "gpus": 1}
+    config = {"micro_batch": 2, "grad_accum": 2, "precision": "bf16", "gpus": 1}
     store.transition(job_id, JobState.QUEUED, fields={"tuned": config})
     text = _render(store, job_id)
     settings = next(line for line in text.splitlines() if "settings" in line)
     submitted = next(ln for ln in text.splitlines() if "submitted" in ln and "micro" in ln)
-    assert "micro-batch 32, grad-accum 2, bf16" in settings
+    assert "micro-batch 2, grad-accum 2, bf16" in settings
     assert "micro-batch 4, grad-accum 1, fp32" in submitted
+    assert "global batch 4," in settings and "global batch 4," in submitted  # the job's, kept
+
+
+def test_show_lists_the_runs_measurements_and_absent_ones_as_a_dash(store: JobStore) -> None:
+    spec = parse_spec(
+        {
+            "name": "measured",
+            "team": "t",
+            "class": "bulk",
+            "workload": "mlp",
+            "sla": {"throughput": {"min_samples_per_s": 5}},
+            "run": {"steps": 10},
+        }
+    )
+    job_id = store.submit(spec).id
+    store.put_metrics(
+        job_id,
+        {
+            "data_wait_share": 0.25,
+            "compute_ms": 3.5,
+            "peak_mem_mb": 412.0,
+            "peak_mem_scope": "run",
+            "gpu_busy_share": None,
+            "energy_per_sample_j": None,
+        },
+    )
+    rows = {
+        cells[0]: cells[1]
+        for line in _render(store, job_id).splitlines()
+        if len(cells := [c.strip() for c in line.strip("│ ").split("│")]) == 2
+    }
+    assert rows["data_wait_share"] == "0.250" and rows["compute_ms"] == "3.500"
+    assert rows["peak_mem_scope"] == "run"
+    assert rows["gpu_busy_share"] == "-" and rows["energy_per_sample_j"] == "-"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from orchestrator.spec import parse_spec
 from orchestrator.store import JobStore
@@ -27,6 +28,9 @@ def test_a_submission_and_a_cancel_each_wake_the_subscriber_once(store: JobStore
         assert not wakeups.wait(0.05, stop)  # nothing published yet
         queued = store.submit(SPEC).id
         running = store.submit(SPEC).id
+        # both deliveries reach the subscription's socket before the wait (under load the second
+        # could otherwise land just after the first wait drained, and be counted as a new one)
+        time.sleep(0.5)
         assert wakeups.wait(10, stop)  # both submissions, taken as one wake-up
         assert not wakeups.wait(0.05, stop)
         store.cancel(queued)  # a queued job is cancelled at once: nothing for the loop to do

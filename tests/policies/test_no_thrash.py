@@ -16,6 +16,7 @@ from policies import (
     RunningJob,
     Snapshot,
 )
+from policies.scheduling.churn import late_window
 from policies.snapshot import TeamView
 from tests.policies.test_scheduling_contract import apply, snapshots
 
@@ -183,17 +184,25 @@ def test_an_interactive_job_is_never_held_back() -> None:
 @given(snap=snapshots(progress=True))
 def test_late_jobs_change_nothing_for_the_others(snap: Snapshot) -> None:
     """Under ``shared`` the other jobs' decisions are those of the round without the jobs
-    preempted last round, which only start after them, on GPUs left free."""
+    preempted last round (or within the restart cost: :func:`late_window`), which only start
+    after them, on GPUs left free, and never within the restart cost (issue 28)."""
+    window = late_window(snap)
     late = {
         q.job_id
         for q in snap.queue
-        if not q.interactive and q.just_preempted(snap.now, snap.interval_s)
+        if not q.interactive and q.preempted_at is not None and snap.now - q.preempted_at <= window
     }
     decisions = _decide("shared", snap)
     without = dataclasses.replace(snap, queue=tuple(q for q in snap.queue if q.job_id not in late))
     assert [d for d in decisions if d.job_id not in late] == _decide("shared", without)
     kinds = [d.kind for d in decisions if d.job_id in late]
     assert all(k in (DecisionKind.START, DecisionKind.WAIT) for k in kinds)
+    held = {
+        q.job_id
+        for q in snap.queue
+        if q.job_id in late and snap.now - (q.preempted_at or 0.0) < snap.restart_cost_s
+    }
+    assert not [d for d in decisions if d.job_id in held and d.kind is DecisionKind.START]
 
 
 # ---- defaults ----------------------------------------------------------------------------------

@@ -110,3 +110,14 @@ def test_registry_unknown_name_lists_valid() -> None:
         match=r"unknown placement policy .packed.; valid: most-free, pack, spread, topology",
     ):
         PLACEMENTS.create("packed")
+
+
+def test_a_policy_is_named_as_users_type_it_through_its_wrappers() -> None:
+    from policies import SCHEDULING_POLICIES
+    from policies.scheduling import TeamCaps
+
+    for name in SCHEDULING_POLICIES.names():
+        policy = SCHEDULING_POLICIES.create(name)
+        assert SCHEDULING_POLICIES.name_of(TeamCaps(policy)) == name
+    assert PLACEMENTS.name_of(PackPlacement()) == "pack"
+    assert PLACEMENTS.name_of(object()) == "object"  # not registered: its class

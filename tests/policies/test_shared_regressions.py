@@ -9,8 +9,8 @@ from policies.snapshot import TeamView
 from tests.policies.test_scheduling_contract import apply
 
 
-def _got(snap: Snapshot) -> Counter[str]:
-    held = apply(snap, SCHEDULING_POLICIES.create("shared").decide(snap))
+def _got(snap: Snapshot, **kwargs: object) -> Counter[str]:
+    held = apply(snap, SCHEDULING_POLICIES.create("shared", **kwargs).decide(snap))
     team_of = {q.job_id: q.team for q in snap.queue} | {r.job_id: r.team for r in snap.running}
     got: Counter[str] = Counter()
     for job_id, nodes in held.items():
@@ -64,7 +64,10 @@ def test_a_team_under_guarantee_reclaims_after_a_large_interactive_start() -> No
             TeamView("c", weight=3.0, guaranteed_gpus=2),
         ),
     )
-    assert _got(snap)["c"] >= 2
+    # with guarantee floors up to jobs' hi (before issue 26) c reclaims its whole guarantee
+    assert _got(snap, guarantee_growth=True)["c"] >= 2
+    # by default a guarantee protects minimums, not growth: c's 1-GPU minimum is kept
+    assert _got(snap)["c"] >= 1
 
 
 def _preempted_for(queue: tuple[QueuedJob, ...], running: tuple[RunningJob, ...]) -> list[str]:

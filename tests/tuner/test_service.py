@@ -38,7 +38,7 @@ def _spec(workload: Any, **extra: Any) -> Any:
                 "enabled": True,
                 "bounds": {
                     "micro_batch": {"min": 1, "max": 32},
-                    "grad_accum": {"min": 1, "max": 1},
+                    "grad_accum": {"min": 1, "max": 32},
                     "activation_checkpointing": [False],
                 },
             },
@@ -112,6 +112,69 @@ def test_tune_spec_stores_study_cache_profile_and_a_repeat_is_a_cache_hit(
     assert errors is not None and errors["samples_per_s"] == pytest.approx(1 / 0.9 - 1)
 
 
+def test_every_trial_of_a_real_tuning_run_keeps_the_jobs_global_batch(
+    store: JobStore, redis_url: str
+) -> None:
+    """Real harness trials of a job asking for micro-batch 32 on one GPU: the tuner trades
+    micro-batch for accumulation (8 x 4 fits under the cap of 8), never the 32 samples a step
+    the job learns with; the report's trials table shows it."""
+    spec = _spec({"entry": "tests.tuner.oom_workload:build", "args": {"cap": 8}})
+    ev = _harness("tests.tuner.oom_workload:build", {"cap": 8})
+    report = tune_spec(spec, store, redis_url, use_cache=False, evaluator=ev)
+    records = report.result.history.records
+    assert len(records) >= 3 and {r.config.global_batch for r in records} == {32}
+    assert {r.config.grad_accum for r in records} > {1}  # accumulation did the trading
+    best = report.result.best
+    assert best is not None and (best.config.micro_batch, best.config.grad_accum) == (8, 4)
+    table = store.tune_reports.load(spec.name)["trials_table"]  # type: ignore[index]
+    assert [t["global_batch"] for t in table] == [32] * len(records)
+
+
+def test_an_allowed_range_is_searched_within_and_the_goal_says_so(
+    store: JobStore, redis_url: str
+) -> None:
+    bounds = {"global_batch": {"min": 16, "max": 64}, "lr_scaling": "linear"}
+    spec = _spec(
+        {"entry": "tests.tuner.oom_workload:build", "args": {"cap": 8}},
+        tuning={
+            "enabled": True,
+            "budget": {"trials": 8},
+            "bounds": {**bounds, "grad_accum": {"min": 1, "max": 8}},
+        },
+    )
+    ev = _harness("tests.tuner.oom_workload:build", {"cap": 8})
+    report = tune_spec(spec, store, redis_url, use_cache=False, evaluator=ev)
+    assert {r.config.global_batch for r in report.result.history.records} <= {16, 32, 64}
+    assert "global batch 16-64, learning rate linear" in report.to_dict()["goal"]
+
+
+def test_a_user_inference_workload_is_known_by_what_it_is_not_by_its_name(
+    store: JobStore, redis_url: str
+) -> None:
+    """An entry: workload with train=False (not the built-in `infer`): the evaluator's probe
+    finds it forward-only, so the space has accumulation 1 only and no trial fails (each
+    accumulation > 1 was a harness error before)."""
+    entry = "tests.workers.sample_workload:build_inference"
+    spec = parse_spec(
+        {
+            "name": "score",
+            "team": "t",
+            "class": "interactive",
+            "workload": {"entry": entry},
+            "sla": {"latency": {"max_ms": 5000}},
+            "run": {"steps": 5},
+            "tuning": {"enabled": True, "budget": {"trials": 6}},
+        }
+    )
+    ev = HarnessEvaluator(entry, caps=CPU, warmup_steps=1, measured_steps=3)
+    assert ev.forward_only()
+    report = tune_spec(spec, store, redis_url, use_cache=False, evaluator=ev)
+    records = report.result.history.records
+    assert records and {r.config.grad_accum for r in records} == {1}
+    assert all(r.measurement.ok for r in records), [r.measurement.message for r in records]
+    assert not HarnessEvaluator("tests.workers.sample_workload:build", caps=CPU).forward_only()
+
+
 def test_study_is_read_back_by_a_separate_optuna_process(store: JobStore, redis_url: str) -> None:
     spec = _spec({"entry": "tests.tuner.oom_workload:build", "args": {"cap": 8}})
     report = tune_spec(
@@ -143,7 +206,9 @@ def test_study_is_read_back_by_a_separate_optuna_process(store: JobStore, redis_
     assert report.study in got["names"]
     assert got["n"] == len(report.result.history.records)
     assert report.result.best is not None
-    assert got["params"]["micro_batch"] == report.result.best.config.micro_batch
+    # the job's global batch (32 on one GPU) kept: the micro-batch is its own parameter there
+    assert got["params"]["global_batch_1gpu"] == 32
+    assert got["params"]["micro_batch_1gpu_32"] == report.result.best.config.micro_batch
     assert all(v <= 0 for v in got["constraints"].values())
     assert got["direction"] == "MAXIMIZE"
 
@@ -154,7 +219,7 @@ def test_orch_tune_prints_the_trials_and_the_chosen_config(
     import typer
     from typer.testing import CliRunner
 
-    from orchestrator.tuner.cli import tune_command
+    from orchestrator.cli.tune import tune_command
 
     app = typer.Typer()
     app.command(name="tune")(tune_command)

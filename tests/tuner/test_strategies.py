@@ -7,16 +7,27 @@ import math
 
 import pytest
 
+from orchestrator.errors import TuneError
 from orchestrator.tuner.evaluators import TableEvaluator
 from orchestrator.tuner.history import History
 from orchestrator.tuner.objective import Goal, Measurement
 from orchestrator.tuner.perfmodel import Sample, fit_step_model
-from orchestrator.tuner.space import SearchSpace
+from orchestrator.tuner.space import Config, SearchSpace
 from orchestrator.tuner.strategies import STRATEGIES, SearchStrategy
-from orchestrator.tuner.strategies.sla import Family, SLASearchStrategy, _with_single_gpu
+from orchestrator.tuner.strategies.sla import Family
+from orchestrator.tuner.strategies.sla.evidence import fit_samples
+from orchestrator.tuner.strategies.sla.priors import scaled_priors
 from orchestrator.tuner.tuner import Tuner
 from policies.registry import UnknownPolicyError
-from tests.tuner.conftest import CAPS, optimum, step_s, synthetic_space, synthetic_table
+from tests.tuner.conftest import (
+    CAPS,
+    batch_space,
+    batch_table,
+    optimum,
+    step_s,
+    synthetic_space,
+    synthetic_table,
+)
 
 GOALS = [
     Goal("throughput", floor=3000.0),
@@ -66,6 +77,51 @@ class TestStrategyContract:
             r.config
             for r in b.history.records  # type: ignore[attr-defined]
         ]
+
+
+BATCH_GOALS = [
+    Goal("throughput", floor=2000.0),
+    Goal("latency", ceiling_ms=60.0),
+    Goal("throughput", floor=1e9),  # infeasible
+]
+
+
+@pytest.mark.parametrize("name", STRATEGIES.names())
+@pytest.mark.parametrize("batches", [(64,), (32, 64, 128)], ids=["fixed", "range"])
+@pytest.mark.parametrize("goal", BATCH_GOALS, ids=["floor", "ceiling", "infeasible"])
+def test_every_tuned_config_keeps_the_global_batch(
+    name: str, batches: tuple[int, ...], goal: Goal
+) -> None:
+    """No strategy proposes a config outside the job's global batch (the tuner would refuse
+    it): every trial, in the history and in the Optuna study, has it (one of the allowed range
+    when a range is allowed), and the search still finds the optimum of that space."""
+    space = batch_space(*batches)
+    table = batch_table(space)
+    tuner = Tuner(space, goal, table, STRATEGIES.create(name, seed=3), patience=15)
+    result = tuner.run()
+    records = result.history.records
+    assert records and {r.config.global_batch for r in records} <= set(batches)
+    for t in tuner.study.trials:
+        assert Config.from_dict(t.user_attrs["config"]).global_batch in batches
+    if len(batches) > 1 and name == "grid":
+        assert {r.config.global_batch for r in records} == set(batches)
+    best = optimum(table, goal)
+    if best is None:
+        assert result.status == "sla-infeasible"
+    elif name in ("grid", "sla"):
+        assert result.best is not None and result.best.verdict.value == pytest.approx(best[0])
+
+
+def test_the_tuner_refuses_a_proposal_that_breaks_the_batch() -> None:
+    class Stray(SearchStrategy):
+        name = "stray"
+
+        def next_config(self, history: History) -> Config | None:
+            return Config(64, gpus=2)  # global batch 128, the space keeps 64
+
+    space = batch_space(64)
+    with pytest.raises(TuneError, match=r"proposed micro-batch 64.*global batch 128"):
+        Tuner(space, GOALS[0], batch_table(space), Stray()).run()
 
 
 @pytest.mark.parametrize("goal", GOALS[:2], ids=["floor", "ceiling"])
@@ -231,15 +287,17 @@ def test_a_new_family_starts_at_a_micro_batch_its_memory_settings_fitted() -> No
 def test_half_precision_is_not_tried_at_twice_an_fp32_out_of_memory() -> None:
     """Autocast keeps weights and optimizer state in fp32 and at best halves the activations:
     bf16 DDP is not tried at twice fp32 DDP's OOM (64 after fp32 ran out at 32), so its walk
-    above its first fit costs one OOM trial (32), not a gallop to 256 and back."""
+    above its first fit costs one OOM trial (32), not a gallop to 256 and back (nor does the
+    local search at the end try it)."""
     space, table = _sharded_table(("fp32", "bf16"))
     result = Tuner(space, Goal("throughput", floor=2000.0), table, STRATEGIES.create("sla")).run()
     trials = [(r.config, r.measurement.status) for r in result.history.records]
     fp32_oom = min(c.micro_batch for c, s in trials if c.precision == "fp32" and s == "oom")
-    bf16_ddp = [
-        (c.micro_batch, s) for c, s in trials if (c.sharding, c.precision) == ("ddp", "bf16")
-    ]
-    assert fp32_oom == 32 and bf16_ddp == [(16, "ok"), (32, "oom")], trials
+    bf16_walk = [(c.micro_batch, s) for c, s in trials if (c.gpus, c.precision) == (1, "bf16")]
+    assert fp32_oom == 32 and bf16_walk == [(16, "ok"), (32, "oom")], trials
+    assert not [
+        c for c, _ in trials if (c.sharding, c.precision) == ("ddp", "bf16") and c.micro_batch >= 64
+    ], trials
 
 
 def test_a_sharded_family_with_one_run_gets_the_best_familys_model_scaled_through_it() -> None:
@@ -252,10 +310,9 @@ def test_a_sharded_family_with_one_run_gets_the_best_familys_model_scaled_throug
         ddp: [Sample(1, m, 1, step_s(1, m)) for m in (1, 4, 16)] + [Sample(2, 16, 1, 0.03)],
         fsdp: [Sample(2, 16, 1, 0.04)],
     }
-    models = {f: fit_step_model(_with_single_gpu(f, by_family), 4) for f in by_family}
-    space = SearchSpace(micro_batches=(1, 4, 16), shardings=("ddp", "fsdp"), gpus=(1, 2))
-    history = History(space, Goal("throughput"))
-    priors = SLASearchStrategy._scaled_priors(models, by_family, history)
+    fitted = {f: fit_step_model(fit_samples(f, by_family), 4) for f in by_family}
+    models = {f: m for f, m in fitted.items() if m is not None}
+    priors = scaled_priors(models, by_family, None)
     assert set(priors) == {fsdp}
     ref = models[ddp]
     assert ref is not None

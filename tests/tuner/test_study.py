@@ -32,7 +32,7 @@ tuning:
   budget: {trials: 6}
   bounds:
     micro_batch: {min: 4, max: 32}
-    grad_accum: {min: 1, max: 1}
+    grad_accum: {min: 1, max: 8}
     precision: [fp32]
     activation_checkpointing: [false]
 """
@@ -43,7 +43,7 @@ def _tune(job: Path, env: dict[str, str]) -> str:
     import typer
     from typer.testing import CliRunner
 
-    from orchestrator.tuner.cli import tune_command
+    from orchestrator.cli.tune import tune_command
 
     app = typer.Typer()
     app.command(name="tune")(tune_command)
@@ -116,8 +116,11 @@ def test_the_printed_dashboard_command_shows_named_metrics_and_infeasible_trials
     feasible = [t for t in trials if t["constraints"] and all(c <= 0 for c in t["constraints"])]
     assert infeasible and feasible
     for t in infeasible:  # the trials that ran out of memory (micro-batch above the cap of 8)
+        # the job's global batch (32) kept: the micro-batch is a parameter per GPU count and
+        # global batch, here micro_batch_1gpu_32
         params = {p["name"]: p["param_external_value"] for p in t["params"]}
-        assert int(params["micro_batch"]) > 8, json.dumps(t)[:500]
+        assert params["global_batch_1gpu"] == "32", json.dumps(t)[:500]
+        assert int(params["micro_batch_1gpu_32"]) > 8, json.dumps(t)[:500]
 
 
 def test_optuna_itself_reads_the_named_constraints(redis_url: str, store: JobStore) -> None:

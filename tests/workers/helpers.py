@@ -11,6 +11,7 @@ TINY_ARGS: dict[str, dict[str, Any]] = {
     "mlp": {"in_features": 16, "hidden": 32, "n_layer": 2},
     "cnn": {"channels": 4, "n_layer": 2, "image_size": 16},
     "gpt": {"n_layer": 2, "d_model": 32, "n_head": 2, "seq_len": 16, "vocab": 64},
+    "images": {"images": 32, "image_size": 16, "channels": 4, "n_layer": 1},
     "infer": {"model": "gpt", "n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 16, "vocab": 64},
 }
 

@@ -5,6 +5,7 @@ Used by the registry tests as the entry point ``tests.workers.sample_workload:bu
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -46,3 +47,39 @@ def broken(args: dict[str, Any], seed: int) -> Workload:
 
 
 NOT_CALLABLE = 42
+
+
+def build_scaled(args: dict[str, Any], seed: int) -> Workload:
+    """The same regression with its own learning-rate rule (``lr_scaling: script``): the
+    fourth root of the batch ratio, which no built-in rule gives."""
+    workload = build(args, seed)
+    workload.scale_lr = lambda lr, batch, base: lr * (batch / base) ** 0.25
+    return workload
+
+
+def build_inference(args: dict[str, Any], seed: int) -> Workload:
+    """A user's forward-only workload (scoring a linear model): ``train=False``, the only thing
+    that tells the tuner it cannot accumulate gradients (its name says nothing)."""
+    workload = build(args, seed)
+    model = workload.model
+
+    def forward(m: nn.Module, batch: Batch) -> torch.Tensor:
+        x, _ = batch
+        return m(x)
+
+    model.eval()
+    return Workload(model=model, loss=forward, make_batch=workload.make_batch, train=False)
+
+
+def slow_data(args: dict[str, Any], seed: int) -> Workload:
+    """:func:`build` whose ``make_batch`` first sleeps ``sleep_s``: a slow loader."""
+    built = build(args, seed)
+    sleep_s = float(args.get("sleep_s", 0.0))
+    make = built.make_batch
+
+    def make_batch(first: int, count: int) -> Batch:
+        time.sleep(sleep_s)
+        return make(first, count)
+
+    built.make_batch = make_batch
+    return built

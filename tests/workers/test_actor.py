@@ -39,7 +39,7 @@ def test_rank0_reports_with_the_job_id() -> None:
 
 def test_other_ranks_do_not_report() -> None:
     actor = WorkerActor("job-3", 1, 2, reporter_factory=ListReporter())
-    assert actor._make_report() is None
+    assert actor._make_report(None) is None
 
 
 def test_request_stop_during_run_stops_it(tmp_path: Path) -> None:

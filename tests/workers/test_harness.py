@@ -94,9 +94,9 @@ def test_activation_checkpointing_gives_the_same_loss_and_grads() -> None:
     plain = Harness(tiny("gpt", steps=1))
     plain_result = plain.run()
     ckpt = Harness(tiny("gpt", steps=1, activation_checkpointing=True))
-    # The harness, not the workload, wrapped every block's forward.
-    assert all(hasattr(b.forward, "__wrapped__") for b in ckpt.workload.blocks)
     ckpt_result = ckpt.run()
+    # The harness (its plan's recipe), not the workload, wrapped every block's forward.
+    assert all(hasattr(b.forward, "__wrapped__") for b in ckpt.workload.blocks)
     assert ckpt_result.loss == pytest.approx(plain_result.loss, rel=1e-6)
     assert all_close(grads(plain.model), grads(ckpt.model), atol=1e-6, rtol=1e-5)
     assert plain.model.state_dict().keys() == ckpt.model.state_dict().keys()
@@ -126,6 +126,10 @@ def test_report_is_called_with_the_documented_keys() -> None:
     assert final["loss"] == pytest.approx(result.loss)
     assert final["tokens_per_s"] == pytest.approx(final["samples_per_s"] * 16)
     assert final["p50_ms"] <= final["p95_ms"] <= final["p99_ms"]
+    assert 0.0 <= final["data_wait_share"] <= 1.0
+    assert final["compute_ms"] > 0 and final["data_wait_ms"] > 0
+    # no accelerator on the CPU: its busy share and energy are absent, not made up
+    assert final["gpu_busy_share"] is None and final["energy_per_sample_j"] is None
 
 
 def test_reports_are_throttled() -> None:
@@ -219,6 +223,46 @@ def test_should_stop_stops_and_checkpoints(tmp_path: Path) -> None:
     assert result.checkpoint_path == str(tmp_path / "step-000000002")  # its tensors
 
 
+def test_peak_memory_is_this_runs_not_an_earlier_runs() -> None:
+    # The issue's case: in one worker process, a small trial after a large one read the large
+    # one's peak. Each run's peak is restarted (CUDA peak stats; on the CPU the RSS high-water
+    # mark), so the small run reads what it reads alone.
+    def peak(micro_batch: int) -> float:
+        result = Harness(HarnessConfig(workload="gpt", micro_batch=micro_batch, steps=2)).run()
+        assert result.peak_mem_scope == "run"
+        return result.peak_mem_mb
+
+    alone = peak(4)
+    large = peak(256)
+    after = peak(4)
+    gap = large - alone
+    assert gap > 40  # MiB: the large run does need more (else this test shows nothing)
+    assert after < large - 0.8 * gap
+    assert after == pytest.approx(alone, abs=max(10.0, 0.1 * gap))
+
+
+def test_making_data_is_data_wait_not_step_time() -> None:
+    sleep_s = 0.5  # per micro-batch, in the workload's make_batch
+    config = HarnessConfig(
+        workload="tests.workers.sample_workload:slow_data",
+        workload_args={"features": 4, "sleep_s": sleep_s},
+        micro_batch=4,
+        grad_accum=2,
+        steps=2,
+        warmup_steps=1,
+    )
+    result = Harness(config).run()
+    assert result.measured_steps == 1
+    assert result.data_wait_ms is not None and result.data_wait_ms >= 2 * sleep_s * 1000
+    assert result.compute_ms == pytest.approx(result.p50_ms)  # one measured step
+    # Made inside the clock, the step would be >= 1 s by construction; a 4-feature linear
+    # model's step is far under the sleep.
+    assert result.p50_ms is not None and result.p50_ms < result.data_wait_ms
+    wait, compute = result.data_wait_ms, result.compute_ms
+    assert compute is not None
+    assert result.data_wait_share == pytest.approx(wait / (wait + compute))
+
+
 def test_inference_runs_forward_only() -> None:
     harness = Harness(tiny("infer", steps=3))
     result = harness.run()
@@ -287,3 +331,37 @@ class TestConfigValidation:
     def test_rank_must_be_below_world_size(self) -> None:
         with pytest.raises(HarnessConfigError, match="rank must be in"):
             Harness(tiny("mlp"), rank=2, world_size=2, init_method="tcp://127.0.0.1:1")
+
+
+@pytest.mark.parametrize(
+    ("rule", "factor"),
+    [("none", 1.0), ("linear", 4.0), ("sqrt", 2.0)],
+)
+def test_the_learning_rate_follows_the_global_batch_by_the_jobs_rule(
+    rule: str, factor: float
+) -> None:
+    """A run at global batch 32 whose learning rate was set for 8: the optimizer gets it
+    scaled by the rule (x4 linear, x2 square root), and the training really changes."""
+    cfg = tiny("mlp", micro_batch=16, grad_accum=2, steps=2, lr_scaling=rule, base_global_batch=8)
+    h = Harness(cfg)
+    result = h.run()
+    assert h.lr == pytest.approx(cfg.lr * factor)
+    same_lr = Harness(tiny("mlp", micro_batch=16, grad_accum=2, steps=2, lr=cfg.lr * factor))
+    assert result.param_fingerprint == pytest.approx(same_lr.run().param_fingerprint, rel=1e-9)
+    unscaled = Harness(tiny("mlp", micro_batch=16, grad_accum=2, steps=2)).run()
+    moved = result.param_fingerprint != pytest.approx(unscaled.param_fingerprint, rel=1e-9)
+    assert moved == (rule != "none")
+
+
+def test_script_scaling_is_the_workloads_own_rule() -> None:
+    entry = "tests.workers.sample_workload:build_scaled"
+    h = Harness(tiny(entry, micro_batch=32, lr_scaling="script", base_global_batch=2))
+    assert h.lr == pytest.approx(h.config.lr * 2.0)  # (32 / 2) ** 0.25
+    with pytest.raises(HarnessConfigError, match="has no scale_lr"):
+        Harness(tiny("tests.workers.sample_workload:build", lr_scaling="script"))
+
+
+def test_a_run_says_whether_its_workload_is_forward_only() -> None:
+    entry = "tests.workers.sample_workload:build_inference"
+    assert Harness(tiny(entry, steps=1, warmup_steps=0)).run().forward_only is True
+    assert Harness(tiny("tests.workers.sample_workload:build", steps=1)).run().forward_only is False

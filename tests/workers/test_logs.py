@@ -16,6 +16,7 @@ import pytest
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store import JobStore, LogSink
 from orchestrator.store.states import JobState
+from orchestrator.teams import TeamConfig, TeamSpec
 from tests.workers.helpers import tiny
 from workers.actor import WorkerActor
 from workers.logs import MAX_LINE_CHARS, MAX_PENDING, LogLine, OutputCapture
@@ -112,6 +113,7 @@ def test_a_slow_sink_bounds_what_waits_and_says_what_was_dropped() -> None:
 
 @pytest.mark.filterwarnings("ignore:a warning from the workload")
 def test_the_actor_stores_a_ranks_prints_and_traceback(redis_url: str, store: JobStore) -> None:
+    store.put_teams(TeamConfig(teams=[TeamSpec(name="t")], entry_modules=["tests"]))
     job_id = store.submit_many([_spec()])[0]
     factory = functools.partial(LogSink, redis_url, store.namespace, job_id)
     factory = pickle.loads(pickle.dumps(factory))  # as Ray ships it to a worker

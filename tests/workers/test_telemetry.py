@@ -57,3 +57,10 @@ def test_nvml_with_an_unknown_device_is_unavailable() -> None:
 
 def test_peak_rss_is_positive() -> None:
     assert process_peak_rss_mb() > 1.0
+
+
+def test_energy_counter_is_absent_without_nvml() -> None:
+    sampler = NvmlSampler(None)
+    sampler.start()
+    assert sampler.energy_mj() is None
+    sampler.stop()

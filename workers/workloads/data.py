@@ -12,7 +12,8 @@ from collections.abc import Callable
 import torch
 
 _MASK64 = 2**64 - 1
-_SAMPLES, _CONSTANTS = 0, 1  # separate streams, so constants never share a sample's generator
+# separate streams, so constants and epoch orders never share a sample's generator
+_SAMPLES, _CONSTANTS, _EPOCHS = 0, 1, 2
 
 
 def _splitmix64(x: int) -> int:
@@ -39,6 +40,11 @@ def sample_generator(seed: int, index: int) -> torch.Generator:
 def dataset_generator(seed: int) -> torch.Generator:
     """A CPU generator for dataset-wide constants (a teacher network, class templates)."""
     return _generator(seed, _CONSTANTS, 0)
+
+
+def epoch_generator(seed: int, epoch: int) -> torch.Generator:
+    """A CPU generator for the sample order of ``epoch`` of a dataset read with ``seed``."""
+    return _generator(seed, _EPOCHS, epoch)
 
 
 def stack_samples(

@@ -12,28 +12,43 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from workers.workloads.base import Batch, Workload, WorkloadError, require_positive, take_args
+from workers.workloads.base import (
+    Batch,
+    Layout,
+    Workload,
+    WorkloadError,
+    require_positive,
+    take_args,
+)
 from workers.workloads.data import stack_samples
 
 DEFAULTS: dict[str, Any] = {"n_layer": 2, "d_model": 64, "n_head": 4, "seq_len": 64, "vocab": 256}
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head self-attention where each position sees only itself and earlier ones."""
+    """Multi-head self-attention where each position sees only itself and earlier ones.
+
+    Query, key and value are three projections (not one fused one) and the head count is read
+    from the projected width, so a column-wise tensor-parallel split gives each rank whole
+    heads (see ``LAYOUT_TP``).
+    """
 
     def __init__(self, d_model: int, n_head: int) -> None:
         super().__init__()
-        self.n_head = n_head
-        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.head_dim = d_model // n_head
+        self.q = nn.Linear(d_model, d_model)
+        self.k = nn.Linear(d_model, d_model)
+        self.v = nn.Linear(d_model, d_model)
         self.proj = nn.Linear(d_model, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Attend over ``x`` of shape ``(N, T, C)``."""
-        n, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=2)
-        q, k, v = (z.view(n, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
+        n, t, _ = x.shape
+        q, k, v = (
+            lin(x).view(n, t, -1, self.head_dim).transpose(1, 2) for lin in (self.q, self.k, self.v)
+        )
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(n, t, c))
+        return self.proj(y.transpose(1, 2).reshape(n, t, -1))
 
 
 class Block(nn.Module):
@@ -55,30 +70,60 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """Token and learned position embeddings, ``n_layer`` blocks, final LayerNorm, LM head."""
+    """Token and learned position embeddings, ``n_layer`` blocks, final LayerNorm, LM head.
+
+    The blocks are a ``ModuleDict`` and every other part may be ``None``: a pipeline stage
+    keeps only its own (see :data:`LAYOUT`), with the parameter names of the whole model.
+    """
 
     def __init__(self, n_layer: int, d_model: int, n_head: int, seq_len: int, vocab: int) -> None:
         super().__init__()
-        self.tok = nn.Embedding(vocab, d_model)
-        self.pos = nn.Embedding(seq_len, d_model)
-        self.blocks = nn.ModuleList(Block(d_model, n_head) for _ in range(n_layer))
-        self.ln_f = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, vocab, bias=False)
+        self.n_head = n_head
+        self.tok: nn.Embedding | None = nn.Embedding(vocab, d_model)
+        self.pos: nn.Embedding | None = nn.Embedding(seq_len, d_model)
+        self.blocks = nn.ModuleDict({str(i): Block(d_model, n_head) for i in range(n_layer)})
+        self.ln_f: nn.LayerNorm | None = nn.LayerNorm(d_model)
+        self.head: nn.Linear | None = nn.Linear(d_model, vocab, bias=False)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """Next-token logits ``(N, T, vocab)`` for token ids ``(N, T)``."""
-        positions = torch.arange(idx.shape[1], device=idx.device)
-        x = self.tok(idx) + self.pos(positions)
-        for block in self.blocks:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Next-token logits ``(N, T, vocab)`` for token ids ``(N, T)`` (a pipeline stage:
+        from and to hidden states where it lacks the embeddings or the head)."""
+        if self.tok is not None and self.pos is not None:
+            positions = torch.arange(x.shape[1], device=x.device)
+            x = self.tok(x) + self.pos(positions)
+        for block in self.blocks.values():
             x = block(x)
-        return self.head(self.ln_f(x))
+        if self.ln_f is not None:
+            x = self.ln_f(x)
+        return self.head(x) if self.head is not None else x
 
 
 def lm_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     """Mean next-token cross-entropy over every position of every sequence."""
     x, y = batch
-    logits = model(x)
-    return F.cross_entropy(logits.flatten(0, 1), y.flatten())
+    return token_loss(model(x), y)
+
+
+def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of ``logits (N, T, vocab)`` against token ids ``(N, T)``."""
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def _split(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    x, y = batch
+    return x, y
+
+
+# Megatron-LM's split of a pre-LN block: q, k, v and the MLP's first linear column-wise, the
+# attention output and the MLP's second linear row-wise: two all-reduces per block forward.
+LAYOUT_TP: dict[str, str] = {
+    "attn.q": "colwise",
+    "attn.k": "colwise",
+    "attn.v": "colwise",
+    "attn.proj": "rowwise",
+    "mlp.0": "colwise",
+    "mlp.2": "rowwise",
+}
 
 
 def build_parts(args: dict[str, Any], seed: int, name: str) -> tuple[GPT, Any, int]:
@@ -112,5 +157,14 @@ def build(args: dict[str, Any], seed: int) -> Workload:
         loss=lm_loss,
         make_batch=make_batch,
         tokens_per_sample=seq_len,
-        blocks=list(model.blocks),
+        blocks=list(model.blocks.values()),
+        layout=Layout(
+            blocks="blocks",
+            first=("tok", "pos"),
+            last=("ln_f", "head"),
+            tensor_parallel=LAYOUT_TP,
+            tp_divides=model.n_head,
+            split=_split,
+            loss=token_loss,
+        ),
     )

@@ -32,7 +32,7 @@ def build(args: dict[str, Any], seed: int) -> Workload:
     net: nn.Module
     if kind == "gpt":
         net, make_batch, tokens = gpt.build_parts(rest, seed, "infer")
-        blocks: list[nn.Module] = list(net.blocks)
+        blocks: list[nn.Module] = list(net.blocks.values())
     elif kind == "mlp":
         built = mlp.build(rest, seed)
         net, make_batch, tokens, blocks = built.model, built.make_batch, 0, list(built.blocks)

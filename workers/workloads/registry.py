@@ -9,11 +9,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from workers.workloads.base import Builder, Workload, WorkloadError
+from workers.workloads.base import Builder, Workload, WorkloadError, no_batches
 
 __all__ = ["BUILTIN_WORKLOADS", "build_workload", "is_entry_point", "resolve_builder"]
 
-BUILTIN_WORKLOADS: tuple[str, ...] = ("mlp", "cnn", "gpt", "infer")
+BUILTIN_WORKLOADS: tuple[str, ...] = ("mlp", "cnn", "gpt", "infer", "images")
 
 # Built-in name -> module holding its ``build`` function, imported on first use.
 _BUILTIN_MODULES: dict[str, str] = {name: f"workers.workloads.{name}" for name in BUILTIN_WORKLOADS}
@@ -79,4 +79,32 @@ def build_workload(name: str, args: dict[str, Any], seed: int) -> Workload:
             f"workload {name!r}: the builder must return workers.workloads.base.Workload, "
             f"got {type(workload).__name__}"
         )
+    _check_data(name, workload, seed)
     return workload
+
+
+def _check_data(name: str, workload: Workload, seed: int) -> None:
+    """Exactly one data source: ``make_batch``, or a map-style ``dataset`` (then
+    ``make_batch`` is derived from it, so every reader of one batch sees the loader's data)."""
+    ds = workload.dataset
+    if (workload.make_batch is no_batches) == (ds is None):
+        raise WorkloadError(
+            f"workload {name!r}: give exactly one of make_batch and dataset (a map-style "
+            "dataset with __len__ and __getitem__)"
+        )
+    if ds is None:
+        return
+    try:
+        size = len(ds)
+    except Exception as exc:  # a user dataset can fail in any way
+        raise WorkloadError(
+            f"workload {name!r}: the dataset has no length: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(size, int) or size < 1 or not hasattr(ds, "__getitem__"):
+        raise WorkloadError(
+            f"workload {name!r}: the dataset must be map-style (__getitem__) and not empty, "
+            f"got {size!r} samples"
+        )
+    from workers.loader import dataset_batches  # imports torch: the worker's side only
+
+    workload.make_batch = dataset_batches(ds, seed)

@@ -9,13 +9,15 @@ from fastapi import APIRouter, Path, Query
 
 from orchestrator.api import operations
 from orchestrator.api.auth import Store, Who
+from orchestrator.api.bodies import StrictJsonRoute
 from orchestrator.api.models import TokenCreate, TokenCreated, WhoAmI
+from orchestrator.api.params import MAX_ACTION_CHARS, MAX_AUDIT, TOKEN_ID_PATTERN
 from orchestrator.store.audit import AuditEntry
 from orchestrator.store.tokens import TokenInfo
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1", tags=["access"])
+router = APIRouter(prefix="/v1", tags=["access"], route_class=StrictJsonRoute)
 
 
 @router.get("/whoami")
@@ -41,7 +43,7 @@ def create_token(body: TokenCreate, who: Who, store: Store) -> TokenCreated:
 
 @router.delete("/tokens/{token_id}")
 def revoke_token(
-    token_id: Annotated[str, Path(pattern=r"^[0-9a-f]{8}$")], who: Who, store: Store
+    token_id: Annotated[str, Path(pattern=TOKEN_ID_PATTERN)], who: Who, store: Store
 ) -> TokenInfo:
     """Revoke a token (admins only): it is refused (401) from now on."""
     return operations.revoke_token(store, who, token_id)
@@ -51,8 +53,8 @@ def revoke_token(
 def audit(
     who: Who,
     store: Store,
-    count: Annotated[int, Query(ge=1, le=10_000)] = 100,
-    action: Annotated[str | None, Query(max_length=64)] = None,
+    count: Annotated[int, Query(ge=1, le=MAX_AUDIT)] = 100,
+    action: Annotated[str | None, Query(max_length=MAX_ACTION_CHARS)] = None,
 ) -> list[AuditEntry]:
     """The latest mutations and who made them, oldest first (admins only)."""
     return operations.read_audit(store, who, count, action)

@@ -1,5 +1,6 @@
-"""The web dashboard: its static page at ``/dashboard/``, and the two reads it needs beyond the
-rest of ``/v1``: a lean job list with SLA verdicts, and a job's metrics history.
+"""The web dashboard: its static page at ``/dashboard/``, and the reads it needs beyond the rest
+of ``/v1``: a lean job list with SLA verdicts, a job's metrics history, and the pool's use over
+time.
 
 The page (``orchestrator/api/static/``: plain HTML, CSS and one JavaScript file, no build
 step, nothing fetched from elsewhere) asks for an API token, keeps it in the tab's
@@ -23,9 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from orchestrator.api import operations
 from orchestrator.api.auth import Store, Who
 from orchestrator.api.models import Verdict
+from orchestrator.api.params import MAX_LIST
 from orchestrator.api.routers.jobs import Ref
 from orchestrator.sla import SLAVerdict, evaluate_sla
 from orchestrator.spec import JobSpec
+from orchestrator.store.pool_view import HISTORY_LEN
 from orchestrator.store.states import JobState
 
 __all__ = ["STATIC", "JobRow", "mount", "router"]
@@ -77,7 +80,7 @@ class JobRow(BaseModel):
 def job_rows(
     who: Who,
     store: Store,
-    limit: Annotated[int, Query(ge=1, le=100_000, description="The newest this many.")] = 10_000,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST, description="The newest this many.")] = 10_000,
 ) -> JSONResponse:
     """The newest jobs the principal may read, newest first, each with its SLA verdict: a few
     fields of each job and the metrics its verdict reads, one round trip per batch each (the
@@ -101,6 +104,9 @@ def job_rows(
             metrics.get(j["id"], {}),
             elapsed_s=end - submitted,
             finished=j.get("state") == JobState.FINISHED.value,
+            ended=j.get("state", "")
+            if j.get("state") in (JobState.CANCELLED.value, JobState.FAILED.value)
+            else "",
         )
         rows.append(
             {
@@ -121,6 +127,20 @@ def job_rows(
             }
         )
     return JSONResponse(rows)
+
+
+@router.get("/dashboard/pool-history")
+def pool_history(
+    who: Who,
+    store: Store,
+    count: Annotated[
+        int, Query(ge=1, le=HISTORY_LEN, description="The newest this many samples.")
+    ] = 360,
+) -> list[dict[str, Any]]:
+    """The pool's use over time, oldest first: ``{at, gpus, used, teams: {team: GPUs}}``, one
+    sample per 10 s while a scheduler runs (the pool view's team use over time: every principal
+    reads it, as the pool view)."""
+    return store.pool_history.read(count)
 
 
 @router.get("/jobs/{ref}/metrics")
@@ -144,7 +164,13 @@ class _SlaCache:
         self._specs: dict[str, JobSpec | None] = {}
 
     def evaluate(
-        self, spec_json: str, metrics: dict[str, Any], *, elapsed_s: float, finished: bool
+        self,
+        spec_json: str,
+        metrics: dict[str, Any],
+        *,
+        elapsed_s: float,
+        finished: bool,
+        ended: str = "",
     ) -> SLAVerdict:
         try:
             data = json.loads(spec_json)
@@ -159,7 +185,7 @@ class _SlaCache:
         spec = self._specs[key]
         if spec is None:
             return _UNREADABLE
-        return evaluate_sla(spec, metrics, elapsed_s=elapsed_s, finished=finished)
+        return evaluate_sla(spec, metrics, elapsed_s=elapsed_s, finished=finished, ended=ended)
 
 
 def _float(value: object) -> float | None:

@@ -8,21 +8,35 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import StreamingResponse
+from pydantic import AfterValidator
+from redis.exceptions import RedisError
 
 from orchestrator.api import operations
 from orchestrator.api.auth import Store, Who
+from orchestrator.api.bodies import StrictJsonRoute
 from orchestrator.api.models import JobBatch, JobDetail, JobView, Submitted
+from orchestrator.api.params import CURSOR_RULE, MAX_LIST, MAX_REF_CHARS, check_cursor
+from orchestrator.api.statuses import status_of
+from orchestrator.errors import OrchError
 from orchestrator.spec import NAME_PATTERN, JobSpec
 from orchestrator.store import JobStore
 from orchestrator.store.states import TERMINAL, JobState
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1", tags=["jobs"])
+router = APIRouter(prefix="/v1", tags=["jobs"], route_class=StrictJsonRoute)
 
 Ref = Annotated[
-    str, Path(min_length=1, max_length=200, description="A job id, or the name of one job.")
+    str,
+    Path(min_length=1, max_length=MAX_REF_CHARS, description="A job id, or the name of one job."),
 ]
+Cursor = Annotated[
+    str,
+    Query(description=f"Only events after this event id: it {CURSOR_RULE}."),
+    AfterValidator(check_cursor),
+]
+"""An event id to follow a stream from, checked before the stream starts (Redis refuses an
+id past 64 bits, and a refusal mid-stream could only cut the answer off)."""
 Strict = Annotated[
     bool,
     Query(description="Refuse a job whose deadline its tuned rate cannot meet on all its GPUs."),
@@ -50,7 +64,7 @@ def list_jobs(
     state: Annotated[list[JobState] | None, Query(description="Only these states.")] = None,
     team: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
     job_class: Annotated[Literal["bulk", "interactive"] | None, Query(alias="class")] = None,
-    limit: Annotated[int, Query(ge=1, le=100_000, description="The newest this many.")] = 50,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST, description="The newest this many.")] = 50,
 ) -> list[JobView]:
     """Jobs in submit order (a member or a team viewer sees its own team's only)."""
     records = operations.list_jobs(
@@ -95,17 +109,35 @@ def follow(
     ref: Ref,
     who: Who,
     store: Store,
-    after: Annotated[
-        str, Query(pattern=r"^\d+(-\d+)?$", description="Only events after this event id.")
-    ] = "0",
+    after: Cursor = "0",
 ) -> StreamingResponse:
     """Server-sent events: each state change as it happens (``event: state``, the event as
-    JSON data), until the job ends; a comment line every few seconds keeps the stream open."""
+    JSON data), until the job ends; a comment line every few seconds keeps the stream open.
+    Should the store fail meanwhile, an ``event: error`` (``{"detail", "status"}``) ends it."""
     job_id = operations.read_job(store, who, ref).id
     return StreamingResponse(_stream(store, job_id, after), media_type="text/event-stream")
 
 
 def _stream(store: JobStore, job_id: str, after: str) -> Iterator[str]:
+    # The 200 is sent: a failure can only end the stream, so it says why instead of
+    # cutting the answer off with a traceback in the server's log.
+    try:
+        yield from _events(store, job_id, after)
+    except (OrchError, RedisError) as err:
+        yield stream_error(err)
+
+
+def stream_error(err: Exception) -> str:
+    """The last event of a stream that failed: ``event: error``, with ``{"detail", "status"}``
+    as a refusal would have said it (a job removed meanwhile: 404; the store down: 503)."""
+    if isinstance(err, OrchError):
+        data = {"detail": str(err), "status": status_of(err)}
+    else:
+        data = {"detail": f"the store failed: {err}", "status": 503}
+    return f"event: error\ndata: {json.dumps(data)}\n\n"
+
+
+def _events(store: JobStore, job_id: str, after: str) -> Iterator[str]:
     last = after
     while True:
         found = store.events_after(job_id, last, block_ms=_BLOCK_MS)

@@ -10,21 +10,24 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
+from redis.exceptions import RedisError
 
 from orchestrator.api import operations
 from orchestrator.api.auth import Store, Who
-from orchestrator.api.routers.jobs import Ref
+from orchestrator.api.params import MAX_RANK, MAX_TAIL
+from orchestrator.api.routers.jobs import Ref, stream_error
+from orchestrator.errors import OrchError
 from orchestrator.store import JobStore
-from orchestrator.store.logs import LOG_MAXLEN, LogEntry
+from orchestrator.store.logs import LogEntry
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1", tags=["logs"])
 
-Rank = Annotated[int | None, Query(ge=0, le=4095, description="Only this rank's output.")]
+Rank = Annotated[int | None, Query(ge=0, le=MAX_RANK, description="Only this rank's output.")]
 Tail = Annotated[
     int | None,
-    Query(ge=1, le=LOG_MAXLEN * 2, description="Only the last this many lines of each rank."),
+    Query(ge=1, le=MAX_TAIL, description="Only the last this many lines of each rank."),
 ]
 _BLOCK_MS = 2000  # under redis-py's default 5 s socket timeout, which a block must not reach
 
@@ -47,7 +50,8 @@ def follow_logs(
 ) -> StreamingResponse:
     """Server-sent events: the output kept so far (``tail`` lines of each rank), then each
     line as it is written (``event: log``, the line as JSON data), until the job ends; a
-    comment line every few seconds keeps the stream open."""
+    comment line every few seconds keeps the stream open. Should the store fail meanwhile, an
+    ``event: error`` (``{"detail", "status"}``) ends it."""
     job_id = operations.read_job(store, who, ref).id
     return StreamingResponse(_stream(store, job_id, rank, tail), media_type="text/event-stream")
 
@@ -56,11 +60,14 @@ def _stream(store: JobStore, job_id: str, rank: int | None, tail: int | None) ->
     def ended() -> bool:
         return store.get(job_id).terminal
 
-    for batch in store.logs.follow(job_id, ended, rank=rank, tail=tail, block_ms=_BLOCK_MS):
-        if not batch:
-            yield ": waiting\n\n"
-        for entry in batch:
-            yield _event(entry)
+    try:  # the 200 is sent: a failure can only end the stream, saying why
+        for batch in store.logs.follow(job_id, ended, rank=rank, tail=tail, block_ms=_BLOCK_MS):
+            if not batch:
+                yield ": waiting\n\n"
+            for entry in batch:
+                yield _event(entry)
+    except (OrchError, RedisError) as err:
+        yield stream_error(err)
 
 
 def _event(entry: LogEntry) -> str:

@@ -138,13 +138,16 @@ function refresh(kind) {
 // ---- the overview: pool, teams, queues, jobs ---------------------------------------------
 
 async function overview() {
-  const [pool, rows] = await Promise.all([optional("/v1/pool"), api("/v1/dashboard/jobs")]);
+  const [pool, rows, history] = await Promise.all([optional("/v1/pool"),
+    api("/v1/dashboard/jobs"), api("/v1/dashboard/pool-history?count=360")]);
   if (ui.view !== "overview") { ui.page = 0; ui.view = "overview"; }
   showOnly("overview-view");
   ui.rows = rows;
   renderPool(pool);
   renderTeams(pool);
   renderQueues(rows);
+  renderHistory(history);
+  renderAttainment(rows);
   renderJobs();
   if (!document.body.dataset.jobsRendered) {
     document.body.dataset.jobsRendered = String(performance.now());
@@ -205,6 +208,44 @@ function renderQueues(rows) {
     : h("p", { class: "muted" }, "No job waits."));
 }
 
+// The pool's use over the last hour (a sample per 10 s): all GPUs held, and each team's.
+function renderHistory(history) {
+  const el = $("history");
+  if (!history.length) {
+    el.replaceChildren(h("p", { class: "muted" }, "No use recorded yet (a scheduler samples " +
+      "the pool every 10 s)."));
+    return;
+  }
+  const teams = [...new Set(history.flatMap((s) => Object.keys(s.teams)))].sort();
+  const series = [{ name: "all teams", pts: history.map((s) => [s.at, s.used]) }].concat(
+    teams.map((t) => ({ name: t || "(none)", pts: history.map((s) => [s.at, s.teams[t] || 0]) })));
+  drawLines(el, series, "GPUs", history[history.length - 1].gpus, "pool");
+}
+
+// SLA attainment per team: the share of ended jobs whose SLA was judged that met it, over the
+// last hour, the last day and every job the namespace remembers.
+function renderAttainment(rows) {
+  const now = Date.now() / 1000, windows = [["last hour", 3600], ["last 24 h", 86400],
+    ["all", Infinity]];
+  const judged = rows.filter((r) => ENDED.has(r.state) && r.verdict.met !== null);
+  const teams = [...new Set(judged.map((r) => r.team))].sort();
+  if (!teams.length) {
+    $("attainment").replaceChildren(h("p", { class: "muted" }, "No ended job judged yet."));
+    return;
+  }
+  const cell = (team, age) => {
+    const inWindow = judged.filter((r) => r.team === team && now - r.updated_at <= age);
+    if (!inWindow.length) return h("td", { class: "muted" }, "-");
+    const met = inWindow.filter((r) => r.verdict.met).length;
+    return h("td", { title: `${met} of ${inWindow.length} met` },
+      `${Math.round((100 * met) / inWindow.length)}% (${met}/${inWindow.length})`);
+  };
+  $("attainment").replaceChildren(h("table", {},
+    h("thead", {}, h("tr", {}, h("th", {}, "team"), ...windows.map(([w]) => h("th", {}, w)))),
+    h("tbody", {}, ...teams.map((t) => h("tr", { "data-team": t }, h("td", {}, t),
+      ...windows.map(([, age]) => cell(t, age)))))));
+}
+
 function visibleRows() {
   const text = $("filter").value.trim().toLowerCase();
   const state = $("state-filter").value;
@@ -260,12 +301,17 @@ async function jobPage(ref) {
   button.onclick = () => cancel(job);
   const sla = job.spec.sla || {};
   const latency = sla.latency || {};
-  drawSeries($("chart-p95"), history, "p95_ms", "ms",
-    latency.percentile === 95 || latency.percentile === undefined ? latency.max_ms : undefined);
+  const pct = latency.percentile || 95;  // the percentile the SLA names, against its ceiling
+  $("latency-title").textContent = `p${pct} latency (ms)`;
+  drawSeries($("chart-latency"), history, `p${pct}_ms`, "ms", latency.max_ms);
   drawSeries($("chart-tput"), history, "samples_per_s", "samples/s",
     (sla.throughput || {}).min_samples_per_s);
+  const busy = history.filter((r) => typeof r.gpu_busy_share === "number")
+    .map((r) => ({ ts: r.ts, busy_pct: 100 * r.gpu_busy_share }));
+  drawSeries($("chart-busy"), busy, "busy_pct", "% busy");
   renderEvents(detail.events);
   renderTrials(detail.tuning);
+  renderLogs(await api(`${path}/logs?tail=200`));
   if (!ENDED.has(job.state)) refresh("job");
 }
 
@@ -273,6 +319,13 @@ function renderEvents(events) {
   $("events").tBodies[0].replaceChildren(...events.slice().reverse().map((e) => h("tr", {},
     h("td", {}, when(e.ts)), h("td", { class: `state-${e.event}` }, e.event),
     h("td", {}, e.from || ""), h("td", { class: "msg" }, e.message || ""))));
+}
+
+function renderLogs(entries) {
+  $("logs").textContent = entries.length
+    ? entries.map((e) => `[rank ${e.rank}${e.stream === "err" ? " err" : ""}] ${e.line}`)
+      .join("\n")
+    : "No output captured yet.";
 }
 
 function describeConfig(c) {
@@ -314,31 +367,50 @@ function barChart(bars, unit) {
   return root;
 }
 
+const COLOURS = ["#3456c8", "#c4320a", "#12805c", "#8e44ad", "#b7791f", "#2c7a7b"];
+
 function drawSeries(el, history, key, unit, threshold) {
   const pts = history.filter((r) => typeof r[key] === "number").map((r) => [r.ts, r[key]]);
   if (!pts.length) {
     el.replaceChildren(h("p", { class: "muted" }, `No ${unit} reported yet.`));
     return;
   }
+  drawLines(el, [{ name: key, pts }], unit, threshold, "SLA");
+}
+
+// Lines of [time, value] points on one time axis; `mark` is a dashed level (an SLA, the
+// pool's size) named `markName`; with more than one line, a legend names them.
+function drawLines(el, series, unit, mark, markName) {
+  const all = series.flatMap((s) => s.pts);
   const W = 480, H = 180, L = 48, B = 20, T = 8;
-  const t0 = pts[0][0], t1 = Math.max(pts[pts.length - 1][0], t0 + 1);
-  const values = pts.map((p) => p[1]).concat(threshold ? [threshold] : []);
+  const t0 = Math.min(...all.map((p) => p[0]));
+  const t1 = Math.max(Math.max(...all.map((p) => p[0])), t0 + 1);
+  const values = all.map((p) => p[1]).concat(mark ? [mark] : []);
   const vmax = Math.max(...values) * 1.1 || 1;
   const x = (t) => L + ((t - t0) / (t1 - t0)) * (W - L - 4);
   const y = (v) => T + (1 - v / vmax) * (H - T - B);
-  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "data-points": pts.length });
+  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img",
+    "data-points": series[0].pts.length, "data-series": series.length });
   for (const v of [0, vmax / 2, vmax]) {
     root.append(svg("line", { x1: L, x2: W, y1: y(v), y2: y(v), stroke: "#e4e7ec" }));
     root.append(svg("text", { x: 2, y: y(v) + 4 }, fmt(v, v < 10 ? 2 : 0)));
   }
-  if (threshold) {
-    root.append(svg("line", { x1: L, x2: W, y1: y(threshold), y2: y(threshold),
+  if (mark) {
+    root.append(svg("line", { x1: L, x2: W, y1: y(mark), y2: y(mark),
       stroke: "#c4320a", "stroke-dasharray": "5 4" }));
-    root.append(svg("text", { x: W - 90, y: y(threshold) - 4 }, `SLA ${fmt(threshold)} ${unit}`));
+    root.append(svg("text", { x: W - 100, y: y(mark) - 4 }, `${markName} ${fmt(mark)} ${unit}`));
   }
-  const line = pts.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ");
-  root.append(svg("polyline", { points: line, fill: "none", stroke: "#3456c8",
-    "stroke-width": 2 }));
+  series.forEach((s, i) => {
+    const line = s.pts.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ");
+    const colour = COLOURS[i % COLOURS.length];
+    const poly = svg("polyline", { points: line, fill: "none", stroke: colour,
+      "stroke-width": 2, "data-name": s.name });
+    poly.append(svg("title", {}, s.name));
+    root.append(poly);
+    if (series.length > 1) {
+      root.append(svg("text", { x: L + 6 + 90 * i, y: T + 10, fill: colour }, s.name));
+    }
+  });
   root.append(svg("text", { x: L, y: H - 4 }, new Date(t0 * 1000).toLocaleTimeString()));
   root.append(svg("text", { x: W - 60, y: H - 4 }, new Date(t1 * 1000).toLocaleTimeString()));
   el.replaceChildren(root);

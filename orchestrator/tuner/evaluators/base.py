@@ -10,17 +10,24 @@ tuning state; the same config may be evaluated again (a real profiling run is no
 :meth:`Evaluator.evaluate_batch` profiles several configs at once on disjoint GPUs (the tuner
 packs a batch so that their GPU counts fit the GPUs it was given); one trial failing must not
 take the others down, so each entry is the measurement or the exception that trial raised.
+
+:meth:`Evaluator.forward_only` says whether the workload is forward-only (it learns nothing, so
+its space has accumulation 1 and no global batch to keep). An evaluator that runs the workload
+asks the workload itself, with one probe step (:func:`probe_config`): a property of the
+workload, not of its name.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from orchestrator.runtime.harness_config import harness_config
 from orchestrator.tuner.objective import Measurement
 from orchestrator.tuner.space import Config, DeviceCaps
 
-__all__ = ["Evaluator", "EvaluatorLost"]
+__all__ = ["Evaluator", "EvaluatorLost", "probe_config"]
 
 
 class EvaluatorLost(RuntimeError):
@@ -37,6 +44,17 @@ class Evaluator(abc.ABC):
     """
 
     caps: DeviceCaps
+
+    def forward_only(self) -> bool:
+        """Whether the workload is forward-only (``Workload.train`` is False). This default
+        (a table of training runs) says no; an evaluator that runs the workload asks it."""
+        return False
+
+    def reads_dataset(self) -> bool:
+        """Whether the workload gives a dataset that the harness's loader reads, so the
+        loader's knobs can change its speed (the same probe as :meth:`forward_only`). This
+        default (a table) says no."""
+        return False
 
     @abc.abstractmethod
     def evaluate(self, config: Config) -> Measurement:
@@ -55,3 +73,11 @@ class Evaluator(abc.ABC):
             except Exception as err:  # the tuner classifies it, as for a single trial
                 out.append(err)
         return out
+
+
+def probe_config(workload: str, workload_args: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """The harness configuration of the probe that asks a workload what it is: one step at
+    micro-batch 1 without accumulation (which any workload, training or forward-only, can
+    run); its ``RunResult.forward_only`` is the answer (and ``RunResult.dataset`` whether the
+    harness read a dataset through its loader)."""
+    return harness_config(workload, workload_args, Config(1), steps=1, warmup_steps=0, seed=seed)

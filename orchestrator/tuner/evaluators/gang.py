@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from orchestrator.runtime.harness_config import harness_config
-from orchestrator.tuner.evaluators.base import Evaluator, EvaluatorLost
+from orchestrator.tuner.evaluators.base import Evaluator, EvaluatorLost, probe_config
 from orchestrator.tuner.objective import Measurement
 from orchestrator.tuner.space import Config, DeviceCaps
 
@@ -85,6 +85,7 @@ class GangEvaluator(Evaluator):
         self.gangs_started = 0  # how many times the actors were (re)started: one unless trials fail
         self._actors: list[Any] = []
         self._broken = False  # a trial killed some actors: restart the gang before the next
+        self._probe: dict[str, Any] | None = None
         import ray
 
         try:
@@ -98,6 +99,28 @@ class GangEvaluator(Evaluator):
             shardings=("ddp", "fsdp"),
             gpus_per_node=gpus_per_node,
         )
+
+    def forward_only(self) -> bool:
+        """The workload's answer to a one-step probe on the gang's first actor (once; in the
+        sandbox for a team's code, as its trials run; see ``probe_config``).
+
+        Raises:
+            the workload's own error when the probe step fails (as a trial would).
+        """
+        return bool(self._probed().get("forward_only"))
+
+    def reads_dataset(self) -> bool:
+        """Whether the probe's harness read a dataset through its loader."""
+        return bool(self._probed().get("dataset"))
+
+    def _probed(self) -> dict[str, Any]:
+        if self._probe is None:
+            probe = probe_config(self.workload, self.workload_args, self.seed)
+            actor = self._gang()[0]
+            self._probe = self._collect(
+                [actor.run.remote(probe, None, None, rank=0, world_size=1)], [actor]
+            )
+        return self._probe
 
     def evaluate(self, config: Config) -> Measurement:
         """Run ``warmup_steps + measured_steps`` optimizer steps on ``config.gpus`` ranks.
@@ -160,6 +183,7 @@ class GangEvaluator(Evaluator):
             steps=self.warmup_steps + self.measured_steps,
             warmup_steps=self.warmup_steps,
             seed=self.seed,
+            plan=config.plan(),
         )
         refs = [
             a.run.remote(run, init_method, None, rank=r, world_size=config.gpus)
@@ -174,6 +198,9 @@ class GangEvaluator(Evaluator):
             samples_per_s=m.get("samples_per_s"),
             tokens_per_s=m.get("tokens_per_s"),
             peak_mem_mb=m.get("peak_mem_mb"),
+            data_wait_share=m.get("data_wait_share"),
+            gpu_busy_share=m.get("gpu_busy_share"),
+            energy_per_sample_j=m.get("energy_per_sample_j"),
             cost_s=time.perf_counter() - t0,
         )
 

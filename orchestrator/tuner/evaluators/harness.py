@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from orchestrator.runtime.harness_config import harness_config
-from orchestrator.tuner.evaluators.base import Evaluator
+from orchestrator.tuner.evaluators.base import Evaluator, probe_config
 from orchestrator.tuner.objective import Measurement
 from orchestrator.tuner.space import Config, DeviceCaps
 
@@ -52,6 +52,27 @@ class HarnessEvaluator(Evaluator):
         self.measured_steps = measured_steps
         self.num_threads = num_threads
         self.seed = seed
+        self._probe: dict[str, Any] | None = None
+
+    def forward_only(self) -> bool:
+        """The workload's answer to a one-step probe run here (once; see ``probe_config``)."""
+        return bool(self._probed()["forward_only"])
+
+    def reads_dataset(self) -> bool:
+        """Whether the probe's harness read a dataset through its loader."""
+        return bool(self._probed()["dataset"])
+
+    def _probed(self) -> dict[str, Any]:
+        if self._probe is None:
+            from workers.config import HarnessConfig
+            from workers.harness import Harness
+
+            hc = HarnessConfig.from_dict(probe_config(self.workload, self.workload_args, self.seed))
+            try:
+                self._probe = Harness(hc, num_threads=self.num_threads).run().to_dict()
+            finally:
+                _release_memory()
+        return self._probe
 
     def evaluate(self, config: Config) -> Measurement:
         """Run ``warmup_steps + measured_steps`` optimizer steps and report the measured ones.
@@ -89,6 +110,9 @@ class HarnessEvaluator(Evaluator):
             samples_per_s=result.samples_per_s,
             tokens_per_s=result.tokens_per_s,
             peak_mem_mb=result.peak_mem_mb,
+            data_wait_share=result.data_wait_share,
+            gpu_busy_share=result.gpu_busy_share,
+            energy_per_sample_j=result.energy_per_sample_j,
             cost_s=time.perf_counter() - t0,
         )
 

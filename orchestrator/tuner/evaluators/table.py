@@ -24,15 +24,26 @@ class TableEvaluator(Evaluator):
         caps: the device the table was measured on.
         oom_cost_s: what a trial of a config missing from the table costs (starting the
             workers and failing on the first step).
+        forward_only: the table is of a forward-only workload.
     """
 
     def __init__(
-        self, rows: Mapping[Config, Measurement], caps: DeviceCaps, oom_cost_s: float = 0.0
+        self,
+        rows: Mapping[Config, Measurement],
+        caps: DeviceCaps,
+        oom_cost_s: float = 0.0,
+        *,
+        forward_only: bool = False,
     ) -> None:
+        self._forward_only = forward_only
         self.rows = dict(rows)
         self.caps = caps
         self.oom_cost_s = oom_cost_s
         self.calls = 0
+
+    def forward_only(self) -> bool:
+        """As the table was declared."""
+        return self._forward_only
 
     def evaluate(self, config: Config) -> Measurement:
         """The table's measurement, or an ``oom`` trial for a config it does not hold."""

@@ -17,25 +17,23 @@ __all__ = ["HeuristicSearchStrategy"]
 
 GAIN = 0.05
 
-# (grad_accum, sharding, precision, activation_checkpointing, compile), then the GPU count.
-Line = tuple[tuple[int, str, str, bool, bool], int]
-
-
-def _config(line: Line, micro_batch: int) -> Config:
-    (accum, sharding, precision, ckpt, comp), gpus = line
-    return Config(micro_batch, accum, gpus, sharding, precision, ckpt, comp)
+# A line is every micro-batch of one setting: named by one of its configs (``space.line`` gives
+# the rest). With a global batch to keep, accumulation moves along a line (DeepSpeed's autotuner
+# does the same with a fixed train_batch_size: gradient_accumulation_steps follows the
+# micro-batch); without one, it is part of the setting.
+Line = Config
 
 
 def _lines(space: SearchSpace) -> list[Line]:
-    """Every line (all micro-batches of one setting), base settings first, then by GPU count."""
-    fams = sorted(
-        {
-            (c.grad_accum, c.sharding, c.precision, c.activation_checkpointing, c.compile)
-            for c in space.configs()
-        },
-        key=lambda f: (f[3], f[0], f[4], space.precisions.index(f[2]), f[1]),
-    )
-    return [(f, g) for f in fams for g in space.gpus if g > 1 or f[1] == space.shardings[0]]
+    """Every line, base settings first (no checkpointing, least accumulation or smallest
+    global batch, no compile, the first precision), then by GPU count."""
+    reps: dict[tuple[int, str, str, bool, bool, int], Config] = {}
+    for c in space.configs():
+        batch = c.grad_accum if space.global_batches is None else c.global_batch
+        key = (batch, c.sharding, c.precision, c.activation_checkpointing, c.compile, c.gpus)
+        reps.setdefault(key, c)
+    order = sorted(reps, key=lambda k: (k[3], k[0], k[4], space.precisions.index(k[2]), k[1], k[5]))
+    return [reps[k] for k in order]
 
 
 def _rank(history: History, r: TrialRecord) -> tuple[float, float]:
@@ -82,11 +80,11 @@ class HeuristicSearchStrategy(SearchStrategy):
             self._lines = _lines(history.space)
             self._new_line(history)
         while self._pos < len(self._lines):
-            line = self._lines[self._pos]
-            idx = self._next_on_line(line, history)
+            points = history.space.line(self._lines[self._pos])
+            idx = self._next_on_line(points, history)
             if idx is not None:
-                return _config(line, history.space.micro_batches[idx])
-            line_best = self._line_best(line, history)
+                return points[idx]
+            line_best = self._line_best(points, history)
             if not _gain(history, line_best, self._best_before):
                 return None
             self._pos += 1
@@ -95,23 +93,21 @@ class HeuristicSearchStrategy(SearchStrategy):
 
     def _new_line(self, history: History) -> None:
         self._best_before = self._overall_best(history)
-        self._fit = (-1, len(history.space.micro_batches))
+        lines = self._lines or []
+        on_line = history.space.line(lines[self._pos]) if self._pos < len(lines) else []
+        self._fit = (-1, len(on_line))
         self._tune = []
 
     def _overall_best(self, history: History) -> TrialRecord | None:
         pts = list(history.points())
         return max(pts, key=lambda r: _rank(history, r)) if pts else None
 
-    def _line_best(self, line: Line, history: History) -> TrialRecord | None:
-        recs = [
-            r
-            for mb in history.space.micro_batches
-            if (r := history.measured(_config(line, mb))) is not None
-        ]
+    def _line_best(self, points: list[Config], history: History) -> TrialRecord | None:
+        recs = [r for c in points if (r := history.measured(c)) is not None]
         return max(recs, key=lambda r: _rank(history, r)) if recs else None
 
-    def _next_on_line(self, line: Line, history: History) -> int | None:
-        ladder = history.space.micro_batches
+    def _next_on_line(self, ladder: list[Config], history: History) -> int | None:
+        """The next index on the line's points (by micro-batch), or ``None`` when done."""
         lo, hi = self._fit
         # Phase 1: largest fit, by doubling then bisection (out of memory = does not fit).
         while hi - lo > 1:
@@ -121,9 +117,9 @@ class HeuristicSearchStrategy(SearchStrategy):
                 i = min(2 * lo + 1, hi - 1)
             else:  # bisect between the largest fit and the smallest OOM
                 i = (lo + hi) // 2
-            r = history.measured(_config(line, ladder[i]))
+            r = history.measured(ladder[i])
             if r is None:
-                if history.frontier.will_oom(_config(line, ladder[i])):
+                if history.frontier.will_oom(ladder[i]):
                     hi = i
                     self._fit = (lo, hi)
                     continue
@@ -141,12 +137,12 @@ class HeuristicSearchStrategy(SearchStrategy):
             self._tune = [lo]
         last = self._tune[-1]
         if len(self._tune) >= 2:
-            prev = history.measured(_config(line, ladder[self._tune[-2]]))
-            cur = history.measured(_config(line, ladder[last]))
+            prev = history.measured(ladder[self._tune[-2]])
+            cur = history.measured(ladder[last])
             if not _gain(history, cur, prev):
                 return None
         nxt = last - 1 if len(self._tune) == 1 else last // 2
-        if nxt < 0 or nxt == last or history.measured(_config(line, ladder[nxt])) is not None:
+        if nxt < 0 or nxt == last or history.measured(ladder[nxt]) is not None:
             return None
         self._tune.append(nxt)
         return nxt

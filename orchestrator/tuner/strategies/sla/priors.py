@@ -1,0 +1,126 @@
+"""Borrowed models: how a family with too few runs of its own is predicted.
+
+A family (sharding, precision, activation checkpointing, compile) has one step-time model
+(``perfmodel``). Fitted on one point a least-squares model is arbitrary, so a family measured at
+a single config gets the reference family's model (the best config's, else the most measured)
+scaled through that point: "same shape, this much faster or slower", so one run of bf16 at the
+micro-batch that matters is enough to drop it.
+
+A family not measured at all, which the measurements point to, enters with a prior from its
+measured neighbour (issue 22 part 6), so that it is scored, measured where it is predicted to
+win or to meet the SLA, and never ruled out for want of a model:
+
+- activation checkpointing: its sibling without it, per-sample compute times
+  :data:`RECOMPUTE` (checkpointing recomputes the forward pass, about a third of a training
+  step's compute (Chen et al., 2016); 1.25 is the optimistic end, so the family is measured
+  rather than ruled out where it may win);
+- FSDP: its DDP sibling, sync times :data:`FSDP_SYNC` (ZeRO-3 moves 1.5x DDP's gradient
+  volume: Rajbhandari et al., SC'20, sec. 7.2.2). DDP's model of a one-GPU family syncs for
+  free, so before any multi-GPU run FSDP too is predicted at its most useful.
+
+Precision and compile get no such prior: their effect is device-specific (bf16 is slower on
+many CPUs), so those families are walked and judged from their own first run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from orchestrator.tuner.perfmodel import Sample, StepModel
+from orchestrator.tuner.space import Config, SearchSpace
+
+__all__ = [
+    "FSDP_SYNC",
+    "RECOMPUTE",
+    "Family",
+    "family_of",
+    "model_priors",
+    "neighbour_priors",
+    "scaled_priors",
+]
+
+RECOMPUTE = 1.25
+FSDP_SYNC = 1.5
+
+# (sharding, precision, activation_checkpointing, compile): one step-time model, and one memory
+# limit, per family (accumulation and GPU count are inside the model).
+Family = tuple[str, str, bool, bool]
+
+
+def family_of(c: Config) -> Family:
+    """The family of a config."""
+    return (c.sharding, c.precision, c.activation_checkpointing, c.compile)
+
+
+def _points(by_family: Mapping[Family, list[Sample]], f: Family) -> int:
+    """A family's own distinct configs (a sharded family's borrowed one-GPU runs do not shape
+    it)."""
+    return len({(x.gpus, x.micro_batch, x.grad_accum) for x in by_family.get(f, ())})
+
+
+def reference(
+    fitted: Mapping[Family, StepModel],
+    by_family: Mapping[Family, list[Sample]],
+    best: Config | None,
+) -> Family | None:
+    """The family whose model shapes the others': the best config's, if measured at two
+    configs or more, else the most measured such family."""
+    if best is not None and _points(by_family, family_of(best)) >= 2:
+        return family_of(best)
+    shaped = [f for f in by_family if _points(by_family, f) >= 2]
+    return max(shaped, key=lambda f: (len(by_family[f]), f), default=None)
+
+
+def scaled_priors(
+    fitted: Mapping[Family, StepModel],
+    by_family: Mapping[Family, list[Sample]],
+    best: Config | None,
+) -> dict[Family, StepModel]:
+    """For each family measured at a single config: the reference family's model scaled
+    through that point (see the module doc)."""
+    ref = reference(fitted, by_family, best)
+    model = fitted.get(ref) if ref is not None else None
+    if model is None:
+        return {}
+    return {
+        f: model.scaled_to(by_family[f][0])
+        for f in by_family
+        if f != ref and _points(by_family, f) == 1
+    }
+
+
+def neighbour_priors(
+    models: Mapping[Family, StepModel], space: SearchSpace
+) -> dict[Family, StepModel]:
+    """For each family of ``space`` with no model: its measured neighbour's model changed as
+    the module doc says (checkpointing from the sibling without it, FSDP from the DDP sibling;
+    a family that is both takes either route, in that order)."""
+    known = dict(models)
+    out: dict[Family, StepModel] = {}
+    # neighbours first: no checkpointing before checkpointing, DDP before FSDP
+    families = sorted(
+        {family_of(c) for c in space.configs()}, key=lambda f: (f[2], f[0] != "ddp", f)
+    )
+    for f in families:
+        if f in known:
+            continue
+        sharding, precision, ckpt, compiled = f
+        plain = known.get((sharding, precision, False, compiled)) if ckpt else None
+        ddp = known.get(("ddp", precision, ckpt, compiled)) if sharding != "ddp" else None
+        if plain is not None:
+            out[f] = known[f] = plain.with_factors(compute=RECOMPUTE)
+        elif ddp is not None:
+            out[f] = known[f] = ddp.with_factors(sync=FSDP_SYNC)
+    return out
+
+
+def model_priors(
+    fitted: Mapping[Family, StepModel],
+    by_family: Mapping[Family, list[Sample]],
+    best: Config | None,
+    space: SearchSpace,
+) -> tuple[dict[Family, StepModel], dict[Family, StepModel]]:
+    """Every borrowed model: the scaled priors of one-point families, and the neighbour
+    priors of families not measured at all."""
+    scaled = scaled_priors(fitted, by_family, best)
+    return scaled, neighbour_priors({**fitted, **scaled}, space)

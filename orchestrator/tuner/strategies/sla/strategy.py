@@ -1,0 +1,45 @@
+"""The SLA strategy: the evidence built once, then the named steps in order."""
+
+from __future__ import annotations
+
+from orchestrator.tuner.history import History
+from orchestrator.tuner.space import Config
+from orchestrator.tuner.strategies.base import Ask, SearchStrategy
+from orchestrator.tuner.strategies.sla import steps
+from orchestrator.tuner.strategies.sla.evidence import Evidence
+
+__all__ = ["SLASearchStrategy"]
+
+
+class SLASearchStrategy(SearchStrategy):
+    """Model-guided search with monotone pruning (see the package doc).
+
+    Args:
+        seed: unused (the strategy is deterministic).
+        min_gain: stop when nothing is predicted to beat the best by more than this fraction.
+    """
+
+    name = "sla"
+
+    def __init__(self, seed: int = 0, min_gain: float = 0.01) -> None:
+        super().__init__(seed)
+        self.min_gain = min_gain
+
+    def next_config(self, history: History) -> Config | Ask | None:
+        """The config predicted best under the SLA among those the hard rules allow."""
+        ev = Evidence.build(history)
+        walked = steps.walk(ev, self.min_gain)
+        if walked is not None:
+            return walked
+        scored = steps.score(ev)
+        best = steps.exploit(ev, scored, self.min_gain)
+        if best is not None:
+            return best
+        walked = steps.walk(ev, self.min_gain, checkpointing=True)
+        if walked is not None:
+            return walked
+        if ev.best is not None:
+            return steps.neighbour(ev, ev.best.config, scored)
+        return steps.approach(ev, scored, self.min_gain) or (
+            steps.verdict_guard(ev, scored) if scored else None
+        )

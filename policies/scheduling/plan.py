@@ -1,0 +1,204 @@
+"""Admission with a plan (issue 26): can a deadline job be fitted beside the jobs admitted?
+
+At submission (and whenever capacity changes) a deadline job is checked against a **plan**: a
+timeline of the GPUs free in the future, built from a snapshot (ElasticFlow, ASPLOS'23):
+
+* GPUs free now are free from now on;
+* a running job frees its GPUs when its remaining work is done at its current size (what is
+  left of its start-up first); a job whose remaining work is unknown never frees them within
+  the plan (interactive jobs included: they end when their user says so);
+* the queued deadline jobs already there are planned first, earliest deadline first, each on
+  its minimum satisfactory share (:func:`~policies.scheduling.deadlines.min_share` with no
+  restart owed beyond the start) at the earliest time that share is free for its whole run;
+  a queued job no plan can fit is left out (it runs best effort).
+
+The new job is then placed the same way on each size in ``lo..hi``: the **verdict** is whether
+the earliest finish (start, restart and the run at that size, the margin kept) is by its
+deadline, and **earliest** is that earliest finish over every size: the deadline it could have
+been given. A declined job runs best effort (``shared`` gives it no share while it cannot make
+it); ``--strict`` refuses it instead. Best-effort jobs without a deadline are not in the plan:
+the deadline class comes before them (they are its victims).
+
+Pure and deterministic: the same snapshot gives the same verdict, live and simulated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+
+from policies.snapshot import QueuedJob, RunningJob, Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The plan's answer for one deadline job.
+
+    Attributes:
+        job_id: the job.
+        admitted: its deadline fits the plan.
+        earliest: the earliest time it could be done (``math.inf``: no size ever fits).
+        start: when the plan starts it (``math.inf`` when never).
+        gpus: the size the plan gives it: the fewest that meet the deadline when admitted,
+            else the size of the earliest finish (0 when never).
+        reason: one line for the user.
+    """
+
+    job_id: str
+    admitted: bool
+    earliest: float
+    start: float
+    gpus: int
+    reason: str
+
+
+class Timeline:
+    """Free GPUs over time: a step function from ``now``, reserved piece by piece.
+
+    Args:
+        now: the plan's start.
+        free: GPUs free at ``now``.
+        releases: ``(time, gpus)`` freed later.
+    """
+
+    def __init__(self, now: float, free: int, releases: list[tuple[float, int]]) -> None:
+        self.times = [now]
+        self.free = [free]
+        for t, n in sorted(releases):
+            if t <= self.times[-1]:
+                self.free[-1] += n
+            else:
+                self.times.append(t)
+                self.free.append(self.free[-1] + n)
+
+    def earliest(self, gpus: int, length: float) -> float:
+        """The earliest time from which ``gpus`` GPUs are free for ``length`` seconds."""
+        times, free = self.times, self.free
+        for i, t in enumerate(times):
+            if free[i] < gpus:
+                continue
+            end = t + length
+            if all(free[k] >= gpus for k in range(i, len(times)) if times[k] < end):
+                return t
+        return math.inf
+
+    def reserve(self, start: float, end: float, gpus: int) -> None:
+        """Take ``gpus`` GPUs over ``[start, end)``."""
+        for t in (start, end):
+            if t not in self.times and math.isfinite(t):
+                i = next((k for k, s in enumerate(self.times) if s > t), len(self.times))
+                self.times.insert(i, t)
+                self.free.insert(i, self.free[i - 1])
+        for k, t in enumerate(self.times):
+            if start <= t < end:
+                self.free[k] -= gpus
+
+
+def timeline(snapshot: Snapshot) -> Timeline:
+    """The snapshot's free GPUs over time, before any queued job is planned."""
+    now = snapshot.now
+    releases = [(running_release(r, now), r.gpus) for r in snapshot.running]
+    finite = [(t, n) for t, n in releases if math.isfinite(t)]
+    return Timeline(now, sum(snapshot.free().values()), finite)
+
+
+def _place(
+    plan: Timeline, job: QueuedJob, restart_cost_s: float, margin_frac: float
+) -> tuple[float, float, int, bool]:
+    """``(start, finish, gpus, meets)`` of ``job`` on ``plan``: the fewest GPUs that meet its
+    deadline at their earliest start, else the earliest finish of any size."""
+    left = job.remaining_work
+    deadline = job.deadline
+    assert left is not None and deadline is not None
+    base = job.rate(job.gpus)
+    best = (math.inf, math.inf, 0)
+    for n in range(job.lo, job.hi + 1):
+        rate = job.rate(n)
+        if rate <= 0.0:
+            continue
+        run = restart_cost_s + left * base / rate * (1.0 + margin_frac)
+        start = plan.earliest(n, run)
+        finish = start + run
+        if finish <= deadline:
+            return start, finish, n, True
+        if finish < best[1]:
+            best = (start, finish, n)
+    return best[0], best[1], best[2], False
+
+
+def _planned(q: QueuedJob) -> bool:
+    return not q.interactive and q.deadline is not None and q.remaining_work is not None
+
+
+def _edf(q: QueuedJob) -> tuple[float, int, str]:
+    assert q.deadline is not None
+    return (q.deadline, q.seq, q.job_id)
+
+
+def plan_round(snapshot: Snapshot, new: Collection[str], margin_frac: float = 0.1) -> list[Verdict]:
+    """Verdicts for the queued deadline jobs named in ``new``, on one plan.
+
+    The other queued deadline jobs (those admitted before) are planned first, EDF; then the
+    new ones, EDF, each admitted one reserving its place before the next is judged. A job of
+    ``new`` without a deadline or remaining work gets no verdict.
+    """
+    fresh = sorted((q for q in snapshot.queue if q.job_id in new and _planned(q)), key=_edf)
+    if not fresh:
+        return []
+    plan = timeline(snapshot)
+    restart = snapshot.restart_cost_s
+    for q in sorted((q for q in snapshot.queue if q.job_id not in new and _planned(q)), key=_edf):
+        start, finish, n, meets = _place(plan, q, restart, margin_frac)
+        if meets:
+            plan.reserve(start, finish, n)
+    out = []
+    for q in fresh:
+        start, finish, n, meets = _place(plan, q, restart, margin_frac)
+        if meets:
+            plan.reserve(start, finish, n)
+        out.append(_verdict(q, snapshot.now, start, finish, n, meets))
+    return out
+
+
+def _verdict(
+    job: QueuedJob, now: float, start: float, finish: float, n: int, meets: bool
+) -> Verdict:
+    assert job.deadline is not None
+    if meets:
+        why = (
+            f"admitted: the plan runs it on {n} GPUs, starting in {start - now:.0f} s, done in "
+            f"{finish - now:.0f} s ({job.deadline - finish:.0f} s before its deadline)"
+        )
+    elif math.isfinite(finish):
+        why = (
+            f"declined: runs best effort; the earliest it could be done is in "
+            f"{finish - now:.0f} s ({finish - job.deadline:.0f} s after its deadline)"
+        )
+    else:
+        why = "declined: runs best effort; no size fits the plan"
+    return Verdict(job.job_id, meets, finish, start, n, why)
+
+
+def plan_admission(snapshot: Snapshot, job: QueuedJob, margin_frac: float = 0.1) -> Verdict:
+    """The verdict for deadline ``job`` against ``snapshot``'s plan (see the module docstring).
+
+    ``job`` need not be in ``snapshot`` (at submission it is not yet); if it is, it is not
+    planned twice. A job without a deadline or a remaining work is not in the plan: its
+    verdict says best effort (``admitted`` False, ``earliest`` inf).
+    """
+    if job.deadline is None or job.remaining_work is None:
+        why = "no deadline" if job.deadline is None else "remaining work unknown"
+        return Verdict(job.job_id, False, math.inf, math.inf, 0, f"best effort: {why}")
+    queue = (*(q for q in snapshot.queue if q.job_id != job.job_id), job)
+    (verdict,) = plan_round(replace(snapshot, queue=queue), {job.job_id}, margin_frac)
+    return verdict
+
+
+def running_release(job: RunningJob, now: float) -> float:
+    """When ``job`` frees its GPUs in the plan (``math.inf``: unknown)."""
+    left = job.remaining_work
+    if left is None or job.interactive:
+        return math.inf
+    first = job.first_step_at
+    return now + (first - now if first is not None and first > now else 0.0) + left

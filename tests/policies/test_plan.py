@@ -1,0 +1,91 @@
+"""Admission with a plan (issue 26): verdicts and earliest times on hand-computed timelines."""
+
+from __future__ import annotations
+
+import math
+
+from policies import NodeView, QueuedJob, RunningJob, Snapshot
+from policies.scheduling.plan import Timeline, plan_admission, timeline
+
+NOW = 1000.0
+LINEAR = tuple(float(n) for n in range(1, 9))
+
+
+def _run(job_id: str, gpus: int, left: float | None) -> RunningJob:
+    return RunningJob(job_id, "bulk", "a", ("n0",) * gpus, remaining_work=left)
+
+
+def _job(
+    job_id: str, gpus: int, work: float, deadline: float, seq: int = 9, **kw: int
+) -> QueuedJob:
+    return QueuedJob(
+        job_id, "bulk", "a", gpus, seq, NOW, deadline=deadline, remaining_work=work, **kw
+    )
+
+
+def _snap(
+    free: int, running: tuple[RunningJob, ...] = (), queue: tuple[QueuedJob, ...] = ()
+) -> Snapshot:
+    total = free + sum(r.gpus for r in running)
+    return Snapshot((NodeView("n0", total, free),), queue, running, now=NOW, restart_cost_s=30.0)
+
+
+def test_the_timeline_frees_running_jobs_gpus_when_their_work_is_done() -> None:
+    # 2 free now; a 4-GPU job frees at +500, a 2-GPU job at +1,000, one of unknown work never
+    plan = timeline(_snap(2, (_run("a", 4, 500.0), _run("b", 2, 1000.0), _run("c", 2, None))))
+    assert plan.times == [NOW, NOW + 500.0, NOW + 1000.0]
+    assert plan.free == [2, 6, 8]
+    assert plan.earliest(4, 100.0) == NOW + 500.0
+    assert plan.earliest(2, 1e9) == NOW
+    assert plan.earliest(9, 1.0) == math.inf
+
+
+def test_reserve_takes_gpus_over_an_interval() -> None:
+    plan = Timeline(0.0, 4, [(100.0, 4)])
+    plan.reserve(50.0, 150.0, 3)
+    assert plan.times == [0.0, 50.0, 100.0, 150.0]
+    assert plan.free == [4, 1, 5, 8]
+    assert plan.earliest(2, 60.0) == 100.0  # 0..60 crosses the 1 free at 50
+
+
+def test_admitted_when_the_plan_fits_the_deadline() -> None:
+    # 4 GPUs: 2 free, 2 held until +500. A rigid 2-GPU job of 1,000 s starts now: 30 s restart
+    # + 1.1 x 1,000 s = 1,130 s, done at +1,130
+    snap = _snap(2, (_run("a", 2, 500.0),))
+    v = plan_admission(snap, _job("new", 2, 1000.0, NOW + 1200.0))
+    assert v.admitted and v.start == NOW and v.gpus == 2 and v.earliest == NOW + 1130.0
+
+
+def test_declined_with_the_earliest_time_it_could_be_done() -> None:
+    # the same job needing 4 GPUs waits for the release at +500: done at +500 + 1,130
+    snap = _snap(2, (_run("a", 2, 500.0),))
+    v = plan_admission(snap, _job("new", 4, 1000.0, NOW + 1200.0))
+    assert not v.admitted
+    assert v.earliest == NOW + 1630.0 and v.start == NOW + 500.0
+    assert "best effort" in v.reason and "430 s after its deadline" in v.reason
+
+
+def test_an_elastic_job_takes_the_fewest_gpus_that_meet_it() -> None:
+    # 1,000 s of work on 4 GPUs, linear, 1..8 GPUs, 8 free: on 3, 30 + 1.1 x 1,333 = 1,497 s
+    snap = _snap(8)
+    job = _job("new", 4, 1000.0, NOW + 1500.0, min_gpus=1, max_gpus=8)
+    job = QueuedJob(**{**job.__dict__, "speedup": LINEAR})
+    v = plan_admission(snap, job)
+    assert v.admitted and v.gpus == 3
+
+
+def test_admitted_jobs_are_planned_first_edf() -> None:
+    # 4 GPUs free; a queued deadline job (earlier deadline) is planned on all 4 for 1,130 s;
+    # the new one can start only after it: declined, earliest +1,130 + 1,130
+    first = _job("first", 4, 1000.0, NOW + 1200.0, seq=0)
+    snap = _snap(4, queue=(first,))
+    v = plan_admission(snap, _job("new", 4, 1000.0, NOW + 1500.0))
+    assert not v.admitted and v.earliest == NOW + 2260.0
+    # without the other job it would be admitted
+    assert plan_admission(_snap(4), _job("new", 4, 1000.0, NOW + 1500.0)).admitted
+
+
+def test_a_job_without_a_deadline_is_best_effort() -> None:
+    job = QueuedJob("be", "bulk", "a", 2, 0, NOW)
+    v = plan_admission(_snap(4), job)
+    assert not v.admitted and v.reason == "best effort: no deadline"

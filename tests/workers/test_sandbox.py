@@ -1,0 +1,75 @@
+"""The sandbox a team's code runs in (``workers.sandbox``): a child process of its own uid,
+whose reports the worker checks and whose errors come back as the job's."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workers.actor import WorkerActor
+from workers.sandbox import SandboxError, claim_uid, clean_report, needs_sandbox
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="a sandbox uid needs a root worker")
+
+
+def test_only_a_teams_code_is_sandboxed() -> None:
+    assert needs_sandbox("tests.workers.sample_workload:build")
+    assert not needs_sandbox("mlp")
+
+
+def test_a_report_is_kept_only_flat_small_and_without_a_job_id() -> None:
+    assert clean_report({"step": 3, "loss": math.nan, "status": "running"}) == {
+        "step": 3,
+        "loss": None,  # a diverged loss is unknown, not a reason to drop the report
+        "status": "running",
+    }
+    assert clean_report({"job_id": "someone-else", "step": 1}) is None
+    assert clean_report({"step": {"nested": 1}}) is None
+    assert clean_report({"status": "x" * 257}) is None
+    assert clean_report({f"k{i}": 1 for i in range(129)}) is None
+    assert clean_report(["not", "a", "dict"]) is None
+
+
+@root_only
+def test_jobs_on_one_host_get_their_own_uids_and_ranks_of_a_job_share_one(tmp_path: Path) -> None:
+    registry = tmp_path / "claims.json"
+    with claim_uid("job-a", registry=registry) as a, claim_uid("job-b", registry=registry) as b:
+        with claim_uid("job-a", registry=registry) as a_again:
+            assert a == a_again and a != b
+        assert set(json.loads(registry.read_text())) == {str(a), str(b)}
+    assert json.loads(registry.read_text()) == {}  # released: the uids are free again
+
+
+@root_only
+def test_a_jobs_folder_is_its_uids_only_while_it_runs(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoints" / "job-a"
+    with claim_uid("job-a", folder, registry=tmp_path / "claims.json") as uid:
+        assert folder.stat().st_uid == uid and folder.stat().st_mode & 0o777 == 0o700
+        (folder / "link").symlink_to("/etc/hostname")  # left by the team's code
+    assert folder.stat().st_uid == os.geteuid()
+    assert Path("/etc/hostname").stat().st_uid == 0  # the link was not followed
+
+
+def _run(workload: str, args: dict[str, Any], tmp_path: Path) -> tuple[dict[str, Any], list[Any]]:
+    reports: list[dict[str, Any]] = []
+    actor = WorkerActor("job-s", 0, 1, reporter_factory=lambda: reports.append)
+    config = {"workload": workload, "workload_args": args, "micro_batch": 4, "steps": 3}
+    result = actor.run(config, None, str(tmp_path / "ckpt"))
+    return result, reports
+
+
+def test_a_teams_workload_runs_in_a_child_and_reports_through_the_worker(tmp_path: Path) -> None:
+    result, reports = _run("tests.workers.sample_workload:build", {}, tmp_path)
+    assert result["status"] == "finished" and result["steps_done"] == 3
+    assert reports and all(r["job_id"] == "job-s" for r in reports)
+    assert reports[-1]["status"] == "finished"
+
+
+def test_the_childs_error_is_the_jobs_error(tmp_path: Path) -> None:
+    with pytest.raises(SandboxError, match="RuntimeError: the workload broke at sample 4"):
+        _run("tests.workers.printing_workload:build", {"fail_at": 4}, tmp_path)

@@ -1,0 +1,365 @@
+"""Command mode: a team's own script, run by the worker in its working directory.
+
+A job ``workload: {command: [python, train.py, ...]}`` ships its working directory with the
+submission; Ray unpacks it on every host of the gang as the worker actor's current folder
+(``runtime_env`` ``working_dir``: see ``orchestrator.runtime.ray_gang``). For each rank,
+:func:`run_command`
+
+- copies that folder into a private run folder of the job's sandbox user (the uid
+  :func:`workers.sandbox.claim_uid` gives the job on this host when the worker is root: the
+  script cannot read the data directory, the Redis password, ``~/.ray`` or another job's
+  checkpoints, as for an ``entry:`` workload);
+- runs the command there as that user, with the sandbox's scrubbed environment plus the job
+  context (``ORCH_JOB_CONTEXT``, ``ORCH_JOB_FD``, ``ORCH_JOB_CONTROL_FD``: see
+  :mod:`workers.job`); ``python`` is the worker's own interpreter (torch, ``workers.job``);
+- turns the script's step reports into the harness's reports (:mod:`workers.steps`), relays
+  stop requests and a lost fence to it, and relays its output to the job's log;
+- ends with the harness's ``RunResult``, or a :class:`~workers.errors.CommandError` that says
+  what went wrong: the command was not found or not executable, it exited with an error (its
+  code and last lines of output), or it sent no step report within ``first_report_s``.
+
+What the script checkpoints is its own, in ``ctx.checkpoint_dir`` (the job's checkpoint folder,
+kept across runs); the worker keeps beside it (``<folder>.command.json``, where the script
+cannot write) the step of its last finished checkpoint and the measurements up to it, so a
+resumed run is told where to resume and continues the job's percentiles and throughput.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from workers.errors import CommandError
+from workers.job import CONTEXT_ENV, CONTROL_FD_ENV, REPORT_FD_ENV
+from workers.sandbox import die_with_worker
+from workers.steps import CommandSteps
+
+__all__ = ["run_command"]
+
+PYTHONS = ("python", "python3")
+TAIL_LINES = 20
+"""Lines of the script's output quoted when it fails."""
+_DRAIN_S = 3.0
+"""How long the worker still reads the script's reports after it exited."""
+
+Report = Callable[[dict[str, Any]], None]
+
+
+def run_command(
+    config: dict[str, Any],
+    *,
+    job_id: str,
+    rank: int,
+    world_size: int,
+    init_method: str | None,
+    checkpoint_dir: str | None,
+    report: Report | None,
+    report_every_s: float,
+    should_stop: Callable[[], bool],
+    fence: Callable[[], bool],
+    num_threads: int | None,
+    source_dir: str,
+) -> dict[str, Any]:
+    """Run one rank of a command job (``config``: a ``HarnessConfig`` dict with ``command``);
+    return its ``RunResult.to_dict()``.
+
+    Raises:
+        CommandError: see the module doc.
+    """
+    from workers.sandbox import claim_uid
+
+    if checkpoint_dir is not None and "://" in checkpoint_dir:
+        raise CommandError(
+            "a command job keeps its checkpoints in a local (or shared) folder; "
+            f"the checkpoint store {checkpoint_dir!r} is a URL"
+        )
+    with contextlib.ExitStack() as stack:
+        ckpt = Path(checkpoint_dir) if checkpoint_dir else None
+        uid = None
+        if os.geteuid() == 0:
+            uid = stack.enter_context(claim_uid(job_id, ckpt))
+        elif ckpt is not None:
+            ckpt.mkdir(mode=0o700, parents=True, exist_ok=True)
+        home = Path(tempfile.mkdtemp(prefix="orch-cmd-"))
+        stack.callback(shutil.rmtree, home, True)
+        work = home / "work"
+        shutil.copytree(source_dir, work, symlinks=False)
+        keep = ckpt is not None
+        if ckpt is None:  # no job folder (a test, a trial): a private one, gone after the run
+            ckpt = home / "checkpoints"
+            ckpt.mkdir()
+        if uid is not None:
+            from workers.sandbox import _chown_tree
+
+            _chown_tree(home, uid)
+        run = _CommandRun(config, job_id, rank, world_size, init_method, ckpt, report, keep)
+        return run.execute(home, work, uid, num_threads, report_every_s, should_stop, fence)
+
+
+class _CommandRun:
+    """One rank's run of the command (kept apart so :func:`run_command` stays a recipe)."""
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        job_id: str,
+        rank: int,
+        world_size: int,
+        init_method: str | None,
+        ckpt: Path,
+        report: Report | None,
+        keep: bool,
+    ) -> None:
+        command = config["command"]
+        self.argv = [str(a) for a in command["argv"]]
+        self.first_report_s = float(command.get("first_report_s", 300.0))
+        self.ckpt = ckpt
+        # beside the job's folder, in the worker's checkpoint root, where the script cannot
+        # write (never in a folder of the job's user: root would follow a link planted there);
+        # read by every rank, written by rank 0 alone (as the harness's checkpoint record is)
+        self.state_file = ckpt.with_name(ckpt.name + ".command.json") if keep else None
+        self.writes_state = rank == 0
+        self.report = report
+        state = _read_state(self.state_file)
+        self.context = {
+            "job_id": job_id,
+            "rank": rank,
+            "world_size": world_size,
+            "init_method": init_method,
+            **{
+                k: config.get(k)
+                for k in ("micro_batch", "grad_accum", "precision", "steps", "duration_s")
+            },
+            **{k: config.get(k) for k in ("warmup_steps", "checkpoint_every", "seed")},
+            "checkpoint_dir": str(ckpt),
+            "resume": state is not None,
+            "resume_step": state["checkpoint_step"] if state else None,
+            "settings": dict(command.get("settings") or {}),
+            "args": dict(config.get("workload_args") or {}),
+        }
+        self.steps = CommandSteps(
+            warmup_steps=int(config.get("warmup_steps") or 0),
+            global_batch=int(config["micro_batch"]) * int(config["grad_accum"]) * world_size,
+            total_steps=config.get("steps"),
+            rank=rank,
+            world_size=world_size,
+            state=state,
+        )
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+
+    def execute(
+        self,
+        home: Path,
+        work: Path,
+        uid: int | None,
+        num_threads: int | None,
+        report_every_s: float,
+        should_stop: Callable[[], bool],
+        fence: Callable[[], bool],
+    ) -> dict[str, Any]:
+        from workers.sandbox import _child_env
+
+        context_file = home / "context.json"
+        context_file.write_text(json.dumps(self.context))
+        if uid is not None:
+            os.chown(context_file, uid, uid)
+        env = _child_env(home, uid, num_threads)
+        # `python` is the worker's own interpreter, first on the search path for the script's
+        # own subprocesses too (it has torch and workers.job)
+        env["PATH"] = os.pathsep.join((os.path.dirname(sys.executable), env.get("PATH", "")))
+        msg_r, msg_w = os.pipe()
+        ctl_r, ctl_w = os.pipe()
+        env.update(
+            {CONTEXT_ENV: str(context_file), REPORT_FD_ENV: str(msg_w), CONTROL_FD_ENV: str(ctl_r)}
+        )
+        argv = [sys.executable, *self.argv[1:]] if self.argv[0] in PYTHONS else self.argv
+        ids: dict[str, Any] = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
+        try:
+            child = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                pass_fds=(msg_w, ctl_r),
+                cwd=work,
+                env=env,
+                start_new_session=True,  # a signal to the worker's group is not the child's
+                preexec_fn=die_with_worker(),
+                **ids,
+            )
+        except FileNotFoundError:
+            raise CommandError(
+                f"command not found: {self.argv[0]} (in the job's working directory)"
+            ) from None
+        except PermissionError:
+            raise CommandError(
+                f"command not executable by the job's user: {self.argv[0]} "
+                "(chmod +x it; the Python install must be readable by other users)"
+            ) from None
+        finally:
+            os.close(msg_w)
+            os.close(ctl_r)
+        return self._supervise(child, msg_r, ctl_w, report_every_s, should_stop, fence)
+
+    def _supervise(
+        self,
+        child: subprocess.Popen[bytes],
+        msg_r: int,
+        ctl_w: int,
+        report_every_s: float,
+        should_stop: Callable[[], bool],
+        fence: Callable[[], bool],
+    ) -> dict[str, Any]:
+        from workers.sandbox import _messages
+
+        assert child.stdout is not None
+        inbox: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
+        output = threading.Thread(target=self._relay, args=(child.stdout,), daemon=True)
+        output.start()
+        reader = threading.Thread(target=_read, args=(msg_r, inbox, _messages), daemon=True)
+        reader.start()
+        control = os.fdopen(ctl_w, "w", buffering=1)
+        started, stopped, fenced, eof = time.monotonic(), False, False, False
+        last_report, exited = -float("inf"), 0.0
+        try:
+            while True:
+                # until the script has exited and its pipe is drained: a process it left
+                # behind may hold the pipe open, so that is awaited a few seconds at most
+                if child.poll() is not None:
+                    exited = exited or time.monotonic()
+                    if eof or time.monotonic() - exited >= _DRAIN_S:
+                        break
+                with contextlib.suppress(queue.Empty):
+                    message = inbox.get(timeout=0.1)
+                    if message is None:
+                        eof = True
+                    else:
+                        self._take(message)
+                if not stopped and should_stop():
+                    stopped = _tell(control, {"stop": True})
+                if not fenced and not fence():
+                    fenced = _tell(control, {"fenced": True})
+                if fenced:
+                    continue
+                if self.steps.local_steps == 0 and time.monotonic() - started > self.first_report_s:
+                    raise CommandError(
+                        f"the command sent no step report within {self.first_report_s:g} s "
+                        "(workload.first_report_s): it must call workers.job.report() once per "
+                        f"step{self._last_lines()}"
+                    )
+                if self.steps.local_steps and time.monotonic() - last_report >= report_every_s:
+                    last_report = time.monotonic()
+                    self._emit("running", child.pid)
+            code = child.wait()
+        finally:
+            # the script, if it still runs, and whatever it started: nothing outlives the run
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            with contextlib.suppress(OSError):
+                control.close()
+            output.join(timeout=5)
+        return self._end(code, stopped, fenced)
+
+    def _take(self, message: dict[str, Any]) -> None:
+        step = message.get("step")
+        if isinstance(step, dict):
+            self.steps.add(step)
+        elif "checkpointed" in message:
+            self.steps.checkpointed(message["checkpointed"])
+            if self.writes_state:
+                _write_state(self.state_file, self.steps.state())
+
+    def _end(self, code: int, stopped: bool, fenced: bool) -> dict[str, Any]:
+        if fenced:
+            return self.steps.result("fenced", 0.0, None).to_dict()
+        if code != 0:
+            kind = "command not found" if code == 127 else f"the command exited with code {code}"
+            if code < 0:
+                kind = f"the command was killed by signal {-code}"
+            raise CommandError(f"{kind}: {' '.join(self.argv)}{self._last_lines()}")
+        status = "stopped" if stopped else "finished"
+        self._emit(status, None)
+        return self.steps.result(status, _peak_mb(None), str(self.ckpt)).to_dict()
+
+    def _emit(self, status: str, pid: int | None) -> None:
+        if self.report is None:
+            return
+        with contextlib.suppress(Exception):  # a failing sink must not end the job
+            self.report(self.steps.report(status, _peak_mb(pid)))
+
+    def _relay(self, source: IO[bytes]) -> None:
+        """The script's output to the worker's stdout (the job's log), keeping its last lines
+        for an error message."""
+        for raw in iter(lambda: source.readline(64 * 1024), b""):
+            line = raw.decode("utf-8", "replace")
+            self.tail.append(line.rstrip("\n"))
+            with contextlib.suppress(Exception):
+                sys.stdout.write(line)
+                sys.stdout.flush()
+
+    def _last_lines(self) -> str:
+        lines = [line[:300] for line in self.tail if line.strip()][-5:]
+        return "; last output: " + " | ".join(lines) if lines else ""
+
+
+def _tell(control: IO[str], message: dict[str, Any]) -> bool:
+    with contextlib.suppress(OSError, ValueError):  # the script is gone already
+        control.write(json.dumps(message) + "\n")
+    return True
+
+
+def _read(
+    fd: int,
+    inbox: queue.SimpleQueue[dict[str, Any] | None],
+    messages: Callable[[IO[bytes]], Any],
+) -> None:
+    with os.fdopen(fd, "rb") as stream:
+        for message in messages(stream):
+            inbox.put(message)
+    inbox.put(None)
+
+
+def _peak_mb(pid: int | None) -> float:
+    """Peak resident memory of the script (``pid``, while it runs), or of this worker's
+    finished children (after), in MiB."""
+    if pid is not None:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        return 0.0
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def _read_state(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "checkpoint_step" in data else None
+
+
+def _write_state(path: Path | None, state: dict[str, Any] | None) -> None:
+    if path is None or state is None:
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(state))
+    os.replace(tmp, path)

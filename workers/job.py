@@ -1,0 +1,226 @@
+"""The job-context API: how a command-mode script talks to ``orch``.
+
+In the spirit of Ray Train's ``get_context()`` / ``report()``: a team's own training script
+(``workload: {command: [python, train.py]}``) reads the settings ``orch`` chose for this run,
+reports each optimizer step, saves a checkpoint when asked and stops cleanly on preemption::
+
+    from workers import job
+
+    ctx = job.context()
+    model = build(hidden=ctx.settings["hidden"])
+    step = load(ctx.checkpoint_dir) if ctx.resume else 0   # the script's own checkpoint
+    while step < ctx.steps:
+        loss = train_step(batch_size=ctx.micro_batch)
+        step += 1
+        job.report(samples=ctx.micro_batch * ctx.grad_accum * ctx.world_size, loss=loss)
+        if job.should_checkpoint():
+            save(ctx.checkpoint_dir, step)
+            job.checkpointed()
+        if job.should_stop():                 # preempted, resized or cancelled: exit 0
+            break
+
+Timing: a step's time is the time between two :func:`report` calls (the first from
+:func:`context`); ``orch`` excludes the first ``ctx.warmup_steps`` of each run, as for a
+built-in workload, and turns the steps into the same latency percentiles, throughput and SLA
+figures. Call :func:`report` once per optimizer step, on every rank (only rank 0's count).
+
+How it talks: the worker runs the script as the job's sandbox user with three variables,
+``ORCH_JOB_CONTEXT`` (a JSON file of the run's settings), ``ORCH_JOB_FD`` (a pipe the reports
+go out on, one JSON object a line) and ``ORCH_JOB_CONTROL_FD`` (a pipe ``stop`` and
+``fenced`` come in on). Without them (``python train.py`` on a laptop) :func:`context`
+returns defaults and :func:`report` does nothing, so the same script runs anywhere. If the
+worker goes away (its pipe closes), the script is ended: a run nobody supervises must not
+keep its GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+__all__ = [
+    "CONTEXT_ENV",
+    "CONTROL_FD_ENV",
+    "REPORT_FD_ENV",
+    "JobContext",
+    "checkpointed",
+    "context",
+    "report",
+    "should_checkpoint",
+    "should_stop",
+]
+
+CONTEXT_ENV = "ORCH_JOB_CONTEXT"
+REPORT_FD_ENV = "ORCH_JOB_FD"
+CONTROL_FD_ENV = "ORCH_JOB_CONTROL_FD"
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """This run's settings, as ``orch`` applies them for the script.
+
+    Attributes:
+        job_id: the job.
+        rank, world_size: this process's data-parallel rank and the number of ranks.
+        init_method: ``tcp://host:port`` of rank 0 for ``torch.distributed`` (``None`` with
+            one rank).
+        micro_batch, grad_accum: samples per forward pass, micro-batches per optimizer step.
+        precision: ``fp32``, ``bf16`` or ``fp16``.
+        steps: optimizer steps in total, counting those before a resume (``None``: a run for
+            ``duration_s`` seconds).
+        duration_s: wall-clock seconds to train for (``None``: a run of ``steps``).
+        warmup_steps: steps of each run left out of the measurements.
+        checkpoint_every: checkpoint every this many steps (0: only when stopped).
+        seed: the job's seed.
+        checkpoint_dir: the folder the script keeps its checkpoints in (the job's own, kept
+            across runs, readable by no other job).
+        resume: whether an earlier run of the job checkpointed (:func:`checkpointed`).
+        resume_step: the step of that checkpoint (``None`` when ``resume`` is false).
+        settings: the script's declared settings (``workload.settings``), with their values.
+        args: the job file's ``workload.args``.
+    """
+
+    job_id: str = "local"
+    rank: int = 0
+    world_size: int = 1
+    init_method: str | None = None
+    micro_batch: int = 8
+    grad_accum: int = 1
+    precision: str = "fp32"
+    steps: int | None = None
+    duration_s: float | None = None
+    warmup_steps: int = 3
+    checkpoint_every: int = 0
+    seed: int = 0
+    checkpoint_dir: str = "checkpoints"
+    resume: bool = False
+    resume_step: int | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step over all ranks."""
+        return self.micro_batch * self.grad_accum * self.world_size
+
+
+class _Channel:
+    """The process's link to its worker (one per process; see :func:`_channel`)."""
+
+    def __init__(self) -> None:
+        path = os.environ.get(CONTEXT_ENV)
+        data: dict[str, Any] = {}
+        if path:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        known = set(JobContext.__dataclass_fields__)
+        self.context = JobContext(**{k: v for k, v in data.items() if k in known})
+        self.step = self.context.resume_step or 0
+        self.last = time.perf_counter()
+        self.stop = threading.Event()
+        self.fenced = threading.Event()
+        self.lock = threading.Lock()
+        self.out: IO[str] | None = None
+        fd = os.environ.get(REPORT_FD_ENV)
+        if fd:
+            self.out = os.fdopen(int(fd), "w", buffering=1)
+        control = os.environ.get(CONTROL_FD_ENV)
+        if control:
+            threading.Thread(target=self._listen, args=(int(control),), daemon=True).start()
+
+    def _listen(self, fd: int) -> None:
+        with os.fdopen(fd, "r") as control:
+            for line in control:
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    continue
+                if message.get("fenced"):
+                    self.fenced.set()
+                if message.get("stop") or message.get("fenced"):
+                    self.stop.set()
+        # the worker is gone (killed, or its host lost): nobody supervises this run
+        os._exit(143)
+
+    def send(self, message: dict[str, Any]) -> None:
+        if self.out is None:
+            return
+        with self.lock:
+            self.out.write(json.dumps(message) + "\n")
+
+
+_lock = threading.Lock()
+_state: _Channel | None = None
+
+
+def _channel() -> _Channel:
+    global _state
+    with _lock:
+        if _state is None:
+            _state = _Channel()
+        return _state
+
+
+def context() -> JobContext:
+    """This run's settings (read once; the same object on every call)."""
+    return _channel().context
+
+
+def report(
+    *,
+    samples: int,
+    tokens: int | None = None,
+    loss: float | None = None,
+    step: int | None = None,
+) -> None:
+    """Report one optimizer step (call it once per step, after the step).
+
+    Args:
+        samples: samples the step processed over all ranks (usually ``ctx.global_batch``).
+        tokens: tokens it processed, for a job whose SLA counts tokens.
+        loss: the step's loss (the job's final loss is the last one reported).
+        step: the step's number (from 1, counting earlier runs); by default one more than the
+            last reported, starting from ``ctx.resume_step``.
+    """
+    ch = _channel()
+    now = time.perf_counter()
+    elapsed, ch.last = now - ch.last, now
+    ch.step = ch.step + 1 if step is None else int(step)
+    ch.send(
+        {
+            "step": {
+                "step": ch.step,
+                "s": elapsed,
+                "samples": int(samples),
+                "tokens": None if tokens is None else int(tokens),
+                "loss": None if loss is None else float(loss),
+            }
+        }
+    )
+
+
+def should_stop() -> bool:
+    """Whether ``orch`` asked this run to end (preemption, a resize, a cancel): checkpoint if
+    :func:`should_checkpoint` says so, then exit with status 0."""
+    return _channel().stop.is_set()
+
+
+def should_checkpoint() -> bool:
+    """Whether to save a checkpoint now: every ``checkpoint_every`` steps, and when asked to
+    stop; never once the run is deposed (a newer run of the job owns the checkpoints)."""
+    ch = _channel()
+    if ch.fenced.is_set():
+        return False
+    every = ch.context.checkpoint_every
+    return ch.stop.is_set() or (every > 0 and ch.step > 0 and ch.step % every == 0)
+
+
+def checkpointed(step: int | None = None) -> None:
+    """Tell ``orch`` that a checkpoint of ``step`` (default: the last reported) is complete in
+    ``ctx.checkpoint_dir``: the next run of the job gets ``resume`` and ``resume_step``."""
+    ch = _channel()
+    ch.send({"checkpointed": ch.step if step is None else int(step)})

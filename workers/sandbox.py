@@ -1,0 +1,511 @@
+"""The trust boundary around a team's code: its workload runs in a process of its own, as an
+unprivileged user, with nothing of the control plane's.
+
+A built-in workload (``workers.workloads``: code the operator installed) runs inside the worker
+actor. Anything else a team names (an ``entry:`` module) is the team's code, and the worker
+actor runs the harness for it with :func:`run_sandboxed`: a child ``python -m workers.sandbox``
+that
+
+- runs as a user of its own when the worker is root: a uid claimed per job on each host from
+  ``ORCH_SANDBOX_UIDS`` (``first-last``, default ``61000-64999``, uids no account uses), with
+  that gid and no supplementary groups, so it cannot read the data directory (the embedded
+  Redis's password and files are 0700/0600), another job's checkpoints (each job's folder is
+  0700 and belongs to its uid only while it runs), Ray's token (``~/.ray`` of the worker's
+  user) or the worker's memory and environment (``/proc`` of another uid);
+- gets a scrubbed environment (no ``REDIS_URL``, no ``RAY_*``, no ``ORCH_*``: nothing but what
+  torch and the job need), a private home and temp folder, and no inherited descriptors but its
+  pipes;
+- talks to the worker only through those pipes: the run's settings in, its reports, its output
+  and its result out. The worker, not the child, writes reports to the store (it checks each
+  one's shape and size first, and stamps the job id itself), relays stop requests, and tells
+  the child when its run has been deposed (see ``Harness``'s ``fence``).
+
+When the worker is not root (a laptop, a user's own ``orch up``), the child still gets the
+scrubbed environment and pipes but runs as the same user: there is nobody else to protect.
+
+Why hand-written: Ray's runtime environments choose a worker's Python packages and variables,
+not its user, and a Ray worker process can itself submit Ray tasks; the child must not be one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from workers.errors import CheckpointError, HarnessConfigError
+from workers.workloads.base import WorkloadError
+from workers.workloads.registry import is_entry_point
+
+__all__ = [
+    "SandboxError",
+    "claim_uid",
+    "clean_report",
+    "die_with_worker",
+    "needs_sandbox",
+    "run_sandboxed",
+]
+
+UIDS_ENV = "ORCH_SANDBOX_UIDS"
+DEFAULT_UIDS = (61000, 64999)
+MAX_MESSAGE_BYTES = 1 << 20
+"""A line from the child longer than this is not read as a message (it is dropped)."""
+
+# Variables the child may keep: locale, search path, and what picks its devices and threads.
+_KEEP_ENV = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "PYTORCH_NVML_BASED_CUDA_CHECK",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)
+
+
+class SandboxError(RuntimeError):
+    """The team's process ended without a result (killed, or it exited on its own), or with
+    an error of its own (the message starts with its type: ``RuntimeError: ...``)."""
+
+
+class OutOfMemoryError(SandboxError):
+    """The team's process ran out of device memory (``torch.OutOfMemoryError`` there): named
+    so, the tuner's OOM handling (``orchestrator.tuner.oom.is_oom``) sees it as one."""
+
+
+# the child's errors that keep their type here: the worker's and the tuner's callers act on it
+_ERRORS: dict[str, type[Exception]] = {
+    "HarnessConfigError": HarnessConfigError,
+    "WorkloadError": WorkloadError,
+    "CheckpointError": CheckpointError,
+    "OutOfMemoryError": OutOfMemoryError,
+    "MemoryError": MemoryError,
+}
+
+
+def needs_sandbox(workload: str) -> bool:
+    """Whether a workload is a team's code (an entry point), not one the operator installed."""
+    return is_entry_point(workload)
+
+
+# -- the worker's side ------------------------------------------------------------------------
+
+
+def run_sandboxed(
+    config: dict[str, Any],
+    *,
+    job_id: str,
+    rank: int,
+    world_size: int,
+    init_method: str | None,
+    checkpoint_dir: str | None,
+    report: Callable[[dict[str, Any]], None] | None,
+    report_every_s: float,
+    should_stop: Callable[[], bool],
+    fence: Callable[[], bool],
+    num_threads: int | None,
+    run_tag: str = "",
+) -> dict[str, Any]:
+    """Run one rank's harness for ``config`` in a sandboxed child; return its
+    ``RunResult.to_dict()``.
+
+    Raises:
+        HarnessConfigError, WorkloadError, CheckpointError: as the harness raised them.
+        SandboxError: the child died, or ended without saying how.
+    """
+    init = {
+        "config": config,
+        "rank": rank,
+        "world_size": world_size,
+        "init_method": init_method,
+        "checkpoint_dir": checkpoint_dir,
+        "report_every_s": report_every_s,
+        "num_threads": num_threads,
+        "run_tag": run_tag,
+        "report": report is not None,
+    }
+    with contextlib.ExitStack() as stack:
+        uid = None
+        if os.geteuid() == 0:
+            local = Path(checkpoint_dir) if checkpoint_dir and "://" not in checkpoint_dir else None
+            uid = stack.enter_context(claim_uid(job_id, local))
+        home = Path(tempfile.mkdtemp(prefix="orch-run-"))
+        stack.callback(shutil.rmtree, home, True)
+        if uid is not None:
+            os.chown(home, uid, uid)
+        return _supervise(init, home, uid, report, should_stop, fence)
+
+
+def _child_env(home: Path, uid: int | None, num_threads: int | None) -> dict[str, str]:
+    env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
+    # the worker's own import path, so the child imports the same torch and packages
+    # ("" is the worker's current folder, which the child, started elsewhere, must name)
+    paths = (p or os.getcwd() for p in sys.path)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if os.path.isdir(p))
+    env.update(HOME=str(home), TMPDIR=str(home), PYTHONNOUSERSITE="1")
+    # getpass.getuser() (torch.compile's cache folder) reads these before the passwd file,
+    # where a sandbox uid has no entry
+    env["USER"] = env["LOGNAME"] = f"orch-{uid}" if uid is not None else "orch-run"
+    if num_threads is not None:
+        env["OMP_NUM_THREADS"] = str(num_threads)
+    return env
+
+
+def _supervise(
+    init: dict[str, Any],
+    home: Path,
+    uid: int | None,
+    report: Callable[[dict[str, Any]], None] | None,
+    should_stop: Callable[[], bool],
+    fence: Callable[[], bool],
+) -> dict[str, Any]:
+    msg_r, msg_w = os.pipe()
+    ids: dict[str, Any] = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
+    try:
+        child = _spawn(
+            [sys.executable, "-m", "workers.sandbox", str(msg_w)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(msg_w,),
+            cwd=home,
+            env=_child_env(home, uid, init["num_threads"]),
+            start_new_session=True,  # a signal to the worker's group is not the child's
+            preexec_fn=die_with_worker(),  # nor does it outlive a killed worker
+            **ids,
+        )
+    finally:
+        os.close(msg_w)
+    if child is None:
+        raise SandboxError(
+            f"the job's user (uid {uid}) cannot run {sys.executable}: the Python install and "
+            "the packages it imports must be readable by other users (folders o+rx)"
+        )
+    assert child.stdin is not None and child.stdout is not None and child.stderr is not None
+    stdin = child.stdin
+    lock = threading.Lock()
+
+    def send(message: dict[str, Any]) -> None:
+        with lock, contextlib.suppress(OSError, ValueError):  # the child is gone already
+            stdin.write((json.dumps(message) + "\n").encode())
+            stdin.flush()
+
+    send(init)
+    done = threading.Event()
+    relays = [
+        threading.Thread(target=_relay, args=(child.stdout, sys.stdout), daemon=True),
+        threading.Thread(target=_relay, args=(child.stderr, sys.stderr), daemon=True),
+        threading.Thread(target=_watch, args=(send, should_stop, fence, done), daemon=True),
+    ]
+    for t in relays:
+        t.start()
+    outcome: dict[str, Any] = {}
+    try:
+        with os.fdopen(msg_r, "rb") as messages:
+            for message in _messages(messages):
+                if "report" in message and report is not None and fence():
+                    cleaned = clean_report(message["report"])
+                    if cleaned is not None:
+                        report(cleaned)
+                elif "result" in message or "error" in message:
+                    outcome = message
+        code = child.wait()
+    finally:
+        done.set()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for t in relays[:2]:
+            t.join(timeout=5)
+    return _outcome(outcome, code)
+
+
+def die_with_worker() -> Callable[[], None] | None:
+    """What a team's process runs before the command: ask Linux to kill it when the
+    worker thread that started it dies (``PR_SET_PDEATHSIG``). A worker killed at the end of a
+    stop's grace period, or lost with its node's Ray, would otherwise leave behind a process
+    that ignores stop requests, holding its GPU. Set after the switch to the job's uid (the
+    kernel clears it on a change of credentials); ``prctl`` is looked up here, before the
+    fork, so the child only calls it. ``None`` off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    pr_set_pdeathsig = 1
+
+    def arm() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+    return arm
+
+
+def _spawn(args: list[str], **kw: Any) -> subprocess.Popen[bytes] | None:
+    """``Popen(args, **kw)``, or ``None`` when the job's user may not run the interpreter."""
+    try:
+        return subprocess.Popen(args, **kw)
+    except PermissionError:
+        return None
+
+
+def _outcome(outcome: dict[str, Any], code: int) -> dict[str, Any]:
+    if isinstance(outcome.get("result"), dict):
+        return dict(outcome["result"])
+    error = outcome.get("error")
+    if isinstance(error, dict):
+        name, text = str(error.get("type"))[:100], str(error.get("message", ""))[:2000]
+        kind = _ERRORS.get(name)
+        err = kind(text) if kind is not None else SandboxError(f"{name}: {text}")
+        err.printed = True  # type: ignore[attr-defined]  # the child printed its traceback
+        raise err
+    raise SandboxError(f"the job's process exited with code {code} without a result")
+
+
+def _messages(stream: IO[bytes]) -> Iterator[dict[str, Any]]:
+    """The child's messages: JSON objects, one a line; anything else is skipped."""
+    while True:
+        line = stream.readline(MAX_MESSAGE_BYTES + 1)
+        if not line:
+            return
+        if len(line) > MAX_MESSAGE_BYTES:
+            while line and not line.endswith(b"\n"):  # drop the rest of the long line
+                line = stream.readline(MAX_MESSAGE_BYTES)
+            continue
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(message, dict):
+            yield message
+
+
+def _relay(source: IO[bytes], target: IO[str]) -> None:
+    """Copy the child's output line by line to the worker's stream (captured to the job's log
+    when the worker has a log sink)."""
+    for raw in iter(lambda: source.readline(64 * 1024), b""):
+        with contextlib.suppress(Exception):
+            target.write(raw.decode("utf-8", "replace"))
+            target.flush()
+
+
+def _watch(
+    send: Callable[[dict[str, Any]], None],
+    should_stop: Callable[[], bool],
+    fence: Callable[[], bool],
+    done: threading.Event,
+) -> None:
+    """Pass stop requests and a lost fence to the child until the run is over."""
+    stopped = fenced = False
+    while not done.wait(0.1):
+        if not stopped and should_stop():
+            stopped = True
+            send({"stop": True})
+        if not fenced and not fence():
+            fenced = True
+            send({"fenced": True})
+
+
+def clean_report(data: object) -> dict[str, Any] | None:
+    """A report from the team's process as the store may take it: a flat object of at most
+    128 keys, each a short name, with numbers (a non-finite one becomes ``None``), booleans,
+    ``None`` or short strings as values; ``None`` for anything else. The job id is the
+    worker's to add. (What it says is only ever about its own job.)"""
+    if not isinstance(data, dict) or len(data) > 128:
+        return None
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if not isinstance(key, str) or len(key) > 64 or key == "job_id":
+            return None
+        if value is None or isinstance(value, bool):
+            out[key] = value
+        elif isinstance(value, int | float):
+            out[key] = value if math.isfinite(value) else None  # a diverged loss: unknown
+        elif isinstance(value, str) and len(value) <= 256:
+            out[key] = value
+        else:
+            return None
+    return out
+
+
+def _uid_range() -> tuple[int, int]:
+    text = os.environ.get(UIDS_ENV, "")
+    first, sep, last = text.partition("-")
+    if sep and first.isdigit() and last.isdigit() and 0 < int(first) <= int(last):
+        return int(first), int(last)
+    return DEFAULT_UIDS
+
+
+@contextlib.contextmanager
+def claim_uid(
+    job_id: str, folder: Path | None = None, registry: Path | None = None
+) -> Iterator[int]:
+    """The uid the job's code runs as on this host while the block runs: the same for every
+    rank of the job here, and none other's at the same time. Claims live in a file under a
+    lock (``/run/orch-sandbox.json`` by default); a claim whose holders all died is taken back.
+
+    ``folder`` (the job's local checkpoint folder) belongs to that uid while any rank of the
+    job on this host holds the claim (see :func:`_lend`), and to the worker's user after.
+    """
+    registry = registry or Path("/run/orch-sandbox.json")
+    first, last = _uid_range()
+    me = os.getpid()
+    with _locked(registry) as claims:
+        live = {
+            uid: c
+            for uid, c in claims.items()
+            if any(_alive(pid) for pid in c["pids"]) and c["job"] != job_id
+        }
+        mine = next((int(u) for u, c in claims.items() if c["job"] == job_id), None)
+        if mine is None:
+            size = last - first + 1
+            start = zlib.crc32(job_id.encode()) % size
+            for i in range(size):
+                uid = first + (start + i) % size
+                if str(uid) not in live:
+                    mine = uid
+                    break
+            else:
+                raise SandboxError(f"every sandbox uid in {first}-{last} is taken ({UIDS_ENV})")
+        pids = [p for p in claims.get(str(mine), {}).get("pids", []) if _alive(p)] + [me]
+        live[str(mine)] = {"job": job_id, "pids": pids}
+        claims.clear()
+        claims.update(live)
+        if folder is not None:
+            _lend(folder, mine)
+    try:
+        yield mine
+    finally:
+        with _locked(registry) as claims:
+            claim = claims.get(str(mine))
+            if claim is not None and claim["job"] == job_id:
+                pids = list(claim["pids"])
+                if me in pids:  # one hold of this process (it may hold several)
+                    pids.remove(me)
+                claim["pids"] = [p for p in pids if _alive(p)]
+                if not claim["pids"]:
+                    del claims[str(mine)]
+                    if folder is not None and folder.is_dir():
+                        _chown_tree(folder, os.geteuid(), os.getegid())
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[dict[str, Any]]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "r+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            claims = json.loads(fh.read() or "{}")
+        except ValueError:
+            claims = {}
+        yield claims
+        fh.seek(0)
+        fh.truncate()
+        fh.write(json.dumps(claims))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _lend(folder: Path, uid: int) -> None:
+    """Give the job's checkpoint folder to its uid (0700: no other uid's); it goes back to the
+    worker's user when the job's last rank here ends, so the next job that gets this uid cannot
+    read it. Its parents that the worker's user owns get search permission for others (never
+    read): the child can reach its folder by name but list nothing on the way."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for parent in folder.parents:
+        st = parent.stat()
+        if not st.st_mode & 0o001 and st.st_uid == os.geteuid():  # else: the operator's layout
+            os.chmod(parent, (st.st_mode & 0o7777) | 0o001)
+    _chown_tree(folder, uid)
+
+
+def _chown_tree(folder: Path, uid: int, gid: int | None = None) -> None:
+    """Give ``folder`` and what is in it to ``uid``, never following a link (a link the team's
+    code left there must not make root give away what it points to)."""
+    gid = uid if gid is None else gid
+    os.chown(folder, uid, gid, follow_symlinks=False)
+    os.chmod(folder, 0o700)
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        for name in (*dirs, *files):
+            with contextlib.suppress(FileNotFoundError):
+                os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)
+
+
+# -- the child's side -------------------------------------------------------------------------
+
+
+def _child_main(msg_fd: int) -> int:
+    """Run the harness as the worker asked on stdin; answer on ``msg_fd`` (see the module doc)."""
+    messages = os.fdopen(msg_fd, "w", buffering=1)
+    write_lock = threading.Lock()
+
+    def say(message: dict[str, Any]) -> None:
+        with write_lock:
+            messages.write(json.dumps(message, default=str) + "\n")
+
+    init = json.loads(sys.stdin.readline())
+    stop, deposed = threading.Event(), threading.Event()
+
+    def listen() -> None:
+        for line in sys.stdin:
+            with contextlib.suppress(ValueError):
+                message = json.loads(line)
+                if message.get("stop"):
+                    stop.set()
+                if message.get("fenced"):
+                    deposed.set()
+
+    threading.Thread(target=listen, daemon=True).start()
+    try:
+        from workers.config import HarnessConfig
+        from workers.harness import Harness
+
+        harness = Harness(
+            HarnessConfig.from_dict(init["config"]),
+            rank=init["rank"],
+            world_size=init["world_size"],
+            init_method=init["init_method"],
+            checkpoint_dir=init["checkpoint_dir"],
+            report=(lambda r: say({"report": r})) if init["report"] else None,
+            report_every_s=init["report_every_s"],
+            should_stop=stop.is_set,
+            num_threads=init["num_threads"],
+            fence=lambda: not deposed.is_set(),
+            run_tag=init["run_tag"],
+        )
+        say({"result": harness.run().to_dict()})
+    except Exception as err:
+        import traceback
+
+        traceback.print_exc()
+        say({"error": {"type": type(err).__name__, "message": f"{err}"}})
+        return 1
+    finally:
+        time.sleep(0)  # let the report writer's last line out before the pipe closes
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(int(sys.argv[1])))

@@ -1,0 +1,311 @@
+"""Serving a forward-only workload: real forward passes under the batcher of
+:mod:`workers.serving`, as a load test (:func:`load_test`, on the virtual clock) or as a job's
+live service (:class:`ServeRun`, on the wall clock).
+
+Each batch the batcher sends is a real forward pass of the workload's model on that many
+samples (made before the clock starts: a request arrives with its input, so making it is not
+serving it), under ``torch.inference_mode`` and the run's precision, timed with the device
+synchronised; that time is the batch's service time on the virtual clock (see
+:mod:`workers.serving` for why the clock is virtual and what that assumes). ``warmup`` forward
+passes at each batch size the batcher may send run first, untimed, so the first requests do not
+pay for allocator and kernel warm-up the rest never see.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from workers.devices import to_device
+from workers.errors import HarnessConfigError
+from workers.latency import LatencySketch
+from workers.optimizations import autocast_context
+from workers.result import RunResult
+from workers.runstats import PeakMemory
+from workers.serving import ServeTrace, parse_trace, poisson_arrivals, serve
+from workers.window import RecentSteps
+from workers.workloads.base import Workload
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from contextlib import AbstractContextManager
+
+    from workers.config import HarnessConfig
+
+
+class Replica(Protocol):
+    """What a service run reads of the harness that built it (``workers.harness.Harness``:
+    named by its shape, so this module does not import the harness that dispatches to it)."""
+
+    config: HarnessConfig
+    rank: int
+    world_size: int
+    device: torch.device
+    workload: Workload
+    _report: Callable[[dict[str, Any]], None] | None
+    _report_every_s: float
+    _should_stop: Callable[[], bool]
+    _fence: Callable[[], bool]
+    _autocast: Callable[[], AbstractContextManager[Any]]
+
+    @property
+    def model(self) -> torch.nn.Module: ...
+
+
+__all__ = ["Replica", "ServeRun", "load_test", "serve_arrivals"]
+
+log = logging.getLogger(__name__)
+
+
+def load_test(
+    workload: Workload,
+    arrivals: Sequence[float],
+    *,
+    max_batch: int,
+    max_delay_s: float | None,
+    replicas: int = 1,
+    timeout_s: float | None = None,
+    device: torch.device | None = None,
+    precision: str = "fp32",
+    warmup: int = 2,
+) -> ServeTrace:
+    """Serve ``arrivals`` with ``workload``'s model (see the module doc).
+
+    ``replicas`` are identical copies of the server measured here: one process times the
+    forward pass, and each replica (one per GPU in a placed service) takes that long.
+
+    Raises:
+        HarnessConfigError: a training workload (a service answers with forward passes only),
+            or a batcher setting out of range.
+    """
+    if workload.train:
+        raise HarnessConfigError("a load test needs a forward-only workload (train=False)")
+    device = device or torch.device("cpu")
+    model = workload.model.to(device).eval()
+    autocast = autocast_context(precision, device)
+    inputs = {n: to_device(workload.make_batch(0, n), device) for n in range(1, max_batch + 1)}
+
+    def forward(n: int) -> float:
+        batch = inputs[n]
+        _sync(device)
+        t0 = time.perf_counter()
+        with torch.inference_mode(), autocast():
+            workload.loss(model, batch)
+        _sync(device)
+        return time.perf_counter() - t0
+
+    for n in range(1, max_batch + 1):
+        for _ in range(warmup):
+            forward(n)
+    return serve(
+        arrivals,
+        forward,
+        max_batch=max_batch,
+        max_delay_s=max_delay_s,
+        replicas=replicas,
+        timeout_s=timeout_s,
+    )
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def serve_arrivals(settings: dict[str, Any], duration_s: float, seed: int) -> list[float]:
+    """The arrival times a service's settings give over ``duration_s``: its trace (repeated
+    to cover the duration), or a Poisson stream at ``rate_rps``."""
+    trace = settings.get("trace")
+    if trace is None:
+        return poisson_arrivals(float(settings["rate_rps"]), duration_s, seed)
+    times = parse_trace("\n".join(str(t) for t in trace))
+    period = max(times[-1], 1e-3)
+    out: list[float] = []
+    k = 0
+    while k * period < duration_s:
+        out.extend(t + k * period for t in times if t + k * period < duration_s)
+        k += 1
+    return out
+
+
+class ServeRun:
+    """One rank of a live service: the job's replica on this rank's GPU.
+
+    Each rank is one replica with its own batcher, serving the requests ``i`` with
+    ``i % world_size == rank`` of the job's arrival stream (a random split of a Poisson stream
+    is a Poisson stream at the rate over the replicas: a balancer routing at random). Its
+    figures are request latencies, arrival to answer; its throughput is requests answered per
+    second (one request is one sample). It has nothing to checkpoint: a stopped service starts
+    again with a fresh stream. Reports carry the harness's keys (so ``orch show``, the SLA
+    verdict and the guard read a service as any job) plus ``queue_p95_ms``, ``mean_batch``,
+    ``offered_rps`` and ``dropped``.
+    """
+
+    def __init__(self, h: Replica) -> None:
+        if h.workload.train:
+            raise HarnessConfigError(
+                f"a service answers with forward passes: {h.config.workload!r} is a training "
+                "workload (a service needs one with train=False, such as infer)"
+            )
+        self.h = h
+        cfg = h.config
+        settings = dict(cfg.serve or {})
+        self.max_delay_s = settings.get("max_delay_s")
+        self.timeout_s = settings.get("timeout_s")
+        duration = float(cfg.duration_s or 0.0)
+        every = serve_arrivals(settings, duration, cfg.seed)
+        self.arrivals = [t for i, t in enumerate(every) if i % h.world_size == h.rank]
+        self.duration_s = duration
+        self.latency = LatencySketch()
+        self.queue = LatencySketch()
+        self.recent = RecentSteps()  # requests answered in the last seconds: the guard's
+        self.served = self.dropped = self.batches = self.batched = 0
+        self.first_step_at: float | None = None
+        self.last_report = -math.inf
+        self.started = 0.0
+        self.peak = PeakMemory(h.device)
+
+    def execute(self) -> RunResult:
+        """Serve the stream on the wall clock until its end, a stop, or a lost fence."""
+        h = self.h
+        self.peak.reset()
+        model = h.model.eval()
+        mb = h.config.micro_batch
+        inputs = {n: to_device(h.workload.make_batch(0, n), h.device) for n in range(1, mb + 1)}
+        status = ["finished"]
+
+        def forward(n: int) -> float:
+            _sync(h.device)
+            t0 = time.perf_counter()
+            with torch.inference_mode(), h._autocast():
+                h.workload.loss(model, inputs[n])
+            _sync(h.device)
+            return time.perf_counter() - t0
+
+        for n in range(1, mb + 1):  # warm-up, as a load test does
+            forward(n)
+        self.started = time.perf_counter()
+
+        def clock() -> float:
+            return time.perf_counter() - self.started
+
+        def wait_until(t: float) -> bool:
+            while True:
+                if not h._fence():
+                    status[0] = "fenced"
+                    return False
+                if h._should_stop():
+                    status[0] = "stopped"
+                    return False
+                left = t - clock()
+                if left <= 0:
+                    return True
+                time.sleep(min(left, 0.05))
+
+        serve(
+            self.arrivals,
+            forward,
+            max_batch=mb,
+            max_delay_s=self.max_delay_s,
+            timeout_s=self.timeout_s,
+            clock=clock,
+            wait_until=wait_until,
+            on_batch=self._took,
+        )
+        if status[0] != "fenced":
+            self._emit(status[0])
+        return self._result(status[0])
+
+    def _took(self, trace: ServeTrace) -> None:
+        """A batch was answered: its requests into the figures (the trace keeps none)."""
+        now = time.perf_counter()
+        for lat, q in zip(trace.latency_ms, trace.queue_ms, strict=True):
+            self.latency.add(lat)
+            self.queue.add(q)
+            self.recent.add(now, lat / 1000.0, 1)
+        self.served += len(trace.latency_ms)
+        self.dropped = trace.dropped
+        self.batches += 1
+        self.batched += trace.batches[-1]
+        trace.latency_ms.clear()
+        trace.queue_ms.clear()
+        trace.batches.clear()
+        if self.first_step_at is None:
+            self.first_step_at = time.time()
+        if now - self.last_report >= self.h._report_every_s:
+            self._emit("running")
+
+    def _figures(self) -> dict[str, Any]:
+        now = time.perf_counter()
+        elapsed = now - self.started
+        window = self.recent.summary(now)
+        # the window's rate is requests answered over the window's span, not over their
+        # latencies (which overlap while requests queue)
+        span = min(self.recent.window_s, elapsed)
+        answered = int(window["window_steps"] or 0)
+        window["window_samples_per_s"] = answered / span if span > 0 else None
+        return {
+            "p50_ms": self.latency.quantile(0.50),
+            "p95_ms": self.latency.quantile(0.95),
+            "p99_ms": self.latency.quantile(0.99),
+            "samples_per_s": self.served / elapsed if elapsed > 0 else None,
+            "tokens_per_s": None,
+            "measured_steps": self.served,
+            "queue_p95_ms": self.queue.quantile(0.95),
+            "mean_batch": self.batched / self.batches if self.batches else None,
+            "offered_rps": len(self.arrivals) / self.duration_s if self.duration_s else None,
+            "dropped": self.dropped,
+            **window,
+        }
+
+    def _emit(self, status: str) -> None:
+        h = self.h
+        self.last_report = time.perf_counter()
+        if h._report is None:
+            return
+        report = {
+            "status": status,
+            "step": self.batches,
+            "total_steps": None,
+            "elapsed_s": time.perf_counter() - self.started,
+            "loss": None,
+            "device": str(h.device),
+            "rank": h.rank,
+            "world_size": h.world_size,
+            "global_batch": h.config.micro_batch,
+            "warmup_steps": 0,
+            "first_step_at": self.first_step_at,
+            "time_left_s": max(0.0, self.duration_s - (time.perf_counter() - self.started)),
+            "peak_mem_mb": self.peak.peak_mb(),
+            **self._figures(),
+        }
+        try:
+            h._report(report)
+        except Exception:  # a failing metrics sink (Redis briefly down) must not stop it
+            log.warning("report callback failed; the service goes on", exc_info=True)
+
+    def _result(self, status: str) -> RunResult:
+        names = {f.name for f in dataclasses.fields(RunResult)}
+        figures = {k: v for k, v in self._figures().items() if k in names}
+        return RunResult(
+            status=status,
+            steps_done=self.batches,
+            resumed_from_step=None,
+            loss=None,
+            **figures,
+            peak_mem_mb=self.peak.peak_mb(),
+            warmup_steps=0,
+            elapsed_s=time.perf_counter() - self.started,
+            device=str(self.h.device),
+            world_size=self.h.world_size,
+            global_batch=self.h.config.micro_batch,
+            param_fingerprint=0.0,  # a service trains nothing: no parameters to compare
+            first_step_at=self.first_step_at,
+            forward_only=True,
+        )
