@@ -281,8 +281,8 @@ def gc(
     ] = False,
 ) -> None:
     """Remove ended jobs (finished, failed, cancelled) older than the retention age: records,
-    events, metrics, logs, tuning studies, checkpoints and index entries. Jobs not ended are
-    never touched.
+    events, metrics, logs, tuning studies, checkpoints and index entries; then the command
+    jobs' working directories no job left names. Jobs not ended are never touched.
     """
     # An ended job's keys also expire by themselves after the retention age; this removes what
     # cannot (index entries, the study in the shared Optuna journal) and, with --older-than,
@@ -305,6 +305,7 @@ def gc(
         journal=journal,
         study_name=study_name,
         checkpoints=settings.checkpoint_dir,
+        working_dirs=store.working_dirs,
     )
     if dry_run:
         for job_id in report.removed:
@@ -312,7 +313,8 @@ def gc(
         console.print(
             f"would remove {len(report.removed)} ended job(s) older than "
             f"{format_duration(age_s)} and the "
-            f"leftovers of {len(report.expired)} expired one(s); {report.kept} kept"
+            f"leftovers of {len(report.expired)} expired one(s); {report.kept} kept; "
+            f"{len(report.working_dirs)} working dir(s) no job names"
         )
         return
     who = Principal.local()
@@ -331,7 +333,8 @@ def gc(
     console.print(
         f"removed {len(report.removed)} ended job(s) and the leftovers of "
         f"{len(report.expired)} expired one(s) ({report.keys} keys, {report.studies} "
-        f"studies, {report.checkpoints} checkpoint folders); {report.kept} kept"
+        f"studies, {report.checkpoints} checkpoint folders, {len(report.working_dirs)} "
+        f"working dirs); {report.kept} kept"
     )
     for problem in report.checkpoint_errors:
         console.print(f"kept, its checkpoint could not be deleted: {problem}", highlight=False)

@@ -43,6 +43,7 @@ class Keys:
         ns:logs:{id}:{rank}        stream  one rank's stdout and stderr lines {s, l}, capped
         ns:teams                   string  the team config (JSON)
         ns:workdir:{digest}        string  a command job's working directory (zip, base64)
+        ns:workdirs                zset    every stored working directory, score = last stored
         ns:scheduler:lease         string  owner of the scheduler lease, with a TTL
         ns:pool                    string  the pool view the scheduler publishes (JSON), TTL
         ns:pool:history            stream  the pool's use over time (GPUs, used, per team)
@@ -138,6 +139,12 @@ class Keys:
     def working_dir(self, digest: str) -> str:
         """A command job's packed working directory, by content digest (``sha256:...``)."""
         return self.key("workdir", digest)
+
+    @property
+    def working_dirs(self) -> str:
+        """The stored working directories' digests, scored by when each was last stored (the
+        Redis clock): ``orch gc`` removes those no job names (``store/workdirs.py``)."""
+        return self.key("workdirs")
 
     @property
     def teams(self) -> str:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from orchestrator.storage import StorageLocation
     from orchestrator.store.logs import LogStore
     from orchestrator.store.tuning import StudyJournal
+    from orchestrator.store.workdirs import WorkingDirStore
 
 __all__ = ["JOURNAL_GRACE_S", "GcReport", "RetentionStore", "job_keys"]
 
@@ -95,6 +96,8 @@ class GcReport:
         checkpoints: checkpoint folders deleted.
         checkpoint_errors: ``job id: why`` for each checkpoint folder that could not be
             deleted (that job is kept, for the next sweep).
+        working_dirs: digests of the command jobs' working directories removed: no job left
+            names them (:meth:`WorkingDirStore.sweep`; on a dry run, those no job names now).
     """
 
     expired: list[str] = field(default_factory=list)
@@ -105,6 +108,7 @@ class GcReport:
     journal_aged: int = 0
     checkpoints: int = 0
     checkpoint_errors: list[str] = field(default_factory=list)
+    working_dirs: list[str] = field(default_factory=list)
 
     @property
     def gone(self) -> list[str]:
@@ -141,6 +145,7 @@ class RetentionStore(KeyFamily):
         journal: StudyJournal | None = None,
         study_name: Callable[[str], str] | None = None,
         checkpoints: StorageLocation | None = None,
+        working_dirs: WorkingDirStore | None = None,
     ) -> GcReport:
         """Remove the leftovers of expired jobs and every ended job older than ``older_than_s``
         (since it ended, by the Redis clock), with their studies in ``journal`` (the study of
@@ -154,6 +159,8 @@ class RetentionStore(KeyFamily):
             study_name: the study of a job id (required with ``journal``).
             checkpoints: the namespace's checkpoint root (job ``j``'s folder is
                 ``checkpoints / j``); ``None``: leave checkpoints alone.
+            working_dirs: the namespace's working directories, swept after the jobs (those
+                no job left names go); ``None``: leave them alone.
         """
         seconds, micros = self._client.time()
         cutoff = seconds + micros / 1e6 - older_than_s
@@ -162,6 +169,8 @@ class RetentionStore(KeyFamily):
         for start in range(0, len(ids), _BATCH):
             self._classify(ids[start : start + _BATCH], cutoff, report)
         if dry_run:
+            if working_dirs is not None:
+                report.working_dirs = working_dirs.sweep(dry_run=True)
             return report
         if checkpoints is not None:
             self._remove_checkpoints(checkpoints, report)
@@ -171,6 +180,8 @@ class RetentionStore(KeyFamily):
         if journal is not None and study_name is not None:
             report.studies = journal.delete_studies(study_name(j) for j in gone)
             report.journal_aged = self._age_journal(journal)
+        if working_dirs is not None:
+            report.working_dirs = working_dirs.sweep()
         return report
 
     def _classify(self, ids: builtins.list[str], cutoff: float, report: GcReport) -> None:

@@ -16,10 +16,12 @@ import pytest
 import redis
 
 from orchestrator.config import DEFAULT_RETENTION_S, Settings, format_duration, parse_duration
+from orchestrator.spec import parse_spec
 from orchestrator.storage import StorageLocation
 from orchestrator.store import JobStore
 from orchestrator.store.retention import job_keys
 from orchestrator.store.states import JobState
+from orchestrator.store.workdirs import GRACE_S
 from orchestrator.tuner.study import study_name
 from tests.orchestrator.test_store import make_spec
 
@@ -136,6 +138,47 @@ def test_an_expired_job_leaves_nothing_behind_after_gc(
         assert store.get(active).state is S.QUEUED
     finally:
         store.delete_namespace()
+
+
+def _command_job(store: JobStore, digest: str) -> str:
+    spec = {
+        "name": "own",
+        "team": "t",
+        "class": "bulk",
+        "workload": {"command": ["python", "train.py"], "working_dir": digest},
+        "sla": {"throughput": {"min_samples_per_s": 1}},
+        "run": {"steps": 5},
+    }
+    return store.submit(parse_spec(spec)).id
+
+
+def test_gc_removes_a_working_dir_with_the_last_job_naming_it_and_after_its_grace(
+    store: JobStore, redis_client: redis.Redis
+) -> None:
+    named = store.working_dirs.put(b"zip of the job's folder")
+    orphan = store.working_dirs.put(b"a folder uploaded, its submission refused")
+    fresh = store.working_dirs.put(b"a folder uploaded a moment ago")
+    job_id = _command_job(store, named)
+    long_ago = float(redis_client.time()[0]) - 2 * GRACE_S
+    redis_client.zadd(store.keys.working_dirs, {named: long_ago, orphan: long_ago})
+
+    dry = store.retention.sweep(30 * DAY, dry_run=True, working_dirs=store.working_dirs)
+    assert dry.working_dirs == [orphan] and store.working_dirs.exists(orphan)
+    report = store.retention.sweep(30 * DAY, working_dirs=store.working_dirs)
+    assert report.working_dirs == [orphan] and not store.working_dirs.exists(orphan)
+    assert store.working_dirs.get(named) == b"zip of the job's folder"  # its job is held
+    assert store.working_dirs.exists(fresh)  # within its grace: its submission may be coming
+
+    store.transition(job_id, S.CANCELLED)
+    now = float(redis_client.time()[0])
+    redis_client.hset(store.keys.job(job_id), "updated_at", f"{now - 31 * DAY:.6f}")
+    report = store.retention.sweep(30 * DAY, working_dirs=store.working_dirs)
+    assert report.removed == [job_id] and report.working_dirs == [named]
+    assert not store.working_dirs.exists(named)
+    assert redis_client.zrange(store.keys.working_dirs, 0, -1) == [fresh]
+    # stored again (the same folder submitted again): a new grace period, the same digest
+    assert store.working_dirs.put(b"zip of the job's folder") == named
+    assert store.retention.sweep(30 * DAY, working_dirs=store.working_dirs).working_dirs == []
 
 
 def test_gc_deletes_the_studies_of_the_jobs_it_removes(
