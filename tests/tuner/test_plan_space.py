@@ -104,3 +104,25 @@ def test_the_gpu_memory_comes_from_the_workers_probe() -> None:
     assert DeviceCaps.from_facts(facts).memory_bytes == 8e10
     assert DeviceCaps.from_facts({**facts, "memory_bytes": None}).memory_bytes is None
     assert DeviceCaps.from_facts({"kind": "cpu", "count": 0}).memory_bytes is None
+
+
+def test_what_was_left_out_is_shown_with_the_tuning() -> None:
+    from rich.console import Console
+
+    from orchestrator.cli.tune import show_tuning
+
+    s = _space({"tp": [1, 3], "pp": [1, 2], "zero": [2, 3]}, _gpu(10.0 * P))
+    report = {
+        "status": "feasible",
+        "goal": "throughput",
+        "cache": "miss",
+        "trials": 0,
+        "profiling_s": 0.0,
+        "stopped": "budget",
+        "dropped": list(s.dropped),
+    }
+    console = Console(record=True, width=400)
+    console.print(show_tuning(report))
+    text = console.export_text()
+    assert "left out of the search: tp 3 x pp 1 left out: tuning.bounds.plan.tp must divide" in text
+    assert "(allowed: 1, 2, 4)" in text and "over the GPU's" in text
