@@ -409,14 +409,15 @@ class SearchSpace:
         else:
             gpus = int(trial.suggest_categorical("gpus", list(self.gpus)))
         lay = Config(1, gpus=gpus)
-        if gpus > 1 and self.plans is None:
+        if gpus > 1 and not self._per_count:
             lay = Config(
                 1,
                 gpus=gpus,
                 sharding=str(trial.suggest_categorical("sharding", list(self.shardings))),
             )
         elif gpus > 1:
-            # the plans that fit this GPU count, a parameter per count (its choices differ)
+            # the plans (or shardings) that fit this GPU count, a parameter per count (its
+            # choices differ)
             layouts = {_plan_label(c): c for c in self.layouts(gpus)}
             lay = layouts[str(trial.suggest_categorical(_plan_param(gpus), list(layouts)))]
         r = lay.replicas  # the batch splits over the replicas
@@ -443,6 +444,12 @@ class SearchSpace:
             loader=str(trial.suggest_categorical("loader", list(self.loaders))),
         )
 
+    @property
+    def _per_count(self) -> bool:
+        """Whether the layouts differ by GPU count (plans, or shardings some counts lose to
+        memory), so Optuna gets one layout parameter per count."""
+        return self.plans is not None or bool(self.excluded)
+
     def params(self, config: Config) -> dict[str, Any]:
         """The Optuna parameters of ``config`` (for ``study.enqueue_trial``)."""
         p = config.to_dict()
@@ -451,7 +458,7 @@ class SearchSpace:
         p["loader"] = config.loader  # suggested on every trial
         if config.gpus == 1:
             del p["sharding"]
-        elif self.plans is not None:
+        elif self._per_count:
             del p["sharding"]
             p[_plan_param(config.gpus)] = _plan_label(config)
         if self.global_batches is not None:

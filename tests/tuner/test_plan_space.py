@@ -126,3 +126,19 @@ def test_what_was_left_out_is_shown_with_the_tuning() -> None:
     text = console.export_text()
     assert "left out of the search: tp 3 x pp 1 left out: tuning.bounds.plan.tp must divide" in text
     assert "(allowed: 1, 2, 4)" in text and "over the GPU's" in text
+
+
+def test_optuna_suggests_only_layouts_that_fit() -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    s = _space(None, _gpu(10.0 * P))  # DDP fits nowhere, FSDP on 2 and 4 GPUs
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    for _ in range(20):
+        trial = study.ask()
+        c = s.suggest(trial)
+        assert s.contains(c) and c.sharding == "fsdp", c
+        study.tell(trial, float(c.micro_batch))
+    target = next(c for c in s.configs() if c.gpus == 4)
+    study.enqueue_trial(s.params(target))
+    assert s.suggest(study.ask()) == target
