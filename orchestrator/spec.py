@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -26,6 +26,9 @@ from orchestrator.inputs import NAME_PATTERN as NAME_PATTERN  # for orchestrator
 from orchestrator.inputs import Name, describe_errors, load_document
 from orchestrator.loader_spec import LoaderSpec
 from workers.workloads.registry import BUILTIN_WORKLOADS
+
+if TYPE_CHECKING:
+    from workers.parallel.plan import ModelShape
 
 JobClass = Literal["bulk", "interactive"]
 Precision = Literal["fp32", "bf16", "fp16"]
@@ -494,6 +497,7 @@ class JobSpec(_Model):
         problems += self._batch_problems()
         problems += self._serve_problems()
         problems += self._plan_problems()
+        problems += self._plan_bounds_problems()
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -530,15 +534,79 @@ class JobSpec(_Model):
 
     def _plan_problems(self) -> list[str]:
         """A plan's degrees multiply to the GPU count; it is for a training workload the
-        harness runs (whether the model splits so is the harness's check, at start)."""
+        harness runs; and it splits a built-in model as the harness's rule allows
+        (``workers.parallel.plan.split_problems``: what the harness refuses at start is
+        refused here). A user workload's model is checked at start."""
         if self.run.plan is None:
             return []
-        from workers.parallel.plan import Plan
+        from workers.parallel.plan import Plan, split_problems
 
-        problems = Plan(**self.run.plan.model_dump()).problems(world=self.gpus, where="run.plan")
+        plan = Plan(**self.run.plan.model_dump())
+        problems = plan.problems(world=self.gpus, where="run.plan")
         if self.serve is not None or self.workload.command is not None:
             problems.append("run.plan applies to a training workload the harness runs")
+        shape = self.model_shape()
+        if shape is not None:
+            problems += split_problems(
+                plan, shape, where="run.plan", workload=f"{self.workload.name!r}"
+            )
         return problems
+
+    def _plan_bounds_problems(self) -> list[str]:
+        """``tuning.bounds.plan`` must hold a plan that can run: one that splits the built-in
+        model (the harness's rule) on a GPU count the job may be tuned on. Plans of it that
+        cannot are left out of the search space, each with its reason
+        (``orchestrator.tuner.space``)."""
+        pb = self.tuning.bounds.plan
+        lo, hi = self.tuning_gpus()
+        if pb is None or hi <= 1 or lo > hi:
+            return []  # one GPU runs no plan: the bound is moot
+        reasons: list[str] = []
+        for tp in sorted(set(pb.tp)):
+            for pp in sorted(set(pb.pp)):
+                p = self._bound_plan_problems(tp, pp, sorted(set(pb.zero)), lo, hi)
+                if not p:
+                    return []
+                reasons += p
+        return [f"no plan of tuning.bounds.plan can run: {r}" for r in dict.fromkeys(reasons)]
+
+    def _bound_plan_problems(
+        self, tp: int, pp: int, zeros: list[int], lo: int, hi: int
+    ) -> list[str]:
+        """Why no plan of ``tp x pp`` model ranks (ZeRO stage one of ``zeros``) can run the job
+        on ``lo`` to ``hi`` GPUs (empty when one can)."""
+        from workers.parallel.plan import Plan, split_problems
+
+        shape = self.model_shape()
+        if shape is not None:
+            name = f"{self.workload.name!r}"
+            p = split_problems(Plan(tp=tp, pp=pp), shape, where="tuning.bounds.plan", workload=name)
+            if p:
+                return p
+        if any(Plan.on(g, tp, pp, z) for z in zeros for g in range(lo, hi + 1)):
+            return []
+        return [
+            f"tuning.bounds.plan: tp {tp} x pp {pp} (zero {zeros}) is a plan for no GPU count "
+            f"within [{lo}, {hi}] (resources.gpus, tuning.bounds.gpus)"
+        ]
+
+    def model_shape(self) -> ModelShape | None:
+        """The shape of the job's built-in model (``None``: a user's, or arguments the worker
+        will refuse)."""
+        if self.workload.name is None:
+            return None
+        from workers.workloads.shapes import builtin_shape
+
+        return builtin_shape(self.workload.name, self.workload.args)
+
+    def tuning_gpus(self) -> tuple[int, int]:
+        """The GPU counts the tuner may try: ``resources.gpus`` within ``tuning.bounds.gpus``
+        (before the tuning gang's size narrows them)."""
+        lo, hi = self.resources.gpus.min, self.resources.gpus.upper
+        b = self.tuning.bounds.gpus
+        if b is not None:
+            lo, hi = max(lo, b.min), min(hi, b.max)
+        return lo, hi
 
     def _batch_problems(self) -> list[str]:
         """The global batch range must hold the job's own batch; ``script`` needs the job's

@@ -12,7 +12,8 @@ __all__ = ["device_facts", "device_uuid", "resolve_device", "to_device"]
 def device_facts() -> dict[str, object]:
     """What this process can run on, as plain data the control plane can read without torch:
     ``kind`` (``cpu`` or ``cuda``), ``name`` (the GPU model or ``cpu``), ``major`` (CUDA compute
-    capability, 0 on a CPU) and ``count`` (visible CUDA devices)."""
+    capability, 0 on a CPU), ``count`` (visible CUDA devices) and, on CUDA, ``memory_bytes``
+    (the first device's total memory: the tuner leaves out plans whose model state exceeds it)."""
     if not torch.cuda.is_available():
         return {"kind": "cpu", "name": "cpu", "major": 0, "count": 0}
     major, _ = torch.cuda.get_device_capability(0)
@@ -21,6 +22,7 @@ def device_facts() -> dict[str, object]:
         "name": torch.cuda.get_device_name(0),
         "major": int(major),
         "count": torch.cuda.device_count(),
+        "memory_bytes": int(torch.cuda.get_device_properties(0).total_memory),
     }
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:
@@ -218,6 +219,7 @@ def show_tuning(report: dict[str, Any], profile: dict[str, Any] | None = None) -
         lines.append(f"prediction error after the run: {errs}")
     if not report.get("run", True):
         lines.append("[yellow]not run: the SLA is infeasible (set tuning.best_effort to run)[/]")
+    lines += [f"left out of the search: {escape(reason)}" for reason in report.get("dropped", [])]
     return Group(*parts, *lines)
 
 

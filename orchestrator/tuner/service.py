@@ -44,6 +44,8 @@ class TuneReport:
             similar job's configs), ``miss``, or ``off``.
         run: whether the job should run: the SLA is feasible, or the user accepts best effort.
         study: the Optuna study name.
+        dropped: the plans and layouts the bounds allow that were left out of the search, each
+            with its reason (``SearchSpace.dropped``).
     """
 
     job: str
@@ -51,6 +53,7 @@ class TuneReport:
     cache: CacheStatus
     run: bool
     study: str
+    dropped: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON data for ``orch show``."""
@@ -73,6 +76,7 @@ class TuneReport:
             "cache": self.cache,
             "run": self.run,
             "study": self.study,
+            "dropped": list(self.dropped),
             "trials_table": trials,
         }
 
@@ -152,6 +156,8 @@ def tune_spec(
         )
     caps = caps or evaluator.caps
     space = space_for(spec, caps, forward_only=_forward_only(evaluator))
+    for reason in space.dropped:
+        log.info("tuning %s: %s", job, reason)
     goal = Goal.from_spec(spec)
     chosen_strategy = STRATEGIES.create(strategy, seed=spec.run.seed)
     descriptor = describe(spec.workload.ref, dict(spec.workload.args), caps, space)
@@ -222,7 +228,12 @@ def tune_spec(
     chosen = result.chosen.config if result.chosen else None
     store.profiles.save(job, build_profile(result.history, chosen))
     report = TuneReport(
-        job, result, status, result.status == "feasible" or spec.tuning.best_effort, name
+        job,
+        result,
+        status,
+        result.status == "feasible" or spec.tuning.best_effort,
+        name,
+        space.dropped,
     )
     store.tune_reports.save(job, report.to_dict())
     return report

@@ -169,6 +169,8 @@ class DeviceCaps:
             needs a C++ toolchain and its compile time dwarfs a short profiling run).
         max_micro_batch: the default upper end of the micro-batch ladder.
         gpus_per_node: GPUs of one node (gradient sync is slower across nodes).
+        memory_bytes: each GPU's memory, as the probe read it (``None``: unknown, as on CPU
+            slots): layouts whose model state per rank exceeds it are left out of the space.
     """
 
     name: str = "cpu"
@@ -179,6 +181,7 @@ class DeviceCaps:
     compile: bool = False
     max_micro_batch: int = 256
     gpus_per_node: int = 8
+    memory_bytes: float | None = None
 
     @classmethod
     def detect(cls, *, max_gpus: int | None = None) -> DeviceCaps:
@@ -222,6 +225,7 @@ class DeviceCaps:
             compile=True,
             max_micro_batch=1024,
             gpus_per_node=gpus_per_node or max(1, count),
+            memory_bytes=float(facts["memory_bytes"]) if facts.get("memory_bytes") else None,
         )
 
 
@@ -250,6 +254,9 @@ class SearchSpace:
     starts crossing nodes. ``plans``: when set, the ``(tp, pp, zero)`` choices of a config on
     more than one GPU (each where ``tp x pp`` divides the GPUs and the plan is valid: see
     :func:`plan_fits`), in place of ``shardings``; the batch splits then count replicas.
+    ``excluded``: layouts (:func:`layout_key`) that cannot run, left out on every GPU count
+    (their model state does not fit the GPU: :mod:`orchestrator.tuner.plan_space`);
+    ``dropped``: why each plan or layout the bounds allow was left out (for the report).
     """
 
     micro_batches: tuple[int, ...]
@@ -263,6 +270,8 @@ class SearchSpace:
     gpus_per_node: int = 8
     global_batches: tuple[int, ...] | None = None
     plans: tuple[tuple[int, int, int], ...] | None = None
+    excluded: frozenset[tuple[int, int, int, int]] = frozenset()
+    dropped: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in DIMENSIONS:
@@ -295,16 +304,8 @@ class SearchSpace:
 
     def layouts(self, gpus: int) -> list[Config]:
         """How ``gpus`` GPUs may share the model, as configs at micro-batch 1 (the sharding,
-        or with ``plans`` the plans that fit), one per distinct layout."""
-        if self.plans is None or gpus == 1:
-            found = [Config(1, gpus=gpus, sharding=s) for s in self.shardings]
-        else:
-            found = [
-                Config(1, gpus=gpus, tp=tp, pp=pp, zero=z)
-                for tp, pp, z in self.plans
-                if plan_fits(gpus, tp, pp, z)
-            ]
-        return list(dict.fromkeys(found))
+        or with ``plans`` the plans that fit), one per distinct layout, less ``excluded``."""
+        return layouts_of(gpus, self.plans, self.shardings, self.excluded)
 
     def configs(self) -> Iterator[Config]:
         """Every distinct config of the space (sharding varies only with more than one GPU)."""
@@ -353,6 +354,8 @@ class SearchSpace:
 
     def _lays_out(self, config: Config) -> bool:
         """Whether the space shares ``config``'s GPUs as it does (sharding, or plan)."""
+        if layout_key(config) in self.excluded:
+            return False
         if config.gpus == 1:
             return not config.planned
         if self.plans is None:
@@ -406,14 +409,15 @@ class SearchSpace:
         else:
             gpus = int(trial.suggest_categorical("gpus", list(self.gpus)))
         lay = Config(1, gpus=gpus)
-        if gpus > 1 and self.plans is None:
+        if gpus > 1 and not self._per_count:
             lay = Config(
                 1,
                 gpus=gpus,
                 sharding=str(trial.suggest_categorical("sharding", list(self.shardings))),
             )
         elif gpus > 1:
-            # the plans that fit this GPU count, a parameter per count (its choices differ)
+            # the plans (or shardings) that fit this GPU count, a parameter per count (its
+            # choices differ)
             layouts = {_plan_label(c): c for c in self.layouts(gpus)}
             lay = layouts[str(trial.suggest_categorical(_plan_param(gpus), list(layouts)))]
         r = lay.replicas  # the batch splits over the replicas
@@ -440,6 +444,12 @@ class SearchSpace:
             loader=str(trial.suggest_categorical("loader", list(self.loaders))),
         )
 
+    @property
+    def _per_count(self) -> bool:
+        """Whether the layouts differ by GPU count (plans, or shardings some counts lose to
+        memory), so Optuna gets one layout parameter per count."""
+        return self.plans is not None or bool(self.excluded)
+
     def params(self, config: Config) -> dict[str, Any]:
         """The Optuna parameters of ``config`` (for ``study.enqueue_trial``)."""
         p = config.to_dict()
@@ -448,7 +458,7 @@ class SearchSpace:
         p["loader"] = config.loader  # suggested on every trial
         if config.gpus == 1:
             del p["sharding"]
-        elif self.plans is not None:
+        elif self._per_count:
             del p["sharding"]
             p[_plan_param(config.gpus)] = _plan_label(config)
         if self.global_batches is not None:
@@ -465,21 +475,43 @@ class SearchSpace:
             out["global_batches"] = list(self.global_batches)
         if self.plans is not None:
             out["plans"] = [list(p) for p in self.plans]
+        if self.excluded:
+            out["excluded"] = sorted(list(k) for k in self.excluded)
         return out
 
 
 def plan_fits(gpus: int, tp: int, pp: int, zero: int) -> bool:
     """Whether the plan ``(tp, pp, zero)`` is one for ``gpus`` GPUs: ``tp x pp`` divides them
-    and the plan is valid (``workers.parallel.Plan.problems``: ZeRO 0 and 1 on a 1-D plan
-    only). A plan with one replica has ZeRO 0 only (nothing to shard)."""
+    and the plan is valid (``workers.parallel.Plan.on``: ZeRO 0 and 1 on a 1-D plan only; a
+    plan with one replica has ZeRO 0 only, nothing to shard)."""
     from workers.parallel.plan import Plan
 
-    if gpus % (tp * pp):
-        return False
-    dp = gpus // (tp * pp)
-    if dp == 1 and zero:
-        return False
-    return not Plan(dp=dp, tp=tp, pp=pp, zero=zero).problems(world=gpus)
+    return Plan.on(gpus, tp, pp, zero) is not None
+
+
+def layout_key(config: Config) -> tuple[int, int, int, int]:
+    """How a config shares its GPUs: ``(gpus, tp, pp, zero)`` (ZeRO 3 is FSDP's sharding)."""
+    return (config.gpus, config.tp, config.pp, config.zero)
+
+
+def layouts_of(
+    gpus: int,
+    plans: Sequence[tuple[int, int, int]] | None,
+    shardings: Sequence[str],
+    excluded: frozenset[tuple[int, int, int, int]] = frozenset(),
+) -> list[Config]:
+    """The layouts of ``gpus`` GPUs as configs at micro-batch 1 (see
+    :meth:`SearchSpace.layouts`): the shardings, or with ``plans`` (more than one GPU) the
+    plans that fit; those of ``excluded`` left out."""
+    if plans is None or gpus == 1:
+        found = [Config(1, gpus=gpus, sharding=s) for s in shardings]
+    else:
+        found = [
+            Config(1, gpus=gpus, tp=tp, pp=pp, zero=z)
+            for tp, pp, z in plans
+            if plan_fits(gpus, tp, pp, z)
+        ]
+    return [c for c in dict.fromkeys(found) if layout_key(c) not in excluded]
 
 
 def _plan_label(config: Config) -> str:
@@ -544,24 +576,29 @@ def space_for(spec: JobSpec, caps: DeviceCaps, *, forward_only: bool = False) ->
             accumulation or a global batch.
     """
     b = spec.tuning.bounds
-    lo, hi = spec.resources.gpus.min, spec.resources.gpus.upper
-    if b.gpus is not None:
-        lo, hi = max(lo, b.gpus.min), min(hi, b.gpus.max)
+    lo, hi = spec.tuning_gpus()
     hi = min(hi, caps.max_gpus)
     if lo > hi:
         raise TuneError(
             f"no GPU count fits: resources.gpus/tuning.bounds.gpus ask for at least {lo}, "
             f"but at most {hi} can be profiled here"
         )
-    plans = _plans(spec, forward_only)
+    shardings = _allowed("sharding", b.sharding, ("ddp", "fsdp"), caps.shardings)
+    plans: tuple[tuple[int, int, int], ...] | None = None
+    excluded: frozenset[tuple[int, int, int, int]] = frozenset()
+    dropped: tuple[str, ...] = ()
     if forward_only:
+        _plans(spec, forward_only)  # refused for a forward-only workload
         batch = _forward_only_batch(spec, caps, range(lo, hi + 1))
     else:
-        batch = _training_batch(spec, caps, range(lo, hi + 1), plans)
+        plans, excluded, dropped = _runnable(spec, caps, range(lo, hi + 1), shardings)
+        batch = _training_batch(spec, caps, range(lo, hi + 1), plans, shardings, excluded)
     return SearchSpace(
         **batch,
         plans=plans,
-        shardings=_allowed("sharding", b.sharding, ("ddp", "fsdp"), caps.shardings),
+        excluded=excluded,
+        dropped=dropped,
+        shardings=shardings,
         precisions=_allowed("precision", b.precision, caps.precisions, caps.precisions),
         activation_checkpointing=_allowed(
             "activation_checkpointing", b.activation_checkpointing, (False, True), (False, True)
@@ -582,6 +619,34 @@ def _plans(spec: JobSpec, forward_only: bool) -> tuple[tuple[int, int, int], ...
     if forward_only:
         raise TuneError("tuning.bounds.plan applies to training; this workload is forward-only")
     return tuple(itertools.product(sorted(set(pb.tp)), sorted(set(pb.pp)), sorted(set(pb.zero))))
+
+
+def _runnable(
+    spec: JobSpec, caps: DeviceCaps, gpus: range, shardings: Sequence[str]
+) -> tuple[
+    tuple[tuple[int, int, int], ...] | None, frozenset[tuple[int, int, int, int]], tuple[str, ...]
+]:
+    """The plans of the bounds the model can split, the layouts whose model state does not fit
+    the GPU, and why each was left out (:mod:`orchestrator.tuner.plan_space`).
+
+    Raises:
+        TuneError: no layout on any GPU count fits the GPU.
+    """
+    from orchestrator.tuner.plan_space import too_big, unsplittable  # it imports this module
+
+    plans = _plans(spec, forward_only=False)
+    split = unsplittable(spec, plans or ())
+    if plans is not None:
+        plans = tuple(p for p in plans if p not in split)
+    shape = spec.model_shape()
+    layouts = [c for g in gpus for c in layouts_of(g, plans, shardings)]
+    big = too_big(layouts, shape.params if shape else None, caps.memory_bytes)
+    dropped = (*split.values(), *big.values())
+    if layouts and all(layout_key(c) in big for c in layouts):
+        raise TuneError(
+            "no GPU layout of the job fits the GPU's memory: " + "; ".join(big.values())
+        )
+    return plans, frozenset(big), dropped
 
 
 def _forward_only_batch(spec: JobSpec, caps: DeviceCaps, gpus: range) -> dict[str, Any]:
@@ -606,12 +671,14 @@ def _training_batch(
     caps: DeviceCaps,
     gpus: range,
     plans: tuple[tuple[int, int, int], ...] | None = None,
+    shardings: Sequence[str] = ("ddp",),
+    excluded: frozenset[tuple[int, int, int, int]] = frozenset(),
 ) -> dict[str, Any]:
     """The batch dimensions of a training job: every split ``m x a x r`` of one of its global
     batches over ``r`` replicas of ``g`` GPUs (every GPU a replica, or with ``plans`` ``g``
-    over each plan's ``tp x pp``), with ``m``, ``a`` and ``g`` within their bounds (so the
-    ladder holds divisors of the batch, not only powers of two: a batch of 24 splits as 24,
-    12 x 2, 8 x 3, 6 x 4)."""
+    over each plan's ``tp x pp``; layouts ``excluded`` make none), with ``m``, ``a`` and ``g``
+    within their bounds (so the ladder holds divisors of the batch, not only powers of two: a
+    batch of 24 splits as 24, 12 x 2, 8 x 3, 6 x 4)."""
     b = spec.tuning.bounds
     m_lo, m_hi = (
         (b.micro_batch.min, b.micro_batch.max) if b.micro_batch else (1, caps.max_micro_batch)
@@ -620,11 +687,7 @@ def _training_batch(
         (b.grad_accum.min, b.grad_accum.max) if b.grad_accum else (1, max(4, spec.run.grad_accum))
     )
     batches = global_batches_for(spec)
-    replicas = {g: {g} for g in gpus}
-    if plans is not None:
-        replicas = {
-            g: {g // (tp * pp) for tp, pp, z in plans if plan_fits(g, tp, pp, z)} for g in gpus
-        }
+    replicas = {g: {c.replicas for c in layouts_of(g, plans, shardings, excluded)} for g in gpus}
     points = [
         (batch // (a * r), a, g)
         for batch in batches

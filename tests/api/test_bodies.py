@@ -92,6 +92,20 @@ def test_a_job_the_team_config_refuses_is_422_and_writes_nothing(
     assert store.list() == []
 
 
+def test_a_plan_its_model_cannot_split_is_422_naming_the_field(
+    api: ApiServer, store: JobStore, tokens: dict[str, str]
+) -> None:
+    body = {**spec_data(), "workload": {"name": "gpt", "args": {"n_layer": 3}}}
+    body["resources"] = {"gpus": 2}
+    body["run"] = {**body["run"], "plan": {"pp": 2}}
+    with http(api, tokens["admin"]) as client:
+        reply = client.post("/v1/jobs", json=body)
+    assert reply.status_code == 422, reply.text
+    (problem,) = reply.json()["detail"]
+    assert "run.plan.pp must divide the model's 3 blocks, got 2 (allowed: 1, 3)" in problem["msg"]
+    assert store.list() == []
+
+
 def test_an_entry_point_the_operator_did_not_allow_is_422_and_writes_nothing(
     api: ApiServer, store: JobStore, tokens: dict[str, str]
 ) -> None:

@@ -227,6 +227,10 @@ def test_run_plan_reaches_the_harness_and_sets_the_global_batch() -> None:
         ({"dp": 2, "pp": 2, "zero": 1}, r"run.plan.zero must be 2 or 3 when dp > 1"),
         ({"dp": 4, "zero": 2, "offload": True}, r"run.plan.offload needs zero 3"),
         ({"dp": 4, "zero": 5}, r"run.plan.zero must be <= 3, got 5"),
+        # the harness's own rule, on the built-in model's shape (workers.parallel.plan)
+        ({"pp": 4}, r"run.plan.pp must divide the model's 2 blocks, got 4 \(allowed: 1, 2\)"),
+        ({"dp": 2, "tp": 2, "zero": 3, "pp": 1}, None),
+        ({"tp": 4}, None),
         (
             {"dp": 4, "tensor": 2},
             "run.plan.tensor: unknown field; allowed: dp, tp, pp, zero, offload",
@@ -234,7 +238,38 @@ def test_run_plan_reaches_the_harness_and_sets_the_global_batch() -> None:
     ],
 )
 def test_a_bad_plan_is_refused_at_submit_naming_the_field(
-    plan: dict[str, object], message: str
+    plan: dict[str, object], message: str | None
 ) -> None:
+    if message is None:
+        assert _planned(plan).run.plan is not None
+        return
     with pytest.raises(SpecError, match=message):
         _planned(plan)
+
+
+def test_a_plan_the_harness_refuses_at_start_is_refused_at_submit() -> None:
+    with pytest.raises(SpecError, match=r"run.plan.tp must divide the model's 4 attention heads"):
+        _planned({"tp": 8}, gpus=8, workload={"name": "gpt", "args": {"d_model": 64}})
+    with pytest.raises(SpecError, match="'cnn' does not: use dp and zero only"):
+        _planned({"pp": 2}, gpus=2, workload="cnn")
+    # a user's model is checked at start (its shape is unknown here), as are bad arguments
+    assert _planned({"pp": 4}, workload="pkg.mod:build").run.plan is not None
+    assert _planned({"pp": 4}, workload={"name": "gpt", "args": {"d_model": 30}}).run.plan
+
+
+def _tuned_plans(bounds: dict[str, object], gpus: object, **args: object) -> JobSpec:
+    return _planned(
+        {"dp": 1, "tp": 1},
+        gpus=gpus,
+        workload={"name": "gpt", "args": args},
+        tuning={"enabled": True, "bounds": {"plan": bounds}},
+    )
+
+
+def test_plan_bounds_are_refused_only_when_none_of_them_can_run() -> None:
+    with pytest.raises(SpecError, match=r"no plan of tuning.bounds.plan can run: .*pp must divide"):
+        _tuned_plans({"pp": [3]}, {"min": 1, "max": 6}, n_layer=4)
+    with pytest.raises(SpecError, match=r"tp 8 x pp 1 \(zero \[3\]\) is a plan for no GPU"):
+        _tuned_plans({"tp": [8], "zero": [3]}, {"min": 1, "max": 8}, n_head=8, d_model=64)
+    # one plan of them can: the others are left out of the search, not refused
+    assert _tuned_plans({"tp": [1, 3], "pp": [1, 3]}, {"min": 1, "max": 4}, n_layer=2)

@@ -143,3 +143,26 @@ def test_ours_finds_the_optimum_of_generated_tables(seed: int, sla: int) -> None
     result = Tuner(table.space, goal, table.evaluator(), SLASearchStrategy(), patience=10).run()
     assert result.best is not None, result.reason
     assert goal.gap(result.best.verdict.value, opt) <= 0.03, result.best.config
+
+
+def test_configs_of_different_plans_are_not_pooled_in_one_family() -> None:
+    """On 4 GPUs, ZeRO-3 over 4 replicas, tp 2 and pp 2 (both ZeRO-3 over 2 replicas) are
+    different step-time curves (parameter gathers, per-layer all-reduces, a pipeline bubble):
+    each is a family of its own, so one model is never fitted on the runs of several."""
+    plans = ((1, 1, 0), (1, 1, 3), (2, 1, 3), (1, 2, 3))
+    space = SearchSpace(micro_batches=LADDER, gpus=(1, 4), plans=plans)
+    goal = Goal("throughput", floor=100.0)
+    dp, tp, pp = (
+        Config(4, gpus=4, zero=3),
+        Config(4, gpus=4, tp=2, zero=3),
+        Config(4, gpus=4, pp=2, zero=3),
+    )
+    assert len({family_of(c) for c in (dp, tp, pp)}) == 3
+    assert family_of(dp) == family_of(Config(4, gpus=4, sharding="fsdp"))
+    runs = [(c, _ok(c, step_s=s)) for c, s in ((dp, 0.02), (tp, 0.05), (pp, 0.08))]
+    runs += [(c, _ok(c, step_s=1.5 * s)) for c, s in ((Config(8, gpus=4, zero=3), 0.02),)]
+    ev = Evidence.build(_history(space, goal, runs))
+    assert {len(ev.by_family[family_of(c)]) for c in (tp, pp)} == {1}
+    assert len(ev.by_family[family_of(dp)]) == 2
+    nxt = SLASearchStrategy().next_config(_history(space, goal, runs))
+    assert nxt is None or space.contains(nxt)

@@ -304,8 +304,8 @@ def test_a_sharded_family_with_one_run_gets_the_best_familys_model_scaled_throug
     """The one-point prior counts a family's own runs: FSDP's model is fitted with DDP's one-GPU
     runs too (the same run on one GPU), but one FSDP run of its own still makes it a one-point
     family, judged by the reference family's shape scaled through that run."""
-    ddp: Family = ("ddp", "fp32", False, False)
-    fsdp: Family = ("fsdp", "fp32", False, False)
+    ddp = Family("ddp", "fp32", False, False)
+    fsdp = Family("fsdp", "fp32", False, False, zero=3)
     by_family = {
         ddp: [Sample(1, m, 1, step_s(1, m)) for m in (1, 4, 16)] + [Sample(2, 16, 1, 0.03)],
         fsdp: [Sample(2, 16, 1, 0.04)],

@@ -21,10 +21,11 @@ whatever ``tp`` and ``pp`` are, and every rank of one replica reads that replica
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ZERO_STAGES", "Plan"]
+__all__ = ["ZERO_STAGES", "ModelShape", "Plan", "divisors", "split_problems"]
 
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 _FIELDS = ("dp", "tp", "pp", "zero", "offload")
@@ -53,14 +54,12 @@ class Plan:
         """Ranks the plan needs: ``dp x tp x pp``."""
         return self.dp * self.tp * self.pp
 
-    def problems(
-        self, *, world: int | None = None, n_blocks: int | None = None, where: str = "plan"
-    ) -> list[str]:
-        """What is wrong with the plan, one message per problem, each naming its field.
+    def problems(self, *, world: int | None = None, where: str = "plan") -> list[str]:
+        """What is wrong with the plan on its own, one message per problem, each naming its
+        field (what it asks of the model: :func:`split_problems`).
 
         Args:
             world: the ranks (GPUs) the job runs on, when known: the degrees must multiply to it.
-            n_blocks: the model's blocks, when known: ``pp`` must divide them.
             where: the prefix of field names in messages (``run.plan`` in a job file).
         """
         p: list[str] = []
@@ -90,8 +89,6 @@ class Plan:
                 f"{where}: dp x tp x pp must equal the GPU count {world}, got "
                 f"{self.dp} x {self.tp} x {self.pp} = {self.world}"
             )
-        if n_blocks is not None and n_blocks % self.pp:
-            p.append(f"{where}.pp must divide the model's {n_blocks} blocks, got {self.pp}")
         return p
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,6 +109,20 @@ class Plan:
         return cls(**data)
 
     @classmethod
+    def on(cls, gpus: int, tp: int, pp: int, zero: int) -> Plan | None:
+        """The plan of ``tp x pp`` model ranks and ZeRO stage ``zero`` on ``gpus`` GPUs (the
+        rest replicas), or ``None`` when it is none: ``tp x pp`` does not divide the GPUs, a
+        ZeRO stage asked of one replica (nothing to shard), or a plan :meth:`problems` refuses
+        (ZeRO 0 and 1 on a 1-D plan only)."""
+        if gpus % (tp * pp):
+            return None
+        dp = gpus // (tp * pp)
+        if dp == 1 and zero:
+            return None
+        plan = cls(dp=dp, tp=tp, pp=pp, zero=zero)
+        return None if plan.problems(world=gpus) else plan
+
+    @classmethod
     def data_parallel(cls, world: int, sharding: str) -> Plan:
         """The plan of the older ``sharding`` setting: ``ddp`` (ZeRO 0) or ``fsdp`` (ZeRO 3)
         over ``world`` data-parallel ranks."""
@@ -124,3 +135,71 @@ class Plan:
         if self.dp > 1:
             text += f", zero {self.zero}" + (" offload" if self.offload else "")
         return text
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the plan rules read of a model, as plain numbers (no torch). The harness reads it
+    off the built model (``workers.parallel.recipe.shape_of``); the control plane computes it
+    from a built-in workload's arguments (``workers.workloads.shapes.builtin_shape``), so that a
+    job file is refused at submission by the rule the harness would refuse it by at start
+    (:func:`split_problems`).
+
+    Attributes:
+        blocks: the repeated blocks pipeline stages split; ``None``: the workload gives no
+            layout (``Workload.layout``), so it runs data-parallel only.
+        heads: what every tensor-parallel degree must divide (the attention heads).
+        widths: each tensor-parallel layer (path in a block) -> the features the split divides.
+        params: the whole model's parameters (``None``: unknown), for the memory per rank.
+    """
+
+    blocks: int | None = None
+    heads: int = 1
+    widths: Mapping[str, int] = field(default_factory=dict)
+    params: int | None = None
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` (``n >= 1``), ascending: the degrees that split it evenly."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def split_problems(
+    plan: Plan, shape: ModelShape, *, where: str = "plan", workload: str = "the workload"
+) -> list[str]:
+    """Why ``plan``'s tensor and pipeline degrees cannot split a model of ``shape`` (empty if
+    they can): ``pp`` must divide its blocks, ``tp`` its heads and every tensor-parallel
+    layer's width, and either needs a layout. Each message names the field and what it may be.
+
+    Args:
+        where: the prefix of field names (``run.plan``, ``tuning.bounds.plan``).
+        workload: how messages name the workload.
+    """
+    tp, pp = plan.tp, plan.pp
+    if tp == 1 and pp == 1:
+        return []
+    if shape.blocks is None:
+        return [
+            f"{where}.tp and {where}.pp need a workload that gives its layout "
+            f"(Workload.layout); {workload} does not: use dp and zero only"
+        ]
+    p: list[str] = []
+    if shape.blocks % pp:
+        allowed = ", ".join(map(str, divisors(shape.blocks)))
+        p.append(
+            f"{where}.pp must divide the model's {shape.blocks} blocks, got {pp} "
+            f"(allowed: {allowed})"
+        )
+    if shape.heads % tp:
+        allowed = ", ".join(map(str, divisors(shape.heads)))
+        p.append(
+            f"{where}.tp must divide the model's {shape.heads} attention heads, got {tp} "
+            f"(allowed: {allowed})"
+        )
+    else:  # the widths of a model whose heads split: a user layout may still not
+        p += [
+            f"{where}.tp must divide {path}'s {width} features, got {tp}"
+            for path, width in shape.widths.items()
+            if width % tp
+        ]
+    return p

@@ -27,10 +27,10 @@ from workers.errors import HarnessConfigError
 from workers.optimizations import apply_activation_checkpointing
 from workers.parallel import data_parallel, pipeline, tensor
 from workers.parallel.dims import ParallelDims
-from workers.parallel.plan import Plan
-from workers.workloads.base import Workload
+from workers.parallel.plan import ModelShape, Plan, split_problems
+from workers.workloads.base import Layout, Workload
 
-__all__ = ["Parallelized", "check", "parallelize", "plan_problems"]
+__all__ = ["Parallelized", "check", "parallelize", "plan_problems", "shape_of"]
 
 
 @dataclass
@@ -58,23 +58,42 @@ class Parallelized:
 def plan_problems(
     plan: Plan, workload: Workload, config: HarnessConfig, world: int, device: torch.device
 ) -> list[str]:
-    """Why ``plan`` cannot run ``workload`` with ``config`` on ``world`` ranks (empty if it can)."""
+    """Why ``plan`` cannot run ``workload`` with ``config`` on ``world`` ranks (empty if it can):
+    the plan's own rules, the split of the model (:func:`workers.parallel.plan.split_problems`,
+    the rule a job file is checked by at submission), the layout's, and the device's."""
     layout = workload.layout
-    n_blocks = len(getattr(workload.model, layout.blocks)) if layout else len(workload.blocks)
-    p = plan.problems(world=world, n_blocks=n_blocks if plan.pp > 1 else None)
-    if (plan.tp > 1 or plan.pp > 1) and layout is None:
+    p = plan.problems(world=world)
+    p += split_problems(plan, shape_of(workload), workload=repr(config.workload))
+    if (plan.tp > 1 or plan.pp > 1) and layout is not None and not _blocks(workload, layout):
         p.append(
-            f"plan.tp and plan.pp need a workload that gives its layout (Workload.layout); "
-            f"{config.workload!r} does not: use dp and zero only"
+            f"plan.tp and plan.pp need the model's {layout.blocks!r} to be a non-empty "
+            "nn.ModuleDict (see workers.workloads.base.Layout)"
         )
     if plan.tp > 1 and layout is not None:
-        blocks = list(getattr(workload.model, layout.blocks).values())
-        p += tensor.tensor_parallel_problems(blocks, layout, plan.tp)
+        p += tensor.tensor_parallel_problems(_blocks(workload, layout), layout)
     if plan.offload and device.type != "cuda":
         p.append("plan.offload needs CUDA (on a CPU the shards are in host memory already)")
     if plan.pp > 1 and config.precision == "fp16" and device.type == "cuda":
         p.append("plan.pp with fp16 (a GradScaler) is not supported: use bf16 or fp32")
     return p
+
+
+def shape_of(workload: Workload) -> ModelShape:
+    """What the plan rules read of ``workload``'s model (its blocks, heads, tensor-parallel
+    widths, parameters), read off the built model."""
+    params = sum(p.numel() for p in workload.model.parameters())
+    layout = workload.layout
+    if layout is None:
+        return ModelShape(params=params)
+    blocks = _blocks(workload, layout)
+    return ModelShape(len(blocks), layout.tp_divides, tensor.widths(blocks, layout), params)
+
+
+def _blocks(workload: Workload, layout: Layout) -> list[torch.nn.Module]:
+    """The layout's blocks (none when ``layout.blocks`` names no ``nn.ModuleDict``: then
+    :func:`plan_problems` says so)."""
+    found = getattr(workload.model, layout.blocks, None)
+    return list(found.values()) if isinstance(found, torch.nn.ModuleDict) else []
 
 
 def parallelize(

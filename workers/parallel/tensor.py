@@ -22,19 +22,17 @@ from torch.distributed.tensor.parallel import (
 
 from workers.workloads.base import Layout
 
-__all__ = ["STYLES", "apply_tensor_parallel", "tensor_parallel_problems"]
+__all__ = ["STYLES", "apply_tensor_parallel", "tensor_parallel_problems", "widths"]
 
 STYLES: tuple[str, ...] = ("colwise", "rowwise")
 
 
-def tensor_parallel_problems(
-    blocks: Sequence[torch.nn.Module], layout: Layout, tp: int
-) -> list[str]:
-    """Why ``blocks`` cannot be split ``tp`` ways (empty when they can): an unknown style, a
-    missing layer, a width or a head count that ``tp`` does not divide."""
+def tensor_parallel_problems(blocks: Sequence[torch.nn.Module], layout: Layout) -> list[str]:
+    """Why ``layout.tensor_parallel`` does not describe ``blocks`` (empty when it does): an
+    unknown style, a missing layer, or a layer that is not ``Linear``. (Whether a degree
+    divides the widths is the plan rule's: :func:`workers.parallel.plan.split_problems` on
+    :func:`widths`.)"""
     p: list[str] = []
-    if layout.tp_divides % tp:
-        p.append(f"plan.tp must divide {layout.tp_divides} (the model's heads), got {tp}")
     for path, style in layout.tensor_parallel.items():
         if style not in STYLES:
             p.append(f"layout.tensor_parallel[{path!r}] must be one of {STYLES}, got {style!r}")
@@ -49,11 +47,22 @@ def tensor_parallel_problems(
                 p.append(
                     f"layout.tensor_parallel[{path!r}] is a {type(layer).__name__}, not Linear"
                 )
-                continue
-            width = layer.out_features if style == "colwise" else layer.in_features
-            if width % tp:
-                p.append(f"plan.tp must divide {path}'s {width} features, got {tp}")
     return p
+
+
+def widths(blocks: Sequence[torch.nn.Module], layout: Layout) -> dict[str, int]:
+    """Each tensor-parallel layer of the first block -> the features its split divides (a
+    column-wise layer's outputs, a row-wise layer's inputs); layers
+    :func:`tensor_parallel_problems` refuses are left out."""
+    out: dict[str, int] = {}
+    for path, style in layout.tensor_parallel.items():
+        try:
+            layer = blocks[0].get_submodule(path) if blocks else None
+        except AttributeError:
+            continue
+        if isinstance(layer, torch.nn.Linear) and style in STYLES:
+            out[path] = layer.out_features if style == "colwise" else layer.in_features
+    return out
 
 
 def apply_tensor_parallel(

@@ -21,8 +21,9 @@ from workers.workloads.base import (
     take_args,
 )
 from workers.workloads.data import stack_samples
+from workers.workloads.shapes import GPT_DEFAULTS, GPT_TP
 
-DEFAULTS: dict[str, Any] = {"n_layer": 2, "d_model": 64, "n_head": 4, "seq_len": 64, "vocab": 256}
+DEFAULTS: dict[str, Any] = GPT_DEFAULTS  # in shapes: the control plane reads them without torch
 
 
 class CausalSelfAttention(nn.Module):
@@ -114,16 +115,8 @@ def _split(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-# Megatron-LM's split of a pre-LN block: q, k, v and the MLP's first linear column-wise, the
-# attention output and the MLP's second linear row-wise: two all-reduces per block forward.
-LAYOUT_TP: dict[str, str] = {
-    "attn.q": "colwise",
-    "attn.k": "colwise",
-    "attn.v": "colwise",
-    "attn.proj": "rowwise",
-    "mlp.0": "colwise",
-    "mlp.2": "rowwise",
-}
+# Megatron-LM's split of a pre-LN block (see workers.workloads.shapes).
+LAYOUT_TP: dict[str, str] = GPT_TP
 
 
 def build_parts(args: dict[str, Any], seed: int, name: str) -> tuple[GPT, Any, int]:

@@ -10,8 +10,9 @@ from torch.nn import functional as F
 
 from workers.workloads.base import Batch, Workload, require_positive, take_args
 from workers.workloads.data import dataset_generator, stack_samples
+from workers.workloads.shapes import MLP_DEFAULTS
 
-DEFAULTS: dict[str, Any] = {"in_features": 32, "hidden": 64, "n_layer": 2, "classes": 10}
+DEFAULTS: dict[str, Any] = MLP_DEFAULTS  # in shapes: the control plane reads them without torch
 
 
 class MLP(nn.Module):

@@ -157,7 +157,7 @@ class Evidence:
         as sure ones only, on the GPU counts the memory rules carry them to.)"""
         own = list(self.fits.get(f, ()))
         if f[2]:
-            own += self.fits.get((f[0], f[1], False, f[3]), [])
+            own += self.fits.get(f._replace(ckpt=False), [])
         return own
 
     def bracket(self, c: Config) -> tuple[int, int, int, int]:
@@ -229,7 +229,7 @@ class Evidence:
         ladder = self.space.micro_batches
         if c.precision == "fp32":
             return len(ladder) - 1
-        oom = self.sure_oom((c.sharding, "fp32", c.activation_checkpointing, c.compile), c)
+        oom = self.sure_oom(family_of(c)._replace(precision="fp32"), c)
         if oom == len(ladder):
             return oom - 1
         limit = 2 * ladder[oom]
@@ -263,7 +263,7 @@ class Evidence:
 
     def needs_ckpt(self, c: Config) -> bool:
         """Checkpointing only where the same settings without it ran out of memory."""
-        base = (c.sharding, c.precision, False, c.compile)
+        base = family_of(c)._replace(ckpt=False)
         return self.sure_oom(base, c) <= self.space.index(c.micro_batch)
 
     # ---- predictions ------------------------------------------------------------------------
@@ -312,13 +312,15 @@ def uncertainty(model: StepModel) -> float:
 
 
 def fit_samples(fam: Family, by_family: Mapping[Family, list[Sample]]) -> list[Sample]:
-    """The samples a family's model is fitted on. A sharded family (FSDP) also takes the
-    one-GPU runs of its settings, which are recorded under DDP (on one GPU they are the same
-    run) and pin its per-sample compute; its own multi-GPU runs fit its sync cost."""
+    """The samples a family's model is fitted on. A sharded family (FSDP) of data parallelism
+    alone also takes the one-GPU runs of its settings, which are recorded under DDP (on one
+    GPU they are the same run) and pin its per-sample compute; its own multi-GPU runs fit its
+    sync cost. (A tensor or pipeline plan is not the one-GPU run: it takes none.)"""
     own = by_family.get(fam, [])
-    if fam[0] == "ddp" or not own:
+    if fam.sharding == "ddp" or fam.tp * fam.pp > 1 or not own:
         return own
-    single = [s for s in by_family.get(("ddp", *fam[1:]), []) if s.gpus == 1]
+    one_gpu = fam._replace(sharding="ddp", zero=0)
+    single = [s for s in by_family.get(one_gpu, []) if s.gpus == 1]
     return own + single
 
 

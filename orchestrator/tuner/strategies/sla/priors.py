@@ -25,6 +25,7 @@ many CPUs), so those families are walked and judged from their own first run.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from orchestrator.tuner.perfmodel import Sample, StepModel
 from orchestrator.tuner.space import Config, SearchSpace
@@ -42,14 +43,35 @@ __all__ = [
 RECOMPUTE = 1.25
 FSDP_SYNC = 1.5
 
-# (sharding, precision, activation_checkpointing, compile): one step-time model, and one memory
-# limit, per family (accumulation and GPU count are inside the model).
-Family = tuple[str, str, bool, bool]
+
+class Family(NamedTuple):
+    """Settings with one step-time model and one memory limit (accumulation and GPU count are
+    inside the model): sharding, precision, activation checkpointing, compile, and the parallel
+    plan's tensor and pipeline degrees and ZeRO stage (a plan changes the shape of the step
+    time, with per-layer all-reduces or a pipeline bubble, and the memory per rank: configs of
+    two plans are never pooled in one model). Data parallelism alone is ``tp = pp = 1``, its
+    ZeRO stage 0 under DDP and 3 under FSDP."""
+
+    sharding: str
+    precision: str
+    ckpt: bool
+    compile: bool
+    tp: int = 1
+    pp: int = 1
+    zero: int = 0
+
+    @property
+    def layout(self) -> tuple[str, int, int, int]:
+        """How the family shares its GPUs (its sharding and plan): one setting, for
+        ``steps.siblings``."""
+        return (self.sharding, self.tp, self.pp, self.zero)
 
 
 def family_of(c: Config) -> Family:
     """The family of a config."""
-    return (c.sharding, c.precision, c.activation_checkpointing, c.compile)
+    return Family(
+        c.sharding, c.precision, c.activation_checkpointing, c.compile, c.tp, c.pp, c.zero
+    )
 
 
 def _points(by_family: Mapping[Family, list[Sample]], f: Family) -> int:
@@ -104,9 +126,8 @@ def neighbour_priors(
     for f in families:
         if f in known:
             continue
-        sharding, precision, ckpt, compiled = f
-        plain = known.get((sharding, precision, False, compiled)) if ckpt else None
-        ddp = known.get(("ddp", precision, ckpt, compiled)) if sharding != "ddp" else None
+        plain = known.get(f._replace(ckpt=False)) if f.ckpt else None
+        ddp = known.get(f._replace(sharding="ddp", zero=0)) if f.sharding != "ddp" else None
         if plain is not None:
             out[f] = known[f] = plain.with_factors(compute=RECOMPUTE)
         elif ddp is not None:

@@ -52,10 +52,8 @@ def _walk_line(ev: Evidence, fam: Family) -> Config | None:
     smallest micro-batch is not sure to run out of memory (FSDP's shards shrink as GPUs are
     added, so a model too large for two GPUs may fit on four)."""
     counts = [g for g in ev.space.gpus if g > 1 or fam[0] == "ddp"]
-    if not counts:
-        return None
-    if fam[0] == "ddp":
-        return first_line(ev, fam, counts[0])
+    if fam[0] == "ddp":  # the fewest GPUs the family has configs on (a plan: tp x pp at least)
+        return next((f for g in counts if (f := first_line(ev, fam, g)) is not None), None)
     for g in counts:
         first = first_line(ev, fam, g)
         if first is not None and ev.space.index(first.micro_batch) < ev.bracket(first)[2]:
@@ -199,13 +197,23 @@ def siblings(ev: Evidence, c: Config) -> list[Config]:
     per-step overhead) is compared with the best where it matters."""
     space = ev.space
     out: list[Config] = []
-    for f in {family_of(x) for x in ev.configs} - {family_of(c)}:
-        if sum(a != b for a, b in zip(f, family_of(c), strict=True)) != 1:
+    mine = family_of(c)
+    for f in {family_of(x) for x in ev.configs} - {mine}:
+        # the sharding and plan are one setting (ZeRO 3 is FSDP's sharding)
+        settings = zip(_settings(f), _settings(mine), strict=True)
+        if sum(a != b for a, b in settings) != 1:
             continue
-        if c.gpus == 1 and f[0] != "ddp":
+        if c.gpus == 1 and f.layout != mine.layout:
             continue  # one GPU is the same run under any sharding
         other = dataclasses.replace(
-            c, sharding=f[0], precision=f[1], activation_checkpointing=f[2], compile=f[3]
+            c,
+            sharding=f.sharding,
+            precision=f.precision,
+            activation_checkpointing=f.ckpt,
+            compile=f.compile,
+            tp=f.tp,
+            pp=f.pp,
+            zero=f.zero,
         )
         if not space.contains(other):
             continue
@@ -251,3 +259,8 @@ def verdict_guard(ev: Evidence, scored: list[Prediction]) -> Config | None:
     if ev.closest is None:
         return None
     return neighbour(ev, ev.closest.config, scored, by_violation=True)
+
+
+def _settings(f: Family) -> tuple[object, ...]:
+    """A family's settings, its sharding and plan counted as one."""
+    return (f.layout, f.precision, f.ckpt, f.compile)
