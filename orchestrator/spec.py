@@ -440,6 +440,21 @@ class JobSpec(_Model):
     run: RunSettings = Field(default_factory=RunSettings)
     tuning: Tuning = Field(default_factory=Tuning)
     serve: ServeSpec | None = None
+    depends_on: list[Name] = Field(
+        default_factory=list,
+        max_length=16,
+        description="jobs this one starts after: each a job id, or the name of one job (an "
+        "earlier job of the same submission, or a stored job of the same team); it waits "
+        "queued until all have finished, and fails if one fails or is cancelled",
+    )
+
+    @field_validator("depends_on")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        twice = sorted({ref for ref in v if v.count(ref) > 1})
+        if twice:
+            raise ValueError(f"names {', '.join(twice)} more than once")
+        return v
 
     @field_validator("workload", mode="before")
     @classmethod

@@ -49,6 +49,7 @@ from pydantic import ValidationError
 from orchestrator import elastic
 from orchestrator.config import Settings
 from orchestrator.control.admission import AdmissionDesk
+from orchestrator.control.dependencies import DependencyGate
 from orchestrator.control.facts import (
     PROGRESS,
     JobFactsReader,
@@ -146,6 +147,7 @@ class ControlLoop:
         self.facts = JobFactsReader(store)
         self.telemetry = LoopTelemetry(store.telemetry)  # counters for /metrics
         self.admission = AdmissionDesk()  # deadline jobs' verdicts (issue 26)
+        self.dependencies = DependencyGate()  # jobs held until those they depend on finish
         self.sla_guard = SLAGuard(
             store,
             self.telemetry,
@@ -471,15 +473,30 @@ class ControlLoop:
         # since then was stopped "in the previous round" whatever the nominal interval
         gap = now - self._last_round if self._last_round else self.settings.scheduler_interval_s
         self._last_round = now
+        queued = self._queue_views()
+        held = self._hold(queued)
         return build_snapshot(
             policy_nodes(self._nodes, self.runs.values()),
-            self._queue_views(),
+            [q for q in queued if q.job_id not in held] if held else queued,
             self._running_views(),
             now=now,
             teams=teams,
             restart_cost_s=self.restart_cost_s,
             interval_s=gap,
         )
+
+    def _hold(self, queued: list[QueuedJob]) -> set[str]:
+        """Queued jobs kept out of the snapshot for their dependencies (each told why); a job
+        one of whose dependencies will never finish fails, saying which."""
+        held, waits, fails = self.dependencies.judge({q.job_id for q in queued}, self.store.states)
+        for job_id, reason in waits.items():
+            self._wait(job_id, reason)
+        for job_id, reason in fails.items():
+            with contextlib.suppress(JobNotFound, IllegalTransition):  # cancelled meanwhile
+                self.store.transition(
+                    job_id, JobState.FAILED, expect=JobState.QUEUED, message=reason
+                )
+        return held
 
     def _queue_views(self) -> list[QueuedJob]:
         """Queued jobs' views: read once per stay in the queue (the loop alone requeues a job,
@@ -495,6 +512,7 @@ class ControlLoop:
         ids = self._queue_ids[1]
         missing = [j for j in ids if j not in self._queued]
         for raw in self.store.queue_facts(missing):
+            self.dependencies.note(raw["id"], raw.get("after"))
             facts = self.facts.queued(raw)
             self._queued[facts.job_id] = queued_view(facts)
         return [self._queued[j] for j in ids if j in self._queued]

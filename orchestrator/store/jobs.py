@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import builtins
 import json
-import secrets
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib import resources
@@ -30,6 +29,7 @@ from orchestrator.errors import (
 from orchestrator.spec import JobSpec
 from orchestrator.store.audit import AuditStore
 from orchestrator.store.connection import open_url
+from orchestrator.store.dependencies import new_id, plan_ids
 from orchestrator.store.keys import Keys
 from orchestrator.store.lease import LEASE_MS, Lease, LeaseLost, lease_holder
 from orchestrator.store.logs import LogStore
@@ -102,10 +102,12 @@ QUEUE_FACTS = (
     "gpu_memory_gb",
     "restarts",
     "most_gpus",
+    "after",
 )
 """The job fields a scheduling snapshot reads (see :meth:`JobStore.queue_facts`);
 ``attained_gpu_s``, ``remaining_s``, ``preempted_at``, ``restarts`` and ``most_gpus`` are
-written by the control loop when a run ends, the others at submission."""
+written by the control loop when a run ends, the others at submission (``after``: the ids of the
+jobs it starts after, for the loop, not the policy)."""
 
 
 class JobStore:
@@ -264,10 +266,16 @@ class JobStore:
             SpecError: the team config refuses the job (nothing is written).
         """
         self.check_admission([spec])
+        ((job_id, after),) = plan_ids(self, [spec])
+        return self._submit_one(spec, by, job_id, after)
+
+    def _submit_one(self, spec: JobSpec, by: str | None, job_id: str, after: str) -> JobRecord:
+        """Write one job under ``job_id``, or under a fresh id while it is taken."""
         for _ in range(_ID_TRIES):
-            reply = self._submit(**self._submit_args(spec, by))
+            reply = self._submit(**self._submit_args(spec, by, job_id, after))
             if reply[0] == "ok":
                 return JobRecord.from_hash(_pairs(reply[1]))
+            job_id = new_id(spec)
         raise StoreError(f"no free job id for {spec.name!r} after {_ID_TRIES} tries")
 
     def submit_many(self, specs: Iterable[JobSpec], *, by: str | None = None) -> builtins.list[str]:
@@ -277,29 +285,35 @@ class JobStore:
             The new job ids, in the order of ``specs``.
 
         Raises:
-            SpecError: the team config refuses one of the jobs (none is written).
+            SpecError: the team config refuses one of the jobs, or a dependency is wrong
+                (none is written).
         """
         specs = builtins.list(specs)
         self.check_admission(specs)
+        planned = plan_ids(self, specs)
         ids: builtins.list[str] = []
         for start in range(0, len(specs), _BATCH):
-            batch = specs[start : start + _BATCH]
+            batch = builtins.list(zip(specs[start : start + _BATCH], planned[start:], strict=False))
             pipe = self.client.pipeline(transaction=False)
-            for spec in batch:
-                self._submit(**self._submit_args(spec, by), client=pipe)
-            for spec, reply in zip(batch, pipe.execute(), strict=True):
+            for spec, (job_id, after) in batch:
+                self._submit(**self._submit_args(spec, by, job_id, after), client=pipe)
+            for (spec, (_, after)), reply in zip(batch, pipe.execute(), strict=True):
                 # An id already taken (1 in 16 million per name): retry that one on its own.
                 ids.append(
-                    _pairs(reply[1])["id"] if reply[0] == "ok" else self.submit(spec, by=by).id
+                    _pairs(reply[1])["id"]
+                    if reply[0] == "ok"
+                    else self._submit_one(spec, by, new_id(spec), after).id
                 )
         return ids
 
-    def _submit_args(self, spec: JobSpec, by: str | None) -> dict[str, Any]:
-        """The submit script's keys and arguments for a new job with a fresh random id."""
+    def _submit_args(
+        self, spec: JobSpec, by: str | None, job_id: str, after: str
+    ) -> dict[str, Any]:
+        """The submit script's keys and arguments for a new job ``job_id`` that starts after
+        the jobs ``after`` (comma-separated ids, "" if none)."""
         spec_json = json.dumps(
             spec.model_dump(mode="json", by_alias=True), separators=(",", ":"), sort_keys=True
         )
-        job_id = f"{spec.name}-{secrets.token_hex(3)}"
         k = self.keys
         return {
             "keys": [
@@ -324,6 +338,7 @@ class JobStore:
                 *_targets(spec),
                 self.wake.channel,
                 _gpu_memory(spec),
+                after,
             ],
         }
 
@@ -527,6 +542,11 @@ class JobStore:
                 facts = {k: v for k, v in zip(QUEUE_FACTS, values, strict=True) if v}
                 out.append({"id": job_id, **facts})
         return out
+
+    def states(self, job_ids: Iterable[str]) -> dict[str, str | None]:
+        """Each job's state (``None``: no such job, e.g. removed by ``orch gc``), one
+        pipelined round trip per batch."""
+        return {j: v[0] for j, v in self._hmget_many(builtins.list(job_ids), ("state",))}
 
     def _hmget_many(
         self, ids: builtins.list[str], names: Sequence[str]

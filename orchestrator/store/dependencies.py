@@ -1,0 +1,98 @@
+"""Job dependencies at submission: ``depends_on`` resolved to job ids, before anything is written.
+
+A job's ``depends_on`` names jobs it starts after: a job id, or a name. A name is first an
+earlier job of the same submission (``orch submit prep.yaml train.yaml`` where train names
+``prep``: the ids are drawn before any job is written, so a later job can name an earlier one),
+else one stored job of the submitting team. Jobs of other teams are not told apart from jobs
+that do not exist (a team must not learn another's job ids). A dependency that already failed
+or was cancelled is refused: the job could never start. The resolved ids are written with the
+job (its ``after`` field), and the control loop holds it queued until they have all finished
+(:mod:`orchestrator.control.dependencies`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
+
+from orchestrator.errors import AmbiguousJob, JobNotFound, SpecError
+from orchestrator.spec import JobSpec
+
+if TYPE_CHECKING:
+    from orchestrator.store.jobs import JobStore
+
+__all__ = ["NEVER", "new_id", "plan_ids"]
+
+NEVER = frozenset({"failed", "cancelled"})
+"""States of a dependency that mean the job depending on it will never start."""
+
+
+def new_id(spec: JobSpec) -> str:
+    """A fresh job id for ``spec``: ``{name}-{6 hex digits}``."""
+    return f"{spec.name}-{secrets.token_hex(3)}"
+
+
+def plan_ids(store: JobStore, specs: Sequence[JobSpec]) -> list[tuple[str, str]]:
+    """Each job's id and its dependencies' ids (comma-separated, "" if none), in order.
+
+    Raises:
+        SpecError: a dependency that is unknown, ambiguous, another team's, or will never
+            finish (one line per problem; nothing is written).
+    """
+    ids = [new_id(spec) for spec in specs]
+    if not any(spec.depends_on for spec in specs):
+        return [(job_id, "") for job_id in ids]
+    ids = _unused(store, specs, ids)  # a later job names these before they are written
+    problems: list[str] = []
+    earlier: dict[str, str] = {}
+    planned = []
+    for spec, job_id in zip(specs, ids, strict=True):
+        after = [earlier.get(ref) or _stored(store, spec, ref, problems) for ref in spec.depends_on]
+        planned.append((job_id, ",".join(a for a in after if a)))
+        earlier[spec.name] = job_id
+    if problems:
+        raise SpecError("depends_on", problems)
+    return planned
+
+
+def _unused(store: JobStore, specs: Sequence[JobSpec], ids: list[str]) -> list[str]:
+    """``ids`` with any already taken drawn again (1 in 16 million per name)."""
+    while True:
+        pipe = store.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.exists(store.keys.job(job_id))
+        taken = [i for i, n in enumerate(pipe.execute()) if n]
+        if not taken and len(set(ids)) == len(ids):
+            return ids
+        for i in taken or range(len(ids)):
+            ids[i] = new_id(specs[i])
+
+
+def _stored(store: JobStore, spec: JobSpec, ref: str, problems: list[str]) -> str | None:
+    """The id of the stored job of ``spec``'s team that ``ref`` names (``None``: a problem)."""
+    where = f"job {spec.name!r}: depends_on {ref!r}"
+    try:
+        candidates = [store.resolve(ref)]
+    except JobNotFound:
+        candidates = []
+    except AmbiguousJob as err:
+        candidates = err.matches
+    fields = [store.client.hmget(store.keys.job(c), ("team", "state")) for c in candidates]
+    mine = [
+        (c, cast(str, f[1])) for c, f in zip(candidates, fields, strict=True) if f[0] == spec.team
+    ]
+    if not mine:
+        problems.append(f"{where}: no job of team {spec.team!r} has this id or name")
+        return None
+    if len(mine) > 1:
+        problems.append(
+            f"{where}: {len(mine)} jobs have this name ({', '.join(c for c, _ in mine)}); "
+            "give the id"
+        )
+        return None
+    dep, state = mine[0]
+    if state in NEVER:
+        problems.append(f"{where}: {dep} {state}, so this job could never start")
+        return None
+    return dep
