@@ -177,6 +177,8 @@ def job_panel(
             + ", ".join(f"{n[:8]} x{nodes.count(n)}" for n in dict.fromkeys(nodes)),
         )
     head.add_row("attempts", str(rec.attempts))
+    if rec.fields.get("after"):
+        head.add_row("after", rec.fields["after"].replace(",", ", "))
     parts: list[Any] = [Panel(head, title=f"job {rec.id}")]
     if metrics:
         mt = Table(title="metrics (latest)", show_header=True)

@@ -4,6 +4,7 @@ when one never will."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,14 @@ def test_a_job_fails_when_one_it_depends_on_is_cancelled_or_fails(
     assert store.get(a).state is S.CANCELLED
     rec = store.get(after_a)
     assert rec.state is S.FAILED and rec.message.endswith(f"{a} cancelled")
+
+
+def test_orch_show_lists_what_a_job_starts_after(store: JobStore) -> None:
+    from rich.console import Console
+
+    from orchestrator.cli.views import show_job
+
+    prep, train = store.submit_many([job("prep"), job("train", depends_on=["prep"])])
+    console = Console(record=True, width=120)
+    console.print(show_job(store, store.get(train)))
+    assert re.search(rf"│ after +{prep} ", console.export_text())
