@@ -30,6 +30,23 @@ os.environ.pop("ORCH_CONTEXT", None)
 if TYPE_CHECKING:
     import redis
 
+_RAY_FOLDERS = ("e2e", "multihost")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`make test` runs the suite on two workers (pytest-xdist, ``--dist loadgroup``): every
+    test of a Ray cluster (the session's ``ray_cluster``, an ``orch up`` or the namespace
+    hosts' own) is in one group, so one worker runs them all, one after another, while the
+    other runs the rest: never two Ray clusters of the suite at once (they would share
+    ``~/.ray``). Most of those tests wait on jobs rather than compute, so the other worker's
+    tests fill the CPU they leave."""
+    for item in items:
+        path = str(item.path)
+        if "ray_cluster" in getattr(item, "fixturenames", ()) or any(
+            f"/tests/{folder}/" in path for folder in _RAY_FOLDERS
+        ):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
     from orchestrator.store import JobStore
 
 
