@@ -30,6 +30,9 @@ os.environ.pop("ORCH_CONTEXT", None)
 if TYPE_CHECKING:
     import redis
 
+    from orchestrator.store import JobStore
+
+
 _RAY_FOLDERS = ("e2e", "multihost")
 
 
@@ -46,8 +49,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             f"/tests/{folder}/" in path for folder in _RAY_FOLDERS
         ):
             item.add_marker(pytest.mark.xdist_group("ray"))
-
-    from orchestrator.store import JobStore
 
 
 @pytest.fixture(scope="session")
