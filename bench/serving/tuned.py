@@ -43,7 +43,7 @@ import torch
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.tuner.evaluators.serve import ServeEvaluator
 from orchestrator.tuner.objective import Goal
-from orchestrator.tuner.serving import service_space
+from orchestrator.tuner.serving import service_space, service_warm_start
 from orchestrator.tuner.space import DeviceCaps
 from orchestrator.tuner.strategies import TPESearchStrategy
 from orchestrator.tuner.tuner import Tuner
@@ -114,7 +114,12 @@ def tuned(name: str, rate: float, trials: int) -> dict[str, Any]:
     space = service_space(spec, evaluator.caps)
     t0 = time.perf_counter()
     result = Tuner(
-        space, Goal.from_spec(spec), evaluator, TPESearchStrategy(seed=0), max_trials=trials
+        space,
+        Goal.from_spec(spec),
+        evaluator,
+        TPESearchStrategy(seed=0),
+        max_trials=trials,
+        warm_start=service_warm_start(space),  # as tune_spec starts a service's search
     ).run()
     tune_s = time.perf_counter() - t0
     best = result.best
@@ -153,9 +158,7 @@ def bench(name: str, loads: tuple[float, ...], trials: int, batches: tuple[int, 
     out = {}
     for rate in loads:
         row: dict[str, Any] = {"tuned": tuned(name, rate, trials)}
-        fixed = {
-            b: fewest_replicas(name, rate, max_batch=b, max_delay_s=None) for b in batches
-        }
+        fixed = {b: fewest_replicas(name, rate, max_batch=b, max_delay_s=None) for b in batches}
         best_b = max(fixed, key=lambda b: fixed[b]["rps_per_gpu"])
         row["fixed batch"] = {"batch": best_b, **fixed[best_b], "all": fixed}
         row["no window"] = fewest_replicas(name, rate, max_batch=32, max_delay_s=0.0)

@@ -18,7 +18,7 @@ from orchestrator.tuner.evaluators.base import Evaluator, EvaluatorLost
 from orchestrator.tuner.loader_stage import data_wait_material, tune_loader
 from orchestrator.tuner.objective import Goal, Measurement
 from orchestrator.tuner.profile import build_profile
-from orchestrator.tuner.serving import service_space
+from orchestrator.tuner.serving import service_space, service_warm_start
 from orchestrator.tuner.space import Config, DeviceCaps, space_for
 from orchestrator.tuner.strategies import STRATEGIES
 from orchestrator.tuner.study import objective_name, open_study, study_name
@@ -166,6 +166,7 @@ def tune_spec(
     if evaluator is None:
         evaluator = default_evaluator(spec, caps)
     caps = caps or evaluator.caps
+    warm_start: list[Config] = []
     if spec.serve is not None:
         # load tests (see tuner.serving); the sla strategy's model is one of step time, so a
         # service's study is Optuna's own sampler (TPE), and a load test's figures hold at its
@@ -173,6 +174,7 @@ def tune_spec(
         space = service_space(spec, caps)
         strategy = "tpe" if strategy == "sla" else strategy
         use_cache = False
+        warm_start = service_warm_start(space)
     else:
         space = space_for(spec, caps, forward_only=_forward_only(evaluator))
     goal = Goal.from_spec(spec)
@@ -180,7 +182,7 @@ def tune_spec(
     descriptor = describe(spec.workload.ref, dict(spec.workload.args), caps, space)
     cache = TuneCache(store.tune_cache) if use_cache and not retune else None
     known: list[tuple[Config, Measurement]] = list(measured)
-    warm: list[Config] = []
+    warm: list[Config] = list(warm_start)
     status: CacheStatus = "off" if cache is None else "miss"
     if cache is not None:
         entry = cache.get(fingerprint(descriptor))

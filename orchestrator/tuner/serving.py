@@ -18,6 +18,12 @@ model's settings, not a training run's:
   A load test times one replica's forward passes and serves with ``gpus`` such servers, so
   replica counts beyond the GPUs at hand can be tried.
 
+The search starts (``Tuner(warm_start=...)``, :func:`service_warm_start`) from the config of
+most capacity per replica count, fewest replicas first: the largest batch with the shortest
+window above none, at the space's first precision, unquantized. At a fixed load the cost is
+mostly the replica count, so this finds the cheapest feasible replica count in a few trials;
+Optuna's sampler then searches the rest.
+
 The goal (``Goal.from_spec``, ``serving``) is the fewest GPU-seconds per request among configs
 whose request percentile meets the ceiling, that drop nothing and whose quantization is within
 the tolerance; the study, its constraints and the strategies are the tuner's own.
@@ -28,12 +34,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import TuneError
-from orchestrator.tuner.space import DeviceCaps, SearchSpace, _allowed, power_ladder
+from orchestrator.tuner.space import Config, DeviceCaps, SearchSpace, _allowed, power_ladder
 
 if TYPE_CHECKING:
     from orchestrator.spec import JobSpec
 
-__all__ = ["DEFAULT_DELAYS_MS", "service_space"]
+__all__ = ["DEFAULT_DELAYS_MS", "service_space", "service_warm_start"]
 
 DEFAULT_DELAYS_MS: tuple[float, ...] = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0)
 """The batcher windows tried when ``tuning.bounds.max_delay_ms`` is not given (those below the
@@ -82,3 +88,20 @@ def service_space(spec: JobSpec, caps: DeviceCaps) -> SearchSpace:
         quantizations=_allowed("quantize", b.quantize, quant_ok, quant_ok),
         gpus_per_node=caps.gpus_per_node,
     )
+
+
+def service_warm_start(space: SearchSpace) -> list[Config]:
+    """The first trials of a service's search (see the module doc), fewest replicas first."""
+    windows = [d for d in space.max_delays if d]
+    delay = min(windows) if windows else space.max_delays[0]
+    return [
+        Config(
+            max(space.micro_batches),
+            gpus=g,
+            precision=space.precisions[0],
+            compile=space.compile[0],
+            max_delay_ms=delay,
+            quantize=space.quantizations[0],
+        )
+        for g in sorted(space.gpus)
+    ]

@@ -16,7 +16,7 @@ from orchestrator.store import JobStore
 from orchestrator.tuner.evaluators.serve import ServeEvaluator
 from orchestrator.tuner.objective import Goal
 from orchestrator.tuner.service import tune_spec
-from orchestrator.tuner.serving import service_space
+from orchestrator.tuner.serving import service_space, service_warm_start
 from orchestrator.tuner.space import DeviceCaps
 from orchestrator.tuner.study import study_name
 from workers.serve_run import load_test, serve_arrivals
@@ -138,6 +138,13 @@ def test_a_service_goal_and_bad_serving_bounds_name_their_field() -> None:
         service_space(_spec({"quantize": ["int8"]}), gpu)
     defaults = service_space(_spec({}), CPU)
     assert defaults.max_delays == (0.0, 1.0, 2.0, 5.0, 10.0, 20.0)  # below the 50 ms ceiling
+    # the search starts from the most capacity per replica count, fewest replicas first
+    first = service_warm_start(defaults)
+    assert [(c.micro_batch, c.max_delay_ms, c.gpus, c.quantize) for c in first] == [
+        (64, 1.0, 1, "none"),
+        (64, 1.0, 2, "none"),
+    ]
+    assert all(defaults.contains(c) for c in first)
     with pytest.raises(SpecError, match=r"tuning\.bounds\.max_delay_ms applies to a service"):
         parse_spec(
             {
