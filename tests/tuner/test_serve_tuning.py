@@ -73,13 +73,15 @@ def test_a_service_is_tuned_by_load_tests_to_the_fewest_gpu_seconds_meeting_p99(
     records = list(result.history.points())
     missed = [r for r in records if r.measurement.ok and r.measurement.p99_ms > CEILING_MS]
     assert missed and all(not r.verdict.feasible for r in missed)
-    assert all(r.config.max_delay_ms == 500 for r in missed)
+    assert all(r in missed for r in records if r.config.max_delay_ms == 500)  # all 8 wait
     best = result.best
     assert best is not None and best.verdict.feasible and best not in missed
     # the fewest GPU-seconds per request: one replica, no window (two replicas cost twice)
     assert best.config.gpus == 1 and best.config.max_delay_ms == 0
     m = best.measurement
     assert m.p99_ms is not None and m.p99_ms <= CEILING_MS and m.dropped == 0
+    # each trial served two seeded streams (its figures are the worse of the two)
+    assert m.offered == sum(len(serve_arrivals(spec.serve.harness(), 1.0, k)) for k in (0, 1))
     assert best.verdict.value == pytest.approx(1 / m.samples_per_s)  # GPU-s per request
     feasible = [r for r in records if r.verdict.feasible]
     assert all(best.verdict.value <= r.verdict.value for r in feasible)
@@ -101,7 +103,7 @@ def test_a_service_is_tuned_by_load_tests_to_the_fewest_gpu_seconds_meeting_p99(
     hc = job_harness_config(run)
     again = load_test(
         build_workload("infer", {"model": "mlp"}, 0),
-        serve_arrivals(hc["serve"], 2.0, seed=1),
+        serve_arrivals(hc["serve"], 2.0, seed=5),
         max_batch=hc["micro_batch"],
         max_delay_s=hc["serve"]["max_delay_s"],
         replicas=run.gpus,
