@@ -14,14 +14,15 @@ allowed (``resources.gpus``) and the model's p99 ceiling:
   its chosen config is then load-tested again on arrivals of another seed (the figure
   reported is that re-run's, on the baselines' arrivals);
 * ``fixed batch``: batches of exactly B (wait until full), B in 8/16/32, fp32, the fewest
-  replicas meeting p99;
-* ``no window``: max delay 0 (whatever is queued leaves at once), max batch 32, fp32, the
-  fewest replicas meeting p99.
+  replicas meeting p99 on the same two streams as a tuning trial (seeds 0 and 1), re-run;
+* ``no window``: max delay 0 (whatever is queued leaves at once), max batch 32, fp32, chosen
+  and re-run the same way.
 
-Requests/s per GPU meeting p99 = offered load / replicas when the re-run's p99 meets the
-ceiling, else 0. Each load test is 2 s of traffic (at most 20,000 requests), every batch a
-real timed forward pass on one torch thread (``workers.serve_run.load_test``; replicas are
-copies of the measured server on the virtual clock). Writes
+Requests/s per GPU meeting p99 = offered load / replicas when the re-run's p99 (seed 7, the
+same arrivals for all three) meets the ceiling, else 0. Each load test is 2 s of traffic (at
+most 20,000 requests), every batch a real timed forward pass on one torch thread
+(``workers.serve_run.load_test``; replicas are copies of the measured server on the virtual
+clock). Writes
 ``bench/serving/results/tuned[-smoke].json``.
 """
 
@@ -55,7 +56,7 @@ from workers.workloads.registry import build_workload
 # model -> (args, p99 ceiling ms, offered loads req/s, max-batch bound)
 MODELS: dict[str, tuple[dict[str, Any], float, tuple[float, ...], int]] = {
     "mlp": ({"model": "mlp"}, 5.0, (20_000.0, 400_000.0), 64),
-    "gpt": ({"model": "gpt"}, 60.0, (1_500.0, 5_000.0), 32),
+    "gpt": ({"model": "gpt"}, 60.0, (1_000.0, 3_000.0), 32),
 }
 MAX_REPLICAS = 4
 TRIAL_S = 2.0
@@ -96,14 +97,22 @@ def p99(name: str, rate: float, seed: int, **batcher: Any) -> tuple[float, int]:
 
 
 def fewest_replicas(name: str, rate: float, **batcher: Any) -> dict[str, Any]:
-    """The fewest replicas (1..MAX_REPLICAS) whose p99 meets the ceiling at ``rate``."""
+    """The fewest replicas (1..MAX_REPLICAS) whose p99 meets the ceiling at ``rate`` on both
+    of the tuner's streams (seeds 0 and 1: the rule its trials follow), re-run on
+    ``RERUN_SEED``."""
     ceiling = MODELS[name][1]
     seen = []
     for r in range(1, MAX_REPLICAS + 1):
-        value, _ = p99(name, rate, RERUN_SEED, replicas=r, **batcher)
+        value = max(p99(name, rate, seed, replicas=r, **batcher)[0] for seed in (0, 1))
         seen.append(round(value, 3))
         if value <= ceiling:
-            return {"replicas": r, "p99_ms": round(value, 3), "rps_per_gpu": round(rate / r, 1)}
+            again, _ = p99(name, rate, RERUN_SEED, replicas=r, **batcher)
+            return {
+                "replicas": r,
+                "chosen_p99_ms": round(value, 3),
+                "rerun_p99_ms": round(again, 3),
+                "rps_per_gpu": round(rate / r, 1) if again <= ceiling else 0.0,
+            }
     return {"replicas": None, "p99_ms_by_replicas": seen, "rps_per_gpu": 0.0}
 
 
