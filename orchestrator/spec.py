@@ -320,12 +320,18 @@ class ServeSpec(_Model):
     when it holds ``run.micro_batch`` requests or its oldest request has waited
     ``max_delay_ms`` (``null``: a fixed batch, which waits until full). ``sla.latency`` is then
     about requests, arrival to answer; the service runs for ``run.duration_s``.
+    ``quantize: int8`` serves the model with int8 dynamic quantization of its linear layers
+    (CPU kernels), once its outputs on seeded inputs are within ``quant_tolerance`` (relative
+    L2 error) of fp32's: a model further off is refused, and the error is reported
+    (``quant_error``).
     """
 
     rate_rps: float | None = Field(default=None, gt=0, le=1e6)
     trace: list[float] | None = Field(default=None, min_length=1, max_length=MAX_TRACE)
     max_delay_ms: float | None = Field(default=2.0, ge=0, le=60_000)
     timeout_ms: float | None = Field(default=None, gt=0, le=3_600_000)
+    quantize: Literal["none", "int8"] = "none"
+    quant_tolerance: float = Field(default=0.05, gt=0, le=1)
 
     @model_validator(mode="after")
     def _one_source(self) -> Self:
@@ -348,6 +354,8 @@ class ServeSpec(_Model):
             "trace": list(self.trace) if self.trace is not None else None,
             "max_delay_s": None if self.max_delay_ms is None else self.max_delay_ms / 1000.0,
             "timeout_s": None if self.timeout_ms is None else self.timeout_ms / 1000.0,
+            "quantize": self.quantize,
+            "quant_tolerance": self.quant_tolerance,
         }
 
 
@@ -393,6 +401,11 @@ class TuningBounds(_Model):
     # (the workload's own scale_lr gets the global batch).
     global_batch: IntRange | None = None
     lr_scaling: LRScaling | None = None
+    # a service's batcher window (ms) and quantization (orchestrator.tuner.serving)
+    max_delay_ms: list[Annotated[float, Field(ge=0, le=60_000)]] | None = Field(
+        default=None, min_length=1, max_length=16
+    )
+    quantize: list[Literal["none", "int8"]] | None = Field(default=None, min_length=1, max_length=2)
 
     @model_validator(mode="after")
     def _batch_rule(self) -> Self:
@@ -511,6 +524,7 @@ class JobSpec(_Model):
             )
         problems += self._batch_problems()
         problems += self._serve_problems()
+        problems += self._service_bounds_problems()
         problems += self._plan_problems()
         problems += self._plan_bounds_problems()
         if problems:
@@ -519,7 +533,7 @@ class JobSpec(_Model):
 
     def _serve_problems(self) -> list[str]:
         """A service is interactive work that runs for a duration, answering with forward
-        passes, with a batch within bounds; its tuning is not built yet."""
+        passes, with a batch within bounds."""
         if self.serve is None:
             return []
         problems: list[str] = []
@@ -541,11 +555,15 @@ class JobSpec(_Model):
             )
         if self.run.grad_accum != 1:
             problems.append("run.grad_accum must be 1 for a service")
-        if self.tuning.enabled:
-            problems.append(
-                "tuning.enabled: tuning a service (batch, queue delay) is not supported yet"
-            )
         return problems
+
+    def _service_bounds_problems(self) -> list[str]:
+        """The serving bounds of ``tuning.bounds`` are a service's only."""
+        b = self.tuning.bounds
+        given = [n for n in ("max_delay_ms", "quantize") if getattr(b, n) is not None]
+        if self.serve is not None or not given:
+            return []
+        return [f"tuning.bounds.{n} applies to a service (a job with serve:)" for n in given]
 
     def _plan_problems(self) -> list[str]:
         """A plan's degrees multiply to the GPU count; it is for a training workload the

@@ -62,7 +62,8 @@ class HarnessConfig:
             Krizhevsky 2014; Hoffer et al. 2017) or ``script`` (the workload's ``scale_lr``).
         serve: a live service instead of a training or inference loop (see
             :class:`workers.serve_run.ServeRun`): its arrivals (``rate_rps`` or ``trace``) and
-            batcher (``max_delay_s``, ``timeout_s``); ``micro_batch`` is its largest batch.
+            batcher (``max_delay_s``, ``timeout_s``), ``quantize`` (``none``/``int8``) and
+            ``quant_tolerance``; ``micro_batch`` is its largest batch.
         base_global_batch: the global batch ``lr`` is set for (``None``: this run's own).
         loader: the data loader's knobs for a workload that gives a dataset
             (:class:`workers.loader_settings.LoaderSettings` as a dict; empty: its defaults);
@@ -196,7 +197,8 @@ def _serve_problems(serve: dict[str, Any], duration_s: float | None) -> list[str
     or ``trace`` (arrival times), ``max_delay_s`` (>= 0, or ``None``: a fixed batch),
     ``timeout_s`` (> 0 or ``None``); a service runs for ``duration_s``."""
     p: list[str] = []
-    unknown = sorted(set(serve) - {"rate_rps", "trace", "max_delay_s", "timeout_s"})
+    known = {"rate_rps", "trace", "max_delay_s", "timeout_s", "quantize", "quant_tolerance"}
+    unknown = sorted(set(serve) - known)
     if unknown:
         p.append(f"serve: unknown keys {unknown}")
     if (serve.get("rate_rps") is None) == (serve.get("trace") is None):
@@ -210,6 +212,11 @@ def _serve_problems(serve: dict[str, Any], duration_s: float | None) -> list[str
         v = serve.get(key)
         if v is not None and not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
             p.append(f"serve.{key} must be a finite number >= 0, got {v!r}")
+    if serve.get("quantize", "none") not in ("none", "int8", None):
+        p.append(f"serve.quantize must be none or int8, got {serve.get('quantize')!r}")
+    tol = serve.get("quant_tolerance")
+    if tol is not None and not (isinstance(tol, int | float) and math.isfinite(tol) and tol > 0):
+        p.append(f"serve.quant_tolerance must be a finite number > 0, got {tol!r}")
     if duration_s is None:
         p.append("a service runs for duration_s (not steps or work_tokens)")
     return p

@@ -96,6 +96,8 @@ class RunResult:
             probe reads it to shape the search space (accumulation 1, no batch to keep).
         dataset: the workload gave a dataset, read through the harness's loader: the tuner's
             probe reads it to know whether the loader's knobs can matter.
+        quant_error: a service serving an int8 model: its outputs' relative L2 error against
+            fp32's on seeded inputs (``workers.quantize``); ``None`` otherwise.
     """
 
     status: str
@@ -128,6 +130,7 @@ class RunResult:
     data_wait_share: float | None = None
     gpu_busy_share: float | None = None
     energy_per_sample_j: float | None = None
+    quant_error: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict of every field."""

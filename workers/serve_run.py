@@ -26,6 +26,7 @@ from workers.devices import to_device
 from workers.errors import HarnessConfigError
 from workers.latency import LatencySketch
 from workers.optimizations import autocast_context
+from workers.quantize import DEFAULT_TOLERANCE, quantized
 from workers.result import RunResult
 from workers.runstats import PeakMemory
 from workers.serving import ServeTrace, parse_trace, poisson_arrivals, serve
@@ -74,20 +75,32 @@ def load_test(
     device: torch.device | None = None,
     precision: str = "fp32",
     warmup: int = 2,
+    quantize: str = "none",
+    tolerance: float = DEFAULT_TOLERANCE,
+    compile: bool = False,
+    seed: int = 0,
 ) -> ServeTrace:
     """Serve ``arrivals`` with ``workload``'s model (see the module doc).
 
     ``replicas`` are identical copies of the server measured here: one process times the
     forward pass, and each replica (one per GPU in a placed service) takes that long.
+    ``quantize``: ``int8`` serves the dynamically quantized model once its outputs are within
+    ``tolerance`` of fp32's on ``seed``'s inputs (``workers.quantize``; the trace carries the
+    error). ``compile``: the model under ``torch.compile`` (its compilations happen in the
+    untimed warm-up, one per batch size at most).
 
     Raises:
         HarnessConfigError: a training workload (a service answers with forward passes only),
             or a batcher setting out of range.
+        QuantizationRefused: the quantized outputs are further from fp32's than ``tolerance``.
     """
     if workload.train:
         raise HarnessConfigError("a load test needs a forward-only workload (train=False)")
     device = device or torch.device("cpu")
-    model = workload.model.to(device).eval()
+    served, error = quantized(workload, quantize, tolerance, seed=seed, device=device)
+    model: Any = served.to(device).eval()
+    if compile:
+        model = torch.compile(model)
     autocast = autocast_context(precision, device)
     inputs = {n: to_device(workload.make_batch(0, n), device) for n in range(1, max_batch + 1)}
 
@@ -103,7 +116,7 @@ def load_test(
     for n in range(1, max_batch + 1):
         for _ in range(warmup):
             forward(n)
-    return serve(
+    trace = serve(
         arrivals,
         forward,
         max_batch=max_batch,
@@ -111,6 +124,8 @@ def load_test(
         replicas=replicas,
         timeout_s=timeout_s,
     )
+    trace.quant_error = error
+    return trace
 
 
 def _sync(device: torch.device) -> None:
@@ -144,7 +159,9 @@ class ServeRun:
     second (one request is one sample). It has nothing to checkpoint: a stopped service starts
     again with a fresh stream. Reports carry the harness's keys (so ``orch show``, the SLA
     verdict and the guard read a service as any job) plus ``queue_p95_ms``, ``mean_batch``,
-    ``offered_rps`` and ``dropped``.
+    ``offered_rps``, ``dropped`` and ``quant_error`` (the int8 model's output error against
+    fp32, when ``serve.quantize`` is ``int8``: checked against ``quant_tolerance`` before the
+    first request, and the service refused when over it).
     """
 
     def __init__(self, h: Replica) -> None:
@@ -157,6 +174,14 @@ class ServeRun:
         cfg = h.config
         settings = dict(cfg.serve or {})
         self.max_delay_s = settings.get("max_delay_s")
+        # quantized (and its accuracy checked) before serving: a refusal stops it here
+        self.model, self.quant_error = quantized(
+            h.workload,
+            str(settings.get("quantize") or "none"),
+            float(settings.get("quant_tolerance") or DEFAULT_TOLERANCE),
+            seed=cfg.seed,
+            device=h.device,
+        )
         self.timeout_s = settings.get("timeout_s")
         duration = float(cfg.duration_s or 0.0)
         every = serve_arrivals(settings, duration, cfg.seed)
@@ -175,7 +200,7 @@ class ServeRun:
         """Serve the stream on the wall clock until its end, a stop, or a lost fence."""
         h = self.h
         self.peak.reset()
-        model = h.model.eval()
+        model = (h.model if self.quant_error is None else self.model).eval()
         mb = h.config.micro_batch
         inputs = {n: to_device(h.workload.make_batch(0, n), h.device) for n in range(1, mb + 1)}
         status = ["finished"]
@@ -261,6 +286,7 @@ class ServeRun:
             "mean_batch": self.batched / self.batches if self.batches else None,
             "offered_rps": len(self.arrivals) / self.duration_s if self.duration_s else None,
             "dropped": self.dropped,
+            "quant_error": self.quant_error,
             **window,
         }
 

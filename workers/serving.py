@@ -115,6 +115,8 @@ class ServeTrace:
         offered: requests that arrived.
         span_s: first arrival to last answer.
         busy_s: replica-seconds spent serving batches.
+        quant_error: the served model's output error against fp32 (relative L2;
+            ``workers.quantize``), ``None`` when it is not quantized.
     """
 
     latency_ms: list[float] = field(default_factory=list)
@@ -124,10 +126,12 @@ class ServeTrace:
     offered: int = 0
     span_s: float = 0.0
     busy_s: float = 0.0
+    quant_error: float | None = None
 
     def summary(self) -> dict[str, float | int | None]:
         """The figures a report carries: request p50/p95/p99, queueing p95, mean batch,
-        served requests per second, dropped requests and replica busy share."""
+        served requests per second, dropped requests, replica busy seconds and the
+        quantized model's output error."""
         lat, queue = LatencySketch(), LatencySketch()
         for v in self.latency_ms:
             lat.add(v)
@@ -145,6 +149,7 @@ class ServeTrace:
             "dropped": self.dropped,
             "offered": self.offered,
             "busy_s": self.busy_s,
+            "quant_error": self.quant_error,
         }
 
 

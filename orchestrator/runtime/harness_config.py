@@ -181,7 +181,8 @@ def tuned_spec(spec: JobSpec, config: Config) -> JobSpec:
     The data-parallel degree becomes ``config.gpus`` and ``run.sharding`` becomes
     ``config.sharding`` (DDP or FSDP). A one-GPU config says nothing about sharding (it is always
     ``ddp`` there), so the spec's own ``run.sharding`` stays: it applies if the job is resized.
-    A config with a parallel plan (``config.plan()``) sets ``run.plan``.
+    A config with a parallel plan (``config.plan()``) sets ``run.plan``. A service's config
+    also sets ``serve.max_delay_ms`` and ``serve.quantize`` (its ``gpus`` are its replicas).
     ``run.base_global_batch`` records the global batch as submitted, which the learning-rate
     rule scales from when the tuner chose another one within ``tuning.bounds.global_batch``.
     """
@@ -204,4 +205,9 @@ def tuned_spec(spec: JobSpec, config: Config) -> JobSpec:
             "plan": plan,  # a tuned plan, or none: the sharding says it (and any old plan goes)
         }
     )
-    return JobSpec.model_validate({**spec.model_dump(by_alias=True), "run": run.model_dump()})
+    data = {**spec.model_dump(by_alias=True), "run": run.model_dump()}
+    if spec.serve is not None and config.max_delay_ms is not None:  # a service's batcher
+        data["serve"] = spec.serve.model_copy(
+            update={"max_delay_ms": config.max_delay_ms, "quantize": config.quantize}
+        ).model_dump()
+    return JobSpec.model_validate(data)

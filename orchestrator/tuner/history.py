@@ -145,7 +145,7 @@ class History:
         (:meth:`latency_noise`): only such a miss says a larger micro-batch misses too (none
         without a ceiling)."""
         ceiling = self.goal.ceiling_ms
-        if ceiling is None:
+        if ceiling is None or self.goal.serving:  # a service's tail may fall as its batch grows
             return []
         limit = ceiling * (1.0 + self.latency_noise())
         out = []

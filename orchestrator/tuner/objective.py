@@ -7,6 +7,12 @@
 - Latency SLA (a ceiling on a percentile of step time): the highest throughput among configs
   whose percentile meets the ceiling. Maximised. A stated throughput floor is a second
   constraint.
+- A service (``serve:``; trials are load tests at its offered load): the fewest GPU-seconds
+  per request served (``replicas x span / requests``, i.e. ``gpus / samples_per_s`` with a
+  request as the sample), among configs whose *request* latency percentile (arrival to answer)
+  meets the ceiling, that drop no request (``served``), and whose quantized outputs are
+  within the stated tolerance of fp32's (``accuracy``). Minimised: a throughput goal with a
+  ceiling, so its value, direction and ranking are the throughput goal's.
 
 Constraints follow Optuna's convention (``trial.set_constraint``): a value <= 0 is satisfied.
 Each is normalised by its target (``(measured - ceiling) / ceiling``) so violations of different
@@ -50,6 +56,10 @@ class Measurement:
         energy_per_sample_j: joules per sample from NVML (``None`` without it).
         cost_s: profiling seconds the trial cost (GPU-seconds are ``cost_s * gpus``).
         message: why it failed, for ``error``/``oom``.
+        offered, dropped: a load test's requests that arrived, and those that waited past
+            the service's timeout (``None`` for other trials).
+        quant_error: a quantized model's output error against fp32 (relative L2; also on a
+            trial refused for it).
     """
 
     status: Status
@@ -64,6 +74,9 @@ class Measurement:
     energy_per_sample_j: float | None = None
     cost_s: float = 0.0
     message: str = ""
+    offered: int | None = None
+    dropped: int | None = None
+    quant_error: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -116,6 +129,10 @@ class Goal:
             when the batch is kept, as by default.
         cost: what a throughput goal minimises: ``gpu_seconds`` per unit of ``metric``, or
             ``energy`` (joules per unit of ``metric``, where the trials measured it).
+        serving: a service's goal (see the module doc): a sample is a request, the latency is
+            a request's, and a trial must drop none; a larger batch may then lower the tail,
+            so a missed ceiling prunes no larger one (``History.latency_misses``).
+        quant_tolerance: the largest output error a quantized service may have.
     """
 
     kind: Literal["throughput", "latency"]
@@ -125,6 +142,8 @@ class Goal:
     percentile: int = 95
     batch_rule: str = ""
     cost: Cost = "gpu_seconds"
+    serving: bool = False
+    quant_tolerance: float | None = None
 
     @classmethod
     def from_spec(cls, spec: JobSpec) -> Goal:
@@ -150,6 +169,14 @@ class Goal:
                 floor = tp.work_samples / tp.deadline_s
             elif tp.deadline_s is not None and tp.work_tokens is not None:
                 metric, floor = "tokens_per_s", tp.work_tokens / tp.deadline_s
+        if spec.serve is not None and lat is not None:
+            return cls(
+                "throughput",
+                ceiling_ms=lat.max_ms,
+                percentile=lat.percentile,
+                serving=True,
+                quant_tolerance=spec.serve.quant_tolerance,
+            )
         if lat is not None:
             return cls("latency", metric, floor, lat.max_ms, lat.percentile, batch_rule)
         return cls("throughput", metric, floor, batch_rule=batch_rule, cost=spec.tuning.objective)
@@ -168,6 +195,8 @@ class Goal:
         if self.ceiling_ms is not None:
             parts.append(f"p{self.percentile} <= {self.ceiling_ms:g} ms")
         per = "sample" if self.metric == "samples_per_s" else "token"
+        if self.serving:
+            per, parts = "request", [f"request p{self.percentile} <= {self.ceiling_ms:g} ms"]
         spent = "J" if self.cost == "energy" else "GPU-s"
         head = f"min {spent} per {per}" if self.kind == "throughput" else f"max {unit}"
         text = f"{head} with {' and '.join(parts)}" if parts else head
@@ -235,6 +264,7 @@ class Goal:
                 what = "no energy figure (NVML's energy counter is unavailable here)"
             detail = f": {m.message}" if m.message else ""
             cons = {"runs": 1.0}
+            self._serving(config, m, cons)
             if self.floor is not None:
                 cons["throughput"] = 1.0
             if self.ceiling_ms is not None:
@@ -243,11 +273,11 @@ class Goal:
                 self.worst,
                 cons,
                 False,
-                sum(cons.values()),
+                sum(v for v in cons.values() if v > 0),
                 f"{what} at {config.describe()}{detail}",
             )
         cons = {"runs": -1.0}
-        reasons: list[str] = []
+        reasons: list[str] = self._serving(config, m, cons)
         unit = "samples/s" if self.metric == "samples_per_s" else "tokens/s"
         if self.floor is not None:
             cons["throughput"] = (self.floor - rate) / self.floor
@@ -268,3 +298,27 @@ class Goal:
                     )
         violation = sum(v for v in cons.values() if v > 0)
         return Verdict(value, cons, not reasons, violation, "; ".join(reasons))
+
+    def _serving(self, config: Config, m: Measurement, cons: dict[str, float]) -> list[str]:
+        """A service's own constraints into ``cons`` (``served``: the share of requests
+        dropped, ``accuracy``: the quantized outputs' error over the tolerance, normalised);
+        returns why they are missed."""
+        if not self.serving:
+            return []
+        reasons: list[str] = []
+        if m.offered:
+            lost = (m.dropped or 0) / m.offered
+            cons["served"] = lost if lost > 0 else -1.0
+            if lost > 0:
+                reasons.append(
+                    f"{m.dropped} of {m.offered} requests dropped at {config.describe()}"
+                )
+        tol = self.quant_tolerance
+        if m.quant_error is not None and tol:
+            cons["accuracy"] = (m.quant_error - tol) / tol
+            if m.quant_error > tol:
+                reasons.append(
+                    f"{config.quantize} outputs {m.quant_error:.4f} from fp32's at "
+                    f"{config.describe()} > {tol:g} tolerance"
+                )
+        return reasons

@@ -48,7 +48,7 @@ def tune_job(
     """
     from orchestrator.store import JobStore
     from orchestrator.tuner.evaluators.gang import GangEvaluator
-    from orchestrator.tuner.service import tune_spec
+    from orchestrator.tuner.service import default_evaluator, tune_spec
 
     spec = JobSpec.model_validate(spec_data)
     evaluator = GangEvaluator(
@@ -68,8 +68,10 @@ def tune_job(
             store,
             redis_url,
             job=job_id,
-            evaluator=evaluator,
-            free_gpus=evaluator.size,
+            # a service's trials are load tests run here, on this task's device (one at a
+            # time); running them in the gang's actors, on its GPUs, is still to do
+            evaluator=default_evaluator(spec) if spec.serve is not None else evaluator,
+            free_gpus=evaluator.size if spec.serve is None else 1,
             retune=retune is not None,
             measured=[] if retune is None or retune[1] is None else [(retune[0], retune[1])],
         )

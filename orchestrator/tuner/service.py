@@ -18,6 +18,7 @@ from orchestrator.tuner.evaluators.base import Evaluator, EvaluatorLost
 from orchestrator.tuner.loader_stage import data_wait_material, tune_loader
 from orchestrator.tuner.objective import Goal, Measurement
 from orchestrator.tuner.profile import build_profile
+from orchestrator.tuner.serving import service_space, service_warm_start
 from orchestrator.tuner.space import Config, DeviceCaps, space_for
 from orchestrator.tuner.strategies import STRATEGIES
 from orchestrator.tuner.study import objective_name, open_study, study_name
@@ -106,6 +107,24 @@ def _reads_dataset(evaluator: Evaluator) -> bool:
         return False
 
 
+def default_evaluator(spec: JobSpec, caps: DeviceCaps | None = None) -> Evaluator:
+    """In-process trials: a service's load tests (``ServeEvaluator``), else harness runs
+    (3 warm-up + 10 measured steps); one CPU thread."""
+    if spec.serve is not None:
+        from orchestrator.tuner.evaluators.serve import ServeEvaluator
+
+        return ServeEvaluator(
+            spec.workload.ref,
+            dict(spec.workload.args),
+            spec.serve.harness(),
+            caps=caps,
+            seed=spec.run.seed,
+        )
+    from orchestrator.tuner.evaluators.harness import HarnessEvaluator
+
+    return HarnessEvaluator(spec.workload.ref, spec.workload.args, caps=caps, seed=spec.run.seed)
+
+
 def tune_spec(
     spec: JobSpec,
     store: JobStore,
@@ -129,8 +148,8 @@ def tune_spec(
         store: the namespace's store.
         redis_url: the URL of ``store``'s Redis (the Optuna journal opens its own connection).
         job: the key to store under (default: the spec's name).
-        evaluator: what a trial is (default: in-process harness runs, 3 warm-up + 10 measured
-            steps, one CPU thread).
+        evaluator: what a trial is (default: :func:`default_evaluator`; a service's trials are
+            load tests, see ``orchestrator.tuner.serving``).
         caps: device capabilities (default: the evaluator's).
         use_cache: read and write the tuning cache.
         fresh: start the study over instead of resuming it.
@@ -149,13 +168,19 @@ def tune_spec(
     """
     job = job or spec.name
     if evaluator is None:
-        from orchestrator.tuner.evaluators.harness import HarnessEvaluator
-
-        evaluator = HarnessEvaluator(
-            spec.workload.ref, spec.workload.args, caps=caps, seed=spec.run.seed
-        )
+        evaluator = default_evaluator(spec, caps)
     caps = caps or evaluator.caps
-    space = space_for(spec, caps, forward_only=_forward_only(evaluator))
+    warm_start: list[Config] = []
+    if spec.serve is not None:
+        # load tests (see tuner.serving); the sla strategy's model is one of step time, so a
+        # service's study is Optuna's own sampler (TPE), and a load test's figures hold at its
+        # offered load only, so the cache (keyed by workload and device) is not used
+        space = service_space(spec, caps)
+        strategy = "tpe" if strategy == "sla" else strategy
+        use_cache = False
+        warm_start = service_warm_start(space)
+    else:
+        space = space_for(spec, caps, forward_only=_forward_only(evaluator))
     for reason in space.dropped:
         log.info("tuning %s: %s", job, reason)
     goal = Goal.from_spec(spec)
@@ -163,7 +188,7 @@ def tune_spec(
     descriptor = describe(spec.workload.ref, dict(spec.workload.args), caps, space)
     cache = TuneCache(store.tune_cache) if use_cache and not retune else None
     known: list[tuple[Config, Measurement]] = list(measured)
-    warm: list[Config] = []
+    warm: list[Config] = list(warm_start)
     status: CacheStatus = "off" if cache is None else "miss"
     if cache is not None:
         entry = cache.get(fingerprint(descriptor))

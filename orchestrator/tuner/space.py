@@ -64,6 +64,11 @@ class Config:
 
     ``loader`` is the data loader's settings as one token
     (``workers.loader_settings.LoaderSettings.token``).
+
+    A service's config (``orchestrator.tuner.serving``) also sets its batcher: ``micro_batch``
+    is the largest batch, ``max_delay_ms`` the longest its oldest request waits for it to fill
+    (``None``: not a service), ``quantize`` the model's quantization (``none`` or ``int8``),
+    and ``gpus`` its replicas (one per GPU).
     """
 
     micro_batch: int
@@ -77,6 +82,8 @@ class Config:
     pp: int = 1
     zero: int = 0
     loader: str = DEFAULT_TOKEN
+    max_delay_ms: float | None = None
+    quantize: str = "none"
 
     def __post_init__(self) -> None:
         if self.replicas <= 1:
@@ -125,6 +132,10 @@ class Config:
             del out["tp"], out["pp"], out["zero"]
         if self.loader == DEFAULT_TOKEN:  # likewise the loader's, at its defaults
             del out["loader"]
+        if self.max_delay_ms is None:  # and a service's batcher, on a config of none
+            del out["max_delay_ms"]
+        if self.quantize == "none":
+            del out["quantize"]
         return out
 
     @classmethod
@@ -152,6 +163,11 @@ class Config:
             parts.append("compile")
         if self.loader != DEFAULT_TOKEN:
             parts.append(LoaderSettings.from_token(self.loader).describe())
+        if self.max_delay_ms is not None:
+            parts[0] = f"max batch {self.micro_batch}, max delay {self.max_delay_ms:g} ms"
+            parts[1] = f"{self.gpus} replica" + ("s" if self.gpus > 1 else "")
+        if self.quantize != "none":
+            parts.append(self.quantize)
         return ", ".join(parts)
 
 
@@ -257,6 +273,9 @@ class SearchSpace:
     ``excluded``: layouts (:func:`layout_key`) that cannot run, left out on every GPU count
     (their model state does not fit the GPU: :mod:`orchestrator.tuner.plan_space`);
     ``dropped``: why each plan or layout the bounds allow was left out (for the report).
+    ``max_delays`` and ``quantizations``: a service's batcher window and quantization
+    (``orchestrator.tuner.serving``); ``(None,)`` and ``("none",)`` for any other job, which
+    then suggests neither (its studies and cache entries keep their form).
     """
 
     micro_batches: tuple[int, ...]
@@ -272,9 +291,16 @@ class SearchSpace:
     plans: tuple[tuple[int, int, int], ...] | None = None
     excluded: frozenset[tuple[int, int, int, int]] = frozenset()
     dropped: tuple[str, ...] = ()
+    max_delays: tuple[float | None, ...] = (None,)
+    quantizations: tuple[str, ...] = ("none",)
+
+    @property
+    def serving(self) -> bool:
+        """Whether this is a service's space (its configs set a batcher window)."""
+        return self.max_delays != (None,)
 
     def __post_init__(self) -> None:
-        for name in DIMENSIONS:
+        for name in (*DIMENSIONS, "max_delays", "quantizations"):
             if not getattr(self, name):
                 raise TuneError(f"the search space has no value left for {name}")
         if list(self.micro_batches) != sorted(set(self.micro_batches)):
@@ -310,12 +336,14 @@ class SearchSpace:
     def configs(self) -> Iterator[Config]:
         """Every distinct config of the space (sharding varies only with more than one GPU)."""
         seen: set[Config] = set()
-        for g, p, c, comp, ld, a, m in itertools.product(
+        for g, p, c, comp, ld, q, d, a, m in itertools.product(
             self.gpus,
             self.precisions,
             self.activation_checkpointing,
             self.compile,
             self.loaders,
+            self.quantizations,
+            self.max_delays,
             self.grad_accums,
             self.micro_batches,
         ):
@@ -328,6 +356,8 @@ class SearchSpace:
                     activation_checkpointing=c,
                     compile=comp,
                     loader=ld,
+                    quantize=q,
+                    max_delay_ms=d,
                 )
                 if cfg not in seen and self.keeps_batch(cfg.global_batch):
                     seen.add(cfg)
@@ -349,6 +379,8 @@ class SearchSpace:
             and config.activation_checkpointing in self.activation_checkpointing
             and config.compile in self.compile
             and config.loader in self.loaders
+            and config.max_delay_ms in self.max_delays
+            and config.quantize in self.quantizations
             and self.keeps_batch(config.global_batch)
         )
 
@@ -442,6 +474,7 @@ class SearchSpace:
             ),
             compile=bool(trial.suggest_categorical("compile", list(self.compile))),
             loader=str(trial.suggest_categorical("loader", list(self.loaders))),
+            **self._suggest_serving(trial),
         )
 
     @property
@@ -450,12 +483,25 @@ class SearchSpace:
         memory), so Optuna gets one layout parameter per count."""
         return self.plans is not None or bool(self.excluded)
 
+    def _suggest_serving(self, trial: optuna.trial.Trial) -> dict[str, Any]:
+        """A service's batcher window and quantization (nothing for any other job)."""
+        if not self.serving:
+            return {}
+        delay = trial.suggest_categorical("max_delay_ms", list(self.max_delays))
+        return {
+            "max_delay_ms": float(delay) if delay is not None else None,
+            "quantize": str(trial.suggest_categorical("quantize", list(self.quantizations))),
+        }
+
     def params(self, config: Config) -> dict[str, Any]:
         """The Optuna parameters of ``config`` (for ``study.enqueue_trial``)."""
         p = config.to_dict()
         for name in ("tp", "pp", "zero"):
             p.pop(name, None)
         p["loader"] = config.loader  # suggested on every trial
+        if self.serving:
+            p["max_delay_ms"] = config.max_delay_ms
+            p["quantize"] = config.quantize
         if config.gpus == 1:
             del p["sharding"]
         elif self._per_count:
@@ -477,6 +523,9 @@ class SearchSpace:
             out["plans"] = [list(p) for p in self.plans]
         if self.excluded:
             out["excluded"] = sorted(list(k) for k in self.excluded)
+        if self.serving:
+            out["max_delays"] = list(self.max_delays)
+            out["quantizations"] = list(self.quantizations)
         return out
 
 

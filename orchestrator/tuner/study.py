@@ -100,6 +100,8 @@ def objective_name(goal: Goal) -> str:
     """The name of a goal's objective value (``Goal.value_of``): ``gpu_s_per_sample`` (or per
     token; ``j_per_sample``, ``j_per_token`` under an energy cost) for a throughput floor,
     minimised; the rate itself under a latency ceiling."""
+    if goal.serving:
+        return "gpu_s_per_request"
     if goal.kind == "throughput":
         spent = "j" if goal.cost == "energy" else "gpu_s"
         return f"{spent}_per_token" if goal.metric == "tokens_per_s" else f"{spent}_per_sample"
