@@ -89,6 +89,7 @@ from policies import (
     Snapshot,
     TeamView,
 )
+from policies.scheduling.plan import base_plan
 from policies.scheduling.resize import drop_gpus
 
 log = logging.getLogger(__name__)
@@ -397,8 +398,11 @@ class ControlLoop:
             # a run for a set time: what is left of it, time_left_s (its run time so far is in
             # its checkpoint, so the resumed run trains only for that; a run killed without a
             # stop checkpoint resumes from an older one, with a little more left)
+            # (none measured: the estimate it had, from its submission; a bound, as the run
+            # may have done some of the work)
             remaining = remaining_s(progress)
-            fields["remaining_s"] = "" if remaining is None else remaining
+            kept = rec.fields.get("remaining_s", "")
+            fields["remaining_s"] = kept if remaining is None else remaining
             fields["preempted_at"] = at if run.stop is StopReason.PREEMPT else ""
             if run.stop is StopReason.RETUNE and run.retune is not None:
                 fields["retune"] = run.retune
@@ -718,8 +722,9 @@ class ControlLoop:
     # ---- 5. publish ------------------------------------------------------------------------
 
     def publish(self, snapshot: Snapshot) -> None:
-        """Publish the pool view for `orch pool`: when the jobs holding GPUs changed, else at
-        most once a second (it is read by people, and costs a serialisation per round)."""
+        """Publish the pool view for `orch pool`, with the admission plan a ``--strict``
+        submission is judged on: when the jobs holding GPUs changed, else at most once a
+        second (it is read by people, and costs a serialisation per round)."""
         holding = {
             j: (self._facts[j].team if j in self._facts else "", r.nodes)
             for j, r in self.runs.items()
@@ -743,6 +748,8 @@ class ControlLoop:
             scheduler=self.owner,
             policy=self.policy_name,
             warm=self.runtime.warm_workers(),
+            plan=base_plan(snapshot, (), self.admission.margin_frac),
+            margin_frac=self.admission.margin_frac,
         )
         self.store.pool_view.publish(view, ttl_ms=self.lease.ttl_ms)
 

@@ -19,6 +19,7 @@ from typing import Any, cast
 import redis
 
 from orchestrator.config import DEFAULT_RETENTION_S
+from orchestrator.elastic import gpu_range
 from orchestrator.errors import (
     AmbiguousJob,
     IllegalTransition,
@@ -27,6 +28,7 @@ from orchestrator.errors import (
     SpecError,
     StoreError,
 )
+from orchestrator.sla import work_seconds
 from orchestrator.spec import JobSpec
 from orchestrator.store.audit import AuditStore
 from orchestrator.store.connection import open_url
@@ -264,8 +266,9 @@ class JobStore:
             SpecError: the team config refuses the job (nothing is written).
         """
         self.check_admission([spec])
+        (work,) = self.work_estimates([spec])
         for _ in range(_ID_TRIES):
-            reply = self._submit(**self._submit_args(spec, by))
+            reply = self._submit(**self._submit_args(spec, by, work))
             if reply[0] == "ok":
                 return JobRecord.from_hash(_pairs(reply[1]))
         raise StoreError(f"no free job id for {spec.name!r} after {_ID_TRIES} tries")
@@ -285,8 +288,8 @@ class JobStore:
         for start in range(0, len(specs), _BATCH):
             batch = specs[start : start + _BATCH]
             pipe = self.client.pipeline(transaction=False)
-            for spec in batch:
-                self._submit(**self._submit_args(spec, by), client=pipe)
+            for spec, work in zip(batch, self.work_estimates(batch), strict=True):
+                self._submit(**self._submit_args(spec, by, work), client=pipe)
             for spec, reply in zip(batch, pipe.execute(), strict=True):
                 # An id already taken (1 in 16 million per name): retry that one on its own.
                 ids.append(
@@ -294,7 +297,16 @@ class JobStore:
                 )
         return ids
 
-    def _submit_args(self, spec: JobSpec, by: str | None) -> dict[str, Any]:
+    def work_estimates(self, specs: Sequence[JobSpec]) -> builtins.list[float | None]:
+        """Each job's seconds of work on its requested GPUs from its spec and the profile
+        tuned under its name (:func:`~orchestrator.sla.work_seconds`): stored at submission
+        as its ``remaining_s`` until a run measures it, so that a deadline job is planned
+        from its submission on, live as in the simulator. One ``MGET`` for the profiles."""
+        wanted = [s.name for s in specs if s.job_class == "bulk" and s.run.duration_s is None]
+        profiles = self.profiles.load_many(wanted)
+        return [work_seconds(s, profiles.get(s.name)) for s in specs]
+
+    def _submit_args(self, spec: JobSpec, by: str | None, work: float | None) -> dict[str, Any]:
         """The submit script's keys and arguments for a new job with a fresh random id."""
         spec_json = json.dumps(
             spec.model_dump(mode="json", by_alias=True), separators=(",", ":"), sort_keys=True
@@ -320,10 +332,11 @@ class JobStore:
                 spec.gpus,
                 by or "",
                 EVENTS_MAXLEN,
-                *_gpu_range(spec),
+                *gpu_range(spec),
                 *_targets(spec),
                 self.wake.channel,
                 _gpu_memory(spec),
+                "" if work is None else repr(work),
             ],
         }
 
@@ -722,17 +735,6 @@ def _strs(reply: object) -> list[str]:
 
 def _entries(reply: object) -> list[tuple[str, dict[str, str]]]:
     return cast(list[tuple[str, dict[str, str]]], reply)
-
-
-def _gpu_range(spec: JobSpec) -> tuple[int, int]:
-    """Fewest and most GPUs the scheduler may give the job: an elastic bulk job's sizes that
-    keep its global batch; exactly its size for any other."""
-    if spec.job_class == "bulk" and spec.resources.gpus.min != spec.resources.gpus.upper:
-        from orchestrator.elastic import feasible_sizes
-
-        sizes = feasible_sizes(spec)
-        return sizes[0], sizes[-1]
-    return spec.gpus, spec.gpus
 
 
 def _targets(spec: JobSpec) -> tuple[str, str]:

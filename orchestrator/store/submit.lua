@@ -10,6 +10,8 @@
 -- ARGV[13] the wake channel: the new job's id is published on it, so the scheduler starts a
 --          round now instead of at its next polling interval (a channel, not a key)
 -- ARGV[14] GPU memory each GPU must have, GB ("" if any will do)
+-- ARGV[15] seconds of work on its requested GPUs, estimated from its spec and profile ("" if
+--          unknown): its remaining work until a run measures it
 --
 -- Returns {"exists"} when the id is taken (the caller draws another), else {"ok", job hash}.
 
@@ -26,7 +28,7 @@ redis.call("HSET", KEYS[2],
   "id", id, "name", ARGV[2], "team", ARGV[3], "class", ARGV[4], "state", "queued",
   "spec", ARGV[5], "submitted_at", ts, "updated_at", ts, "seq", seq, "gpus", ARGV[6],
   "attempts", 0, "message", "", "by", ARGV[7], "gpus_min", ARGV[9], "gpus_max", ARGV[10],
-  "deadline_s", ARGV[11], "wait_target_s", ARGV[12], "gpu_memory_gb", ARGV[14])
+  "deadline_s", ARGV[11], "wait_target_s", ARGV[12], "gpu_memory_gb", ARGV[14], "remaining_s", ARGV[15])
 redis.call("ZADD", KEYS[3], seq, id)
 redis.call("ZADD", KEYS[4], seq, id)
 redis.call("INCR", KEYS[7])

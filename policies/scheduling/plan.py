@@ -25,7 +25,7 @@ Pure and deterministic: the same snapshot gives the same verdict, live and simul
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from policies.snapshot import QueuedJob, RunningJob, Snapshot
@@ -71,6 +71,23 @@ class Timeline:
             else:
                 self.times.append(t)
                 self.free.append(self.free[-1] + n)
+
+    @classmethod
+    def from_steps(cls, now: float, steps: Sequence[tuple[float, int]]) -> Timeline:
+        """The timeline whose free GPUs are ``steps`` (``(time, free from then)``, in time
+        order, as :meth:`steps` gives them), from ``now`` on (a later clock than the plan's:
+        the steps before it are past)."""
+        if not steps:
+            return cls(now, 0, [])
+        past = [f for t, f in steps if t <= now]
+        free = past[-1] if past else steps[0][1]
+        later = [(t, f) for t, f in steps if t > now]
+        prev = [free, *(f for _, f in later)]
+        return cls(now, free, [(t, f - p) for (t, f), p in zip(later, prev, strict=False)])
+
+    def steps(self) -> list[tuple[float, int]]:
+        """``(time, free from then)`` of each step, in time order."""
+        return list(zip(self.times, self.free, strict=True))
 
     def earliest(self, gpus: int, length: float) -> float:
         """The earliest time from which ``gpus`` GPUs are free for ``length`` seconds."""
@@ -136,29 +153,49 @@ def _edf(q: QueuedJob) -> tuple[float, int, str]:
     return (q.deadline, q.seq, q.job_id)
 
 
+def base_plan(snapshot: Snapshot, skip: Collection[str] = (), margin_frac: float = 0.1) -> Timeline:
+    """The plan a new deadline job is judged on: the snapshot's timeline with its queued
+    deadline jobs (but those in ``skip``) planned first, EDF, each that meets its deadline
+    holding its place (one no plan can fit is left out: it runs best effort)."""
+    plan = timeline(snapshot)
+    restart = snapshot.restart_cost_s
+    for q in sorted((q for q in snapshot.queue if q.job_id not in skip and _planned(q)), key=_edf):
+        start, finish, n, meets = _place(plan, q, restart, margin_frac)
+        if meets:
+            plan.reserve(start, finish, n)
+    return plan
+
+
+def plan_jobs(
+    plan: Timeline,
+    jobs: Iterable[QueuedJob],
+    now: float,
+    restart_cost_s: float,
+    margin_frac: float = 0.1,
+) -> list[Verdict]:
+    """Verdicts for the deadline ``jobs`` (with a known remaining work) on ``plan``, EDF,
+    each admitted one reserving its place on ``plan`` before the next is judged."""
+    out = []
+    for q in sorted((q for q in jobs if _planned(q)), key=_edf):
+        start, finish, n, meets = _place(plan, q, restart_cost_s, margin_frac)
+        if meets:
+            plan.reserve(start, finish, n)
+        out.append(_verdict(q, now, start, finish, n, meets))
+    return out
+
+
 def plan_round(snapshot: Snapshot, new: Collection[str], margin_frac: float = 0.1) -> list[Verdict]:
     """Verdicts for the queued deadline jobs named in ``new``, on one plan.
 
-    The other queued deadline jobs (those admitted before) are planned first, EDF; then the
-    new ones, EDF, each admitted one reserving its place before the next is judged. A job of
-    ``new`` without a deadline or remaining work gets no verdict.
+    The other queued deadline jobs (those admitted before) are planned first, EDF
+    (:func:`base_plan`); then the new ones, EDF (:func:`plan_jobs`). A job of ``new`` without
+    a deadline or remaining work gets no verdict.
     """
-    fresh = sorted((q for q in snapshot.queue if q.job_id in new and _planned(q)), key=_edf)
+    fresh = [q for q in snapshot.queue if q.job_id in new and _planned(q)]
     if not fresh:
         return []
-    plan = timeline(snapshot)
-    restart = snapshot.restart_cost_s
-    for q in sorted((q for q in snapshot.queue if q.job_id not in new and _planned(q)), key=_edf):
-        start, finish, n, meets = _place(plan, q, restart, margin_frac)
-        if meets:
-            plan.reserve(start, finish, n)
-    out = []
-    for q in fresh:
-        start, finish, n, meets = _place(plan, q, restart, margin_frac)
-        if meets:
-            plan.reserve(start, finish, n)
-        out.append(_verdict(q, snapshot.now, start, finish, n, meets))
-    return out
+    plan = base_plan(snapshot, new, margin_frac)
+    return plan_jobs(plan, fresh, snapshot.now, snapshot.restart_cost_s, margin_frac)
 
 
 def _verdict(
