@@ -48,7 +48,6 @@ from pydantic import ValidationError
 
 from orchestrator import elastic
 from orchestrator.config import Settings
-from orchestrator.control.admission import AdmissionDesk
 from orchestrator.control.facts import (
     PROGRESS,
     JobFactsReader,
@@ -89,6 +88,7 @@ from policies import (
     Snapshot,
     TeamView,
 )
+from policies.scheduling.admission import AdmissionDesk
 from policies.scheduling.plan import base_plan
 from policies.scheduling.resize import drop_gpus
 
@@ -295,8 +295,7 @@ class ControlLoop:
         self.forward_cancels()
         self.forward_tune_requests()
         self.guard()
-        snapshot = self.observe()
-        self.admit(snapshot)
+        snapshot = self.admit(self.observe())
         decisions = self.decide(snapshot)
         free = physically_free(self._nodes, self.runs.values())
         for d in decisions:
@@ -534,12 +533,18 @@ class ControlLoop:
             )
         return views
 
-    def admit(self, snapshot: Snapshot) -> None:
+    def admit(self, snapshot: Snapshot) -> Snapshot:
         """Each new or changed admission verdict as an ``admission`` event (issue 26; the
-        simulator's desk judges the same snapshots alike)."""
-        for v in self.admission.round(snapshot):
+        simulator's desk judges the same snapshots alike); returns the snapshot, with the
+        declined jobs in it for a policy that binds the verdict."""
+        if self.policy.binds_admission:
+            snapshot, verdicts = self.admission.bind(snapshot)
+        else:
+            verdicts = self.admission.round(snapshot)
+        for v in verdicts:
             with contextlib.suppress(JobNotFound):  # gone since the snapshot: nothing to tell
                 self.store.note_event(v.job_id, "admission", v.reason)
+        return snapshot
 
     # ---- 3. decide -------------------------------------------------------------------------
 

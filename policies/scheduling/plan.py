@@ -3,21 +3,26 @@
 At submission (and whenever capacity changes) a deadline job is checked against a **plan**: a
 timeline of the GPUs free in the future, built from a snapshot (ElasticFlow, ASPLOS'23):
 
-* GPUs free now are free from now on;
-* a running job frees its GPUs when its remaining work is done at its current size (what is
-  left of its start-up first); a job whose remaining work is unknown never frees them within
-  the plan (interactive jobs included: they end when their user says so);
+* GPUs free now are free from now on, and so are those of running best-effort jobs (bulk
+  jobs without a deadline, or declined: ``Snapshot.declined``): the deadline class comes
+  before them, they are its victims;
+* a running deadline job keeps its minimum satisfactory share (what it holds beyond is
+  growth, which the class's shares come before) and frees it when its remaining work is done
+  on it (what is left of its start-up first at its current size; a restart and the work
+  since its checkpoint at a smaller one); one that can no longer make its deadline keeps
+  nothing (it runs best effort); a job whose remaining work is unknown never frees its GPUs
+  within the plan (interactive jobs included: they end when their user says so);
 * the queued deadline jobs already there are planned first, earliest deadline first, each on
   its minimum satisfactory share (:func:`~policies.scheduling.deadlines.min_share` with no
   restart owed beyond the start) at the earliest time that share is free for its whole run;
-  a queued job no plan can fit is left out (it runs best effort).
+  a queued job no plan can fit, or declined before, is left out (it runs best effort).
 
 The new job is then placed the same way on each size in ``lo..hi``: the **verdict** is whether
 the earliest finish (start, restart and the run at that size, the margin kept) is by its
 deadline, and **earliest** is that earliest finish over every size: the deadline it could have
 been given. A declined job runs best effort (``shared`` gives it no share while it cannot make
-it); ``--strict`` refuses it instead. Best-effort jobs without a deadline are not in the plan:
-the deadline class comes before them (they are its victims).
+it; ``shared(plan=True)`` never admits it to its deadline class); ``--strict`` refuses it
+instead.
 
 Pure and deterministic: the same snapshot gives the same verdict, live and simulated.
 """
@@ -28,6 +33,8 @@ import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from policies.preemption.base import lost_work
+from policies.scheduling.deadlines import min_share
 from policies.snapshot import QueuedJob, RunningJob, Snapshot
 
 
@@ -112,12 +119,45 @@ class Timeline:
                 self.free[k] -= gpus
 
 
-def timeline(snapshot: Snapshot) -> Timeline:
-    """The snapshot's free GPUs over time, before any queued job is planned."""
-    now = snapshot.now
-    releases = [(running_release(r, now), r.gpus) for r in snapshot.running]
-    finite = [(t, n) for t, n in releases if math.isfinite(t)]
-    return Timeline(now, sum(snapshot.free().values()), finite)
+def timeline(snapshot: Snapshot, margin_frac: float = 0.1) -> Timeline:
+    """The snapshot's free GPUs over time, before any queued job is planned: free now, or
+    held by a best-effort job, or beyond a running deadline job's share, or freed when a
+    deadline job is done (see the module docstring)."""
+    now, declined = snapshot.now, snapshot.declined
+    free = sum(snapshot.free().values())
+    releases = []
+    for r in snapshot.running:
+        if r.interactive:
+            continue  # it holds its GPUs for good
+        if r.deadline is None or r.job_id in declined:
+            free += r.gpus  # best effort: a victim of the deadline class
+            continue
+        keep, t = _kept(r, snapshot, margin_frac)
+        free += r.gpus - keep
+        if math.isfinite(t):
+            releases.append((t, keep))
+    return Timeline(now, free, releases)
+
+
+def _kept(r: RunningJob, snapshot: Snapshot, margin_frac: float) -> tuple[int, float]:
+    """The GPUs a running deadline job keeps in the plan, its minimum satisfactory share
+    (beyond it, growth: the class's floors come first; all of them when its work is unknown),
+    and when it frees them (``math.inf``: never; a job that can no longer make its deadline
+    keeps nothing: it runs best effort)."""
+    now, gpus = snapshot.now, r.gpus
+    if r.remaining_work is None:
+        return gpus, math.inf
+    lost = lost_work(r, now) / gpus if gpus else 0.0
+    s = min_share(
+        r, r.lo, gpus, gpus, now, snapshot.restart_cost_s, snapshot.interval_s, margin_frac, lost
+    )
+    if s is None:
+        return 0, now
+    if s.share == gpus:
+        return gpus, running_release(r, now)
+    rate = r.rate(s.share)
+    run = (r.remaining_work + lost) * r.rate(gpus) / rate if rate > 0.0 else math.inf
+    return s.share, now + snapshot.restart_cost_s + run
 
 
 def _place(
@@ -157,8 +197,9 @@ def base_plan(snapshot: Snapshot, skip: Collection[str] = (), margin_frac: float
     """The plan a new deadline job is judged on: the snapshot's timeline with its queued
     deadline jobs (but those in ``skip``) planned first, EDF, each that meets its deadline
     holding its place (one no plan can fit is left out: it runs best effort)."""
-    plan = timeline(snapshot)
+    plan = timeline(snapshot, margin_frac)
     restart = snapshot.restart_cost_s
+    skip = {*skip, *snapshot.declined}
     for q in sorted((q for q in snapshot.queue if q.job_id not in skip and _planned(q)), key=_edf):
         start, finish, n, meets = _place(plan, q, restart, margin_frac)
         if meets:

@@ -22,6 +22,7 @@ from orchestrator.sim import SimConfig, Simulator, TraceJob, uniform_pool
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store import JobStore
 from policies import SCHEDULING_POLICIES
+from policies.scheduling.shared import SharedSchedulingPolicy
 
 # what `orch tune` keeps under a job's name: 8 samples/s on its 4 GPUs, so 8,000 samples are
 # 1,000 s of work
@@ -130,3 +131,20 @@ def test_strict_refuses_what_the_plan_declines_and_writes_nothing(
     # two jobs of one batch are judged together, EDF: the second no longer fits beside the first
     problems = operations.plan_declines(store, [_spec("x", 2500), _spec("y", 2400)])
     assert len(problems) == 1 and "'x'" in problems[0]
+
+
+def test_a_policy_that_binds_the_verdict_gets_the_declined_jobs_in_its_snapshot(
+    store: JobStore, tmp_path: Path
+) -> None:
+    settings = Settings(redis_url="unused", namespace=store.namespace, data_dir=tmp_path)
+    policy = SharedSchedulingPolicy(plan=True)
+    live = ControlLoop(settings, store, LocalRuntime([("n0", 4)]), policy, restart_cost_s=30.0)
+    live.lease.acquire(store.namespace)
+    try:
+        for name in ("soon", "later"):
+            store.profiles.save(name, PROFILE)
+        store.submit(_spec("soon", 1500))
+        later = store.submit(_spec("later", 2000)).id
+        assert live.admit(live.observe()).declined == {later}  # 'later' runs best effort
+    finally:
+        live.release(grace_s=5)
