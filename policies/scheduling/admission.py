@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from policies.scheduling.plan import Verdict, plan_round
+from policies.scheduling.plan import Verdict, plan_round, plan_round_binding
 from policies.snapshot import Snapshot
 
 
@@ -56,7 +56,8 @@ class AdmissionDesk:
         if not new:
             return []
         out = []
-        for v in plan_round(snapshot, new, self.margin_frac):
+        judge = plan_round_binding if rejudge else plan_round
+        for v in judge(snapshot, new, self.margin_frac):
             old = self.verdicts.get(v.job_id)
             self.verdicts[v.job_id] = v
             if old is None or old.admitted != v.admitted:

@@ -188,7 +188,7 @@ def _planned(q: QueuedJob) -> bool:
     return not q.interactive and q.deadline is not None and q.remaining_work is not None
 
 
-def _edf(q: QueuedJob) -> tuple[float, int, str]:
+def _edf(q: QueuedJob | RunningJob) -> tuple[float, int, str]:
     assert q.deadline is not None
     return (q.deadline, q.seq, q.job_id)
 
@@ -280,3 +280,115 @@ def running_release(job: RunningJob, now: float) -> float:
         return math.inf
     first = job.first_step_at
     return now + (first - now if first is not None and first > now else 0.0) + left
+
+
+# ---- the binding test: every admitted job still meets its deadline (ElasticFlow) ------------
+
+
+def _place_running(
+    plan: Timeline, r: RunningJob, now: float, restart_cost_s: float, margin_frac: float
+) -> tuple[float, float, int, bool]:
+    """:func:`_place` of a running deadline job: its own size from now costs what is left of
+    its start-up; any other size, or a later start, the restart and the work since its
+    checkpoint, redone."""
+    left, deadline, cur = r.remaining_work, r.deadline, r.gpus
+    assert left is not None and deadline is not None
+    first = r.first_step_at
+    wait = first - now if first is not None and first > now else 0.0
+    lost = lost_work(r, now) / cur if cur else 0.0
+    base = r.rate(cur)
+    best = (math.inf, math.inf, 0)
+    for n in range(r.lo, r.hi + 1):
+        rate = r.rate(n)
+        if rate <= 0.0:
+            continue
+        if n == cur:
+            run = wait + left * (1.0 + margin_frac)
+            if plan.earliest(n, run) == now:
+                if now + run <= deadline:
+                    return now, now + run, n, True
+                continue
+        run = restart_cost_s + (left + lost) * base / rate * (1.0 + margin_frac)
+        start = plan.earliest(n, run)
+        if start + run <= deadline:
+            return start, start + run, n, True
+        if start + run < best[1]:
+            best = (start, start + run, n)
+    return best[0], best[1], best[2], False
+
+
+def _edf_plan(
+    free: Timeline,
+    jobs: list[QueuedJob | RunningJob],
+    snapshot: Snapshot,
+    margin_frac: float,
+    drop: bool = False,
+) -> tuple[Timeline, dict[str, tuple[float, float, int]] | None]:
+    """``jobs`` placed EDF on a copy of ``free``: the plan, and each one's ``(start, finish,
+    GPUs)`` (``None``: one of them misses its deadline; ``drop``: such a job is left out)."""
+    plan = Timeline.from_steps(snapshot.now, free.steps())
+    now, restart = snapshot.now, snapshot.restart_cost_s
+    placed = {}
+    for j in sorted(jobs, key=_edf):
+        if isinstance(j, RunningJob):
+            start, finish, n, meets = _place_running(plan, j, now, restart, margin_frac)
+        else:
+            start, finish, n, meets = _place(plan, j, restart, margin_frac)
+        if not meets:
+            if drop:
+                continue
+            return plan, None
+        plan.reserve(start, finish, n)
+        placed[j.job_id] = (start, finish, n)
+    return plan, placed
+
+
+def plan_round_binding(
+    snapshot: Snapshot, new: Collection[str], margin_frac: float = 0.1
+) -> list[Verdict]:
+    """Verdicts for the queued deadline jobs in ``new`` by ElasticFlow's admission test: a
+    job is admitted when the admitted deadline jobs (queued or running, but those that can no
+    longer make it) and it, all planned EDF, each on the fewest GPUs that meet its deadline
+    (a running job keeping its size from now without a restart), all meet their deadlines.
+    Running deadline jobs are movable here: a new job with an earlier deadline may take GPUs
+    from one whose slack absorbs it, as ``shared``'s class does. A declined job's ``earliest``
+    is its earliest finish after the admitted ones."""
+    fresh = sorted((q for q in snapshot.queue if q.job_id in new and _planned(q)), key=_edf)
+    if not fresh:
+        return []
+    now, declined = snapshot.now, snapshot.declined
+    free = sum(snapshot.free().values())
+    held: list[QueuedJob | RunningJob] = [
+        q
+        for q in snapshot.queue
+        if q.job_id not in new and q.job_id not in declined and _planned(q)
+    ]
+    for r in snapshot.running:
+        if r.interactive:
+            continue
+        dl = r.deadline is not None and r.job_id not in declined and r.remaining_work is not None
+        if r.deadline is None or r.job_id in declined:
+            free += r.gpus  # best effort
+        elif dl and _kept(r, snapshot, margin_frac)[0] > 0:
+            free += r.gpus  # planned below, movable
+            held.append(r)
+        elif r.remaining_work is None:
+            continue  # it holds its GPUs for good
+        else:
+            free += r.gpus  # it can no longer make it: best effort
+    empty = Timeline(now, free, [])
+    # an admitted job that no plan fits any more is lost (it runs best effort): not held
+    _, kept = _edf_plan(empty, held, snapshot, margin_frac, drop=True)
+    held = [j for j in held if kept and j.job_id in kept]
+    out = []
+    for q in fresh:
+        _, placed = _edf_plan(empty, [*held, q], snapshot, margin_frac)
+        if placed is not None:
+            held.append(q)
+            start, finish, n = placed[q.job_id]
+            out.append(_verdict(q, now, start, finish, n, True))
+            continue
+        after, _ = _edf_plan(empty, held, snapshot, margin_frac)  # its earliest after them
+        start, finish, n, _meets = _place(after, q, snapshot.restart_cost_s, margin_frac)
+        out.append(_verdict(q, now, start, finish, n, False))
+    return out

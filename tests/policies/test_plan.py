@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import math
+from typing import Any
+
+import pytest
 
 from policies import DecisionKind, NodeView, QueuedJob, RunningJob, Snapshot
-from policies.scheduling.plan import Timeline, plan_admission, timeline
+from policies.scheduling.plan import (
+    Timeline,
+    plan_admission,
+    plan_round,
+    plan_round_binding,
+    timeline,
+)
 from policies.scheduling.shared import SharedSchedulingPolicy
 
 NOW = 1000.0
@@ -122,3 +131,30 @@ def test_a_declined_job_runs_best_effort_when_the_verdict_binds() -> None:
     assert started(SharedSchedulingPolicy(), declined) == ["due"]  # a forecast only
     assert started(SharedSchedulingPolicy(plan=True), snap) == ["due"]
     assert started(SharedSchedulingPolicy(plan=True), declined) == ["best"]
+
+
+def test_the_binding_test_lets_a_job_past_an_admitted_one_whose_slack_absorbs_it() -> None:
+    # 4 GPUs held by 'r', a deadline job with 1,000 s left (checkpointed now). 'n' (4 GPUs,
+    # 500 s, due in 800 s) fits only if 'r' gives way: 30 + 1.1 x 500 = 580 s. Planned EDF,
+    # 'r' then restarts at 580: 30 + 1.1 x 1,000 -> done at 1,710 s, in time if it is due at
+    # 10,000 s (admitted) but not at 1,200 s (declined). The forecast pins 'r': 'n' declined.
+    def verdict(r_due: float, judge: Any) -> tuple[bool, float]:
+        r = RunningJob(
+            "r",
+            "bulk",
+            "a",
+            ("n0",) * 4,
+            started_at=NOW,
+            checkpoint_at=NOW,
+            remaining_work=1000.0,
+            deadline=NOW + r_due,
+        )
+        snap = _snap(0, (r,), (_job("n", 4, 500.0, NOW + 800.0),))
+        (v,) = judge(snap, {"n"})
+        return v.admitted, v.earliest - NOW
+
+    assert verdict(10_000.0, plan_round_binding) == (True, pytest.approx(580.0))
+    admitted, _ = verdict(1_200.0, plan_round_binding)
+    assert not admitted
+    admitted, _ = verdict(10_000.0, plan_round)
+    assert not admitted
