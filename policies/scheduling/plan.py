@@ -21,8 +21,16 @@ The new job is then placed the same way on each size in ``lo..hi``: the **verdic
 the earliest finish (start, restart and the run at that size, the margin kept) is by its
 deadline, and **earliest** is that earliest finish over every size: the deadline it could have
 been given. A declined job runs best effort (``shared`` gives it no share while it cannot make
-it; ``shared(plan=True)`` never admits it to its deadline class); ``--strict`` refuses it
-instead.
+it); ``--strict`` refuses it instead. This **forecast** (:func:`plan_round`) is what the
+admission events say and what the scheduler publishes for ``--strict``.
+
+A **binding** verdict (:func:`plan_round_binding`; ``shared(plan=True)`` keeps declined jobs
+out of its deadline class) takes ElasticFlow's test instead: the admitted deadline jobs,
+queued and running, and the new one, all planned EDF on their fewest GPUs, all meet their
+deadlines. Running jobs are movable there (one whose slack absorbs a restart may give way to
+an earlier deadline, as in ``shared``'s class), which the forecast's pinned plan is not:
+binding the forecast declined jobs that the class would have saved (see
+``bench/scheduler/README.md``, issue 26 part 3).
 
 Pure and deterministic: the same snapshot gives the same verdict, live and simulated.
 """
