@@ -38,6 +38,7 @@ Pure and deterministic: the same snapshot gives the same verdict, live and simul
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -105,26 +106,33 @@ class Timeline:
         return list(zip(self.times, self.free, strict=True))
 
     def earliest(self, gpus: int, length: float) -> float:
-        """The earliest time from which ``gpus`` GPUs are free for ``length`` seconds."""
+        """The earliest time from which ``gpus`` GPUs are free for ``length`` seconds.
+
+        One pass: the start of each run of steps with enough free is the only candidate in
+        that run (a later one in it ends later, at the same step that lacks them).
+        """
         times, free = self.times, self.free
+        start = -1  # the first step of the current run with enough free (-1: none)
         for i, t in enumerate(times):
-            if free[i] < gpus:
-                continue
-            end = t + length
-            if all(free[k] >= gpus for k in range(i, len(times)) if times[k] < end):
-                return t
-        return math.inf
+            if free[i] >= gpus:
+                if start < 0:
+                    start = i
+            elif start >= 0:
+                if t >= times[start] + length:
+                    return times[start]
+                start = -1
+        return times[start] if start >= 0 else math.inf
 
     def reserve(self, start: float, end: float, gpus: int) -> None:
         """Take ``gpus`` GPUs over ``[start, end)``."""
+        times, free = self.times, self.free
         for t in (start, end):
-            if t not in self.times and math.isfinite(t):
-                i = next((k for k, s in enumerate(self.times) if s > t), len(self.times))
-                self.times.insert(i, t)
-                self.free.insert(i, self.free[i - 1])
-        for k, t in enumerate(self.times):
-            if start <= t < end:
-                self.free[k] -= gpus
+            i = bisect_left(times, t)
+            if math.isfinite(t) and (i == len(times) or times[i] != t):
+                times.insert(i, t)
+                free.insert(i, free[i - 1])
+        for k in range(bisect_left(times, start), bisect_left(times, end)):
+            free[k] -= gpus
 
 
 def timeline(snapshot: Snapshot, margin_frac: float = 0.1) -> Timeline:
@@ -386,7 +394,8 @@ def plan_round_binding(
             free += r.gpus  # it can no longer make it: best effort
     empty = Timeline(now, free, [])
     # an admitted job that no plan fits any more is lost (it runs best effort): not held
-    _, kept = _edf_plan(empty, held, snapshot, margin_frac, drop=True)
+    after: Timeline | None
+    after, kept = _edf_plan(empty, held, snapshot, margin_frac, drop=True)
     held = [j for j in held if kept and j.job_id in kept]
     out = []
     for q in fresh:
@@ -395,8 +404,11 @@ def plan_round_binding(
             held.append(q)
             start, finish, n = placed[q.job_id]
             out.append(_verdict(q, now, start, finish, n, True))
+            after = None  # the admitted ones changed: planned again when needed
             continue
-        after, _ = _edf_plan(empty, held, snapshot, margin_frac)  # its earliest after them
+        if after is None:
+            after, _ = _edf_plan(empty, held, snapshot, margin_frac)
+        # its earliest after the admitted ones (_place reserves nothing)
         start, finish, n, _meets = _place(after, q, snapshot.restart_cost_s, margin_frac)
         out.append(_verdict(q, now, start, finish, n, False))
     return out
