@@ -87,7 +87,8 @@ class Client:
 
     def submit(self, spec: JobLike, *, strict: bool = False) -> str:
         """Queue one job; returns its id. ``strict``: refuse it (an error, nothing queued) if
-        its deadline cannot be met even on all its GPUs at its tuned rate."""
+        its deadline cannot be met even on all its GPUs at its tuned rate, or if the
+        scheduler's plan declines it beside the deadline jobs already admitted."""
         params = {"strict": "true"} if strict else None
         reply = self._call("POST", "/v1/jobs", json=_body(spec), params=params)
         (job_id,) = Submitted.model_validate(reply).ids

@@ -21,7 +21,14 @@ from collections.abc import Mapping
 
 from orchestrator.spec import JobSpec
 
-__all__ = ["feasible_sizes", "global_batch", "resized_spec", "speedup_curve", "split_batch"]
+__all__ = [
+    "feasible_sizes",
+    "global_batch",
+    "gpu_range",
+    "resized_spec",
+    "speedup_curve",
+    "split_batch",
+]
 
 
 def global_batch(spec: JobSpec) -> int:
@@ -74,6 +81,15 @@ def feasible_sizes(spec: JobSpec) -> list[int]:
     """The GPU counts the job can run on, ascending."""
     lo, hi = spec.resources.gpus.min, spec.resources.gpus.upper
     return [n for n in range(lo, hi + 1) if resized_spec(spec, n) is not None]
+
+
+def gpu_range(spec: JobSpec) -> tuple[int, int]:
+    """Fewest and most GPUs the scheduler may give the job: an elastic bulk job's sizes that
+    keep its global batch; exactly its size for any other."""
+    if spec.job_class == "bulk" and spec.resources.gpus.min != spec.resources.gpus.upper:
+        sizes = feasible_sizes(spec)
+        return sizes[0], sizes[-1]
+    return spec.gpus, spec.gpus
 
 
 def speedup_curve(spec: JobSpec, measured: Mapping[int, float]) -> tuple[float, ...]:

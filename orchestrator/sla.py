@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
+from orchestrator.elastic import global_batch, gpu_range, speedup_curve
 from orchestrator.spec import JobSpec
+from policies import QueuedJob
+from policies.scheduling.plan import Timeline, Verdict, plan_jobs
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,56 @@ def profile_rate(profile: dict[str, Any] | None, max_gpus: int) -> float | None:
     return None
 
 
+def profile_points(profile: dict[str, Any] | None) -> dict[int, float]:
+    """Samples/s per GPU count in a tuner profile: ``chosen.by_gpus`` (measured or predicted
+    per size), and the chosen config's own measured rate on its size where ``by_gpus`` has
+    none (see ``orchestrator.tuner.profile``). Malformed entries are skipped."""
+    chosen = (profile or {}).get("chosen")
+    if not isinstance(chosen, dict):
+        return {}
+    points: dict[int, float] = {}
+    for p in chosen.get("by_gpus") or []:
+        if not isinstance(p, dict):
+            continue
+        n, sps = p.get("gpus"), p.get("samples_per_s")
+        if isinstance(n, int) and n >= 1 and isinstance(sps, int | float) and sps > 0:
+            points.setdefault(n, float(sps))
+    measured = chosen.get("measured_samples_per_s")
+    n = (chosen.get("config") or {}).get("gpus", 1)
+    if isinstance(measured, int | float) and measured > 0 and isinstance(n, int) and n >= 1:
+        points.setdefault(n, float(measured))
+    return points
+
+
+def work_seconds(spec: JobSpec, profile: dict[str, Any] | None) -> float | None:
+    """Seconds of work a bulk job's run length is on its requested GPUs, before it ever ran:
+    what the snapshot's ``remaining_work`` is until a run measures it (issue 26: a deadline
+    job is planned from its submission, live as in the simulator).
+
+    ``run.duration_s`` is that many seconds; ``sla.throughput.work_samples``, or ``run.steps``
+    x the global batch, at the profile's rate on ``spec.gpus`` GPUs (interpolated between the
+    sizes it has, as the scheduler's speedup curve is). ``None``: an interactive job, work in
+    tokens, or no rate within the job's sizes.
+    """
+    if spec.job_class != "bulk":
+        return None
+    if spec.run.duration_s is not None:
+        return float(spec.run.duration_s)
+    tp = spec.sla.throughput
+    if tp is not None and tp.work_samples is not None:
+        samples = float(tp.work_samples)
+    elif spec.run.steps is not None:
+        samples = float(spec.run.steps * global_batch(spec))
+    else:
+        return None
+    hi = spec.resources.gpus.upper
+    points = {n: v for n, v in profile_points(profile).items() if n <= hi}
+    if not points:
+        return None
+    rate = speedup_curve(spec, points)[spec.gpus - 1]
+    return samples / rate if rate > 0 else None
+
+
 def check_deadline(spec: JobSpec, samples_per_s: float | None) -> DeadlineCheck:
     """Can ``spec``'s ``work_samples`` be done within its ``deadline_s``?
 
@@ -186,4 +241,71 @@ def check_deadline(spec: JobSpec, samples_per_s: float | None) -> DeadlineCheck:
         f"job {spec.name!r}: sla.throughput.deadline_s {tp.deadline_s:g} s cannot be met: "
         f"{tp.work_samples} samples at the tuned {samples_per_s:,.1f} samples/s on up to "
         f"{gpus} GPUs take {need:,.0f} s",
+    )
+
+
+# ---- the plan's verdict at submission (issue 26) --------------------------------------------
+
+
+def submission_view(spec: JobSpec, now: float, work: float | None) -> QueuedJob:
+    """A job being submitted as the scheduler's snapshot will show it in the queue: its
+    stored sizes, deadline and work estimate (``JobStore.work_estimates``); never run, so no
+    measured speedup (linear, as the scheduler's curve with nothing measured)."""
+    lo, hi = gpu_range(spec)
+    tp = spec.sla.throughput
+    due = tp.deadline_s if tp is not None and spec.job_class == "bulk" else None
+    return QueuedJob(
+        spec.name,
+        spec.job_class,
+        spec.team,
+        spec.gpus,
+        0,
+        now,
+        min_gpus=lo,
+        max_gpus=hi,
+        deadline=None if due is None else now + due,
+        remaining_work=work,
+    )
+
+
+def plan_verdicts(
+    plan: Mapping[str, Any] | None,
+    specs: Sequence[JobSpec],
+    works: Sequence[float | None],
+    now: float,
+) -> dict[int, Verdict]:
+    """The verdict of each deadline job of ``specs`` (by index) on the plan the scheduler
+    published (``plan``: ``{"steps", "restart_cost_s", "margin_frac"}``; ``None``: none
+    published, no verdicts), judged together EDF as the scheduler's admission desk judges
+    the jobs of one round. A job without a deadline or a work estimate gets none."""
+    if not plan or not isinstance(plan.get("steps"), list):
+        return {}
+    steps = [(float(t), int(f)) for t, f in plan["steps"]]
+    timeline = Timeline.from_steps(now, steps)
+    # by index: jobs of one batch may share a name
+    jobs = [
+        replace(submission_view(s, now, w), job_id=str(i))
+        for i, (s, w) in enumerate(zip(specs, works, strict=True))
+    ]
+    verdicts = plan_jobs(
+        timeline, jobs, now, float(plan["restart_cost_s"]), float(plan["margin_frac"])
+    )
+    return {int(v.job_id): v for v in verdicts}
+
+
+def refusal(spec: JobSpec, verdict: Verdict, now: float) -> str:
+    """Why the plan declines a job, in one line: its deadline and the earliest time it could
+    be done."""
+    tp = spec.sla.throughput
+    due = tp.deadline_s if tp is not None else None
+    if math.isfinite(verdict.earliest):
+        when = (
+            f"the earliest it could be done is {verdict.earliest - now:,.0f} s after submission "
+            f"(on {verdict.gpus} GPUs)"
+        )
+    else:
+        when = "no size in resources.gpus fits the plan"
+    return (
+        f"job {spec.name!r}: sla.throughput.deadline_s {due:g} s cannot be met beside the "
+        f"deadline jobs already admitted: {when}"
     )

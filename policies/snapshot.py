@@ -246,6 +246,9 @@ class Snapshot:
         interval_s: seconds since the previous round's ``now`` (the gap as it was, not the
             nominal interval: a live round may start late; ``0.0``: unknown, which turns off the
             rules about the previous round, e.g. :meth:`QueuedJob.just_preempted`).
+        declined: the deadline jobs the admission plan declined (issue 26; filled by the
+            admission desk, live and simulated, see ``policies.scheduling.admission``): a
+            policy that binds the verdict (``binds_admission``) runs them best effort.
     """
 
     nodes: tuple[NodeView, ...]
@@ -256,6 +259,7 @@ class Snapshot:
     teams: tuple[TeamView, ...] = ()
     restart_cost_s: float = 30.0
     interval_s: float = 0.0
+    declined: frozenset[str] = frozenset()
     total_gpus: int = field(init=False)
 
     _free: dict[str, int] = field(init=False, repr=False, compare=False)

@@ -20,6 +20,8 @@ BENCHMARKS.md, raw figures in ``results/``:
   more than its entitlement; a guarantee's reclaim takes them either way), issue 28;
 * ``shared-running-first``: ``shared`` with running jobs admitted before queued ones within
   each LAS level in every round (by default only in rounds with a deadline at risk), issue 28.
+* ``shared-plan``: ``shared`` whose admission plan's verdict binds: a deadline job the plan
+  declined runs best effort (issue 26).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "shared-guarantee-growth": ("shared", {"guarantee_growth": True}),
     "shared-restart-only": ("shared", {"elastic": GoodputElastic(count_lost=False)}),
     "shared-defer": ("shared", {"defer": True}),
+    "shared-plan": ("shared", {"plan": True}),
     "shared-issue25": (
         "shared",
         {"edf": False, "guarantee_growth": True, "elastic": GoodputElastic(count_lost=False)},

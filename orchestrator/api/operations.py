@@ -21,7 +21,9 @@ from orchestrator.sla import (
     SLAVerdict,
     check_deadline,
     evaluate_sla,
+    plan_verdicts,
     profile_rate,
+    refusal,
 )
 from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
@@ -72,6 +74,24 @@ def deadline_checks(store: JobStore, specs: Sequence[JobSpec]) -> list[DeadlineC
     ]
 
 
+def plan_declines(store: JobStore, specs: Sequence[JobSpec]) -> list[str]:
+    """Why the scheduler's plan declines each deadline job of ``specs`` that it declines:
+    the jobs judged together, EDF, on the plan of free GPUs over time the scheduler last
+    published (its admitted deadline jobs in place; see ``policies.scheduling.plan``), from
+    each job's work estimate (``JobStore.work_estimates``). No plan published (no scheduler
+    runs) or no work estimate (no profile under the job's name): no verdict, nothing listed.
+
+    The plan is at most a second or so old: the scheduler's own verdict, on its next round,
+    is the job's ``admission`` event.
+    """
+    if not any(s.sla.throughput is not None and s.sla.throughput.deadline_s for s in specs):
+        return []
+    plan = (store.pool_view.read() or {}).get("plan")
+    now = time.time()
+    verdicts = plan_verdicts(plan, specs, store.work_estimates(specs), now)
+    return [refusal(specs[i], v, now) for i, v in sorted(verdicts.items()) if not v.admitted]
+
+
 def submit(
     store: JobStore,
     who: Principal,
@@ -86,7 +106,9 @@ def submit(
         by: recorded as the submitter; defaults to the principal's name (the API never passes
             it: there the submitter is the authenticated principal).
         strict: refuse the jobs when one's deadline cannot be met even on all its allowed
-            GPUs at its tuned rate (see :func:`deadline_checks`).
+            GPUs at its tuned rate (see :func:`deadline_checks`), or when the scheduler's
+            plan declines it beside the deadline jobs already admitted (see
+            :func:`plan_declines`).
 
     Raises:
         Forbidden: a viewer, or a member submitting for another team (nothing is written).
@@ -97,6 +119,8 @@ def submit(
         who.check_write(spec.team)
     if strict:
         missed = [c.message for c in deadline_checks(store, specs) if c.ok is False]
+        advice = "; give a later deadline, or submit without --strict to run it best effort"
+        missed = missed or [m + advice for m in plan_declines(store, specs)]
         if missed:
             raise SpecError("deadline check (--strict)", missed)
     ids = store.submit_many(specs, by=by or who.name)

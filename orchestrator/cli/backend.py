@@ -201,6 +201,10 @@ class StoreBackend:
             for check in operations.deadline_checks(self.store, specs)
             if check.message and not (strict and check.ok is False)
         ]
+        if not strict:  # (with --strict a decline refuses the jobs instead)
+            warnings += [
+                f"{m}; it runs best effort" for m in operations.plan_declines(self.store, specs)
+            ]
         # All or none: the team config refuses none of them, or nothing is queued.
         ids = operations.submit(self.store, self.who, specs, strict=strict)
         return Submission(ids, warnings)

@@ -55,7 +55,9 @@ def submit(
     strict: Annotated[
         bool,
         typer.Option(
-            "--strict", help="Refuse a job whose deadline its tuned rate cannot meet at all."
+            "--strict",
+            help="Refuse a deadline job its tuned rate cannot meet at all, or that the "
+            "scheduler's plan declines beside the deadline jobs already admitted.",
         ),
     ] = False,
     working_dir: Annotated[

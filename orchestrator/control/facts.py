@@ -20,6 +20,7 @@ from orchestrator.control.snapshot import JobFacts
 from orchestrator.errors import JobNotFound
 from orchestrator.runtime.base import RunKind
 from orchestrator.runtime.harness_config import run_spec
+from orchestrator.sla import profile_points
 from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
 from orchestrator.store.records import JobRecord
@@ -103,12 +104,8 @@ class JobFactsReader:
         """Samples/s per GPU count: what runs of the job measured, else what the tuner
         predicted (its profile)."""
         measured = self.store.scaling.read(job_id)
-        chosen = (self.store.profiles.load(job_id) or {}).get("chosen", {})
-        for point in chosen.get("by_gpus", []):
-            measured.setdefault(int(point["gpus"]), float(point["samples_per_s"]))
-        if chosen.get("measured_samples_per_s"):
-            gpus = int((chosen.get("config") or {}).get("gpus", 1))
-            measured.setdefault(gpus, float(chosen["measured_samples_per_s"]))
+        for gpus, sps in profile_points(self.store.profiles.load(job_id)).items():
+            measured.setdefault(gpus, sps)
         return measured
 
 

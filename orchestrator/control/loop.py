@@ -48,7 +48,6 @@ from pydantic import ValidationError
 
 from orchestrator import elastic
 from orchestrator.config import Settings
-from orchestrator.control.admission import AdmissionDesk
 from orchestrator.control.dependencies import DependencyGate
 from orchestrator.control.facts import (
     PROGRESS,
@@ -90,6 +89,8 @@ from policies import (
     Snapshot,
     TeamView,
 )
+from policies.scheduling.admission import AdmissionDesk
+from policies.scheduling.plan import base_plan
 from policies.scheduling.resize import drop_gpus
 
 log = logging.getLogger(__name__)
@@ -296,8 +297,7 @@ class ControlLoop:
         self.forward_cancels()
         self.forward_tune_requests()
         self.guard()
-        snapshot = self.observe()
-        self.admit(snapshot)
+        snapshot = self.admit(self.observe())
         decisions = self.decide(snapshot)
         free = physically_free(self._nodes, self.runs.values())
         for d in decisions:
@@ -399,8 +399,11 @@ class ControlLoop:
             # a run for a set time: what is left of it, time_left_s (its run time so far is in
             # its checkpoint, so the resumed run trains only for that; a run killed without a
             # stop checkpoint resumes from an older one, with a little more left)
+            # (none measured: the estimate it had, from its submission; a bound, as the run
+            # may have done some of the work)
             remaining = remaining_s(progress)
-            fields["remaining_s"] = "" if remaining is None else remaining
+            kept = rec.fields.get("remaining_s", "")
+            fields["remaining_s"] = kept if remaining is None else remaining
             fields["preempted_at"] = at if run.stop is StopReason.PREEMPT else ""
             if run.stop is StopReason.RETUNE and run.retune is not None:
                 fields["retune"] = run.retune
@@ -548,12 +551,18 @@ class ControlLoop:
             )
         return views
 
-    def admit(self, snapshot: Snapshot) -> None:
+    def admit(self, snapshot: Snapshot) -> Snapshot:
         """Each new or changed admission verdict as an ``admission`` event (issue 26; the
-        simulator's desk judges the same snapshots alike)."""
-        for v in self.admission.round(snapshot):
+        simulator's desk judges the same snapshots alike); returns the snapshot, with the
+        declined jobs in it for a policy that binds the verdict."""
+        if self.policy.binds_admission:
+            snapshot, verdicts = self.admission.bind(snapshot)
+        else:
+            verdicts = self.admission.round(snapshot)
+        for v in verdicts:
             with contextlib.suppress(JobNotFound):  # gone since the snapshot: nothing to tell
                 self.store.note_event(v.job_id, "admission", v.reason)
+        return snapshot
 
     # ---- 3. decide -------------------------------------------------------------------------
 
@@ -736,8 +745,9 @@ class ControlLoop:
     # ---- 5. publish ------------------------------------------------------------------------
 
     def publish(self, snapshot: Snapshot) -> None:
-        """Publish the pool view for `orch pool`: when the jobs holding GPUs changed, else at
-        most once a second (it is read by people, and costs a serialisation per round)."""
+        """Publish the pool view for `orch pool`, with the admission plan a ``--strict``
+        submission is judged on: when the jobs holding GPUs changed, else at most once a
+        second (it is read by people, and costs a serialisation per round)."""
         holding = {
             j: (self._facts[j].team if j in self._facts else "", r.nodes)
             for j, r in self.runs.items()
@@ -761,6 +771,8 @@ class ControlLoop:
             scheduler=self.owner,
             policy=self.policy_name,
             warm=self.runtime.warm_workers(),
+            plan=base_plan(snapshot, (), self.admission.margin_frac),
+            margin_frac=self.admission.margin_frac,
         )
         self.store.pool_view.publish(view, ttl_ms=self.lease.ttl_ms)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from orchestrator.pool import NodeInfo, nodes_to_json
 from policies import Snapshot, TeamView
+from policies.scheduling.plan import Timeline
 
 __all__ = ["pool_view", "team_usage"]
 
@@ -21,17 +22,29 @@ def pool_view(
     scheduler: str,
     policy: str,
     warm: Mapping[str, tuple[int, int]] | None = None,
+    plan: Timeline | None = None,
+    margin_frac: float = 0.1,
 ) -> dict[str, Any]:
-    """The published view: nodes with GPUs used, each job's GPUs, each team's use.
+    """The published view: nodes with GPUs used, each job's GPUs, each team's use, and the
+    admission plan (free GPUs over time, the admitted deadline jobs in place: a submission
+    with ``--strict`` is judged on it; see ``orchestrator.sla.plan_verdicts``).
 
     Args:
         holding: job id -> ``(team, node of each GPU it holds)``.
         warm: node id -> ``(warm workers, of which holding a GPU)`` (``Runtime.warm_workers``);
             a warm worker's GPU is free to the scheduler, so it is not in ``used_gpus``.
+        plan: the plan (:func:`policies.scheduling.plan.base_plan` of ``snapshot``).
+        margin_frac: the margin the plan keeps (the admission desk's).
     """
     held = Counter(n for _, job_nodes in holding.values() for n in job_nodes)
     warm = warm or {}
+    steps = [] if plan is None else [[round(t, 3), f] for t, f in plan.steps()]
     return {
+        "plan": {
+            "steps": steps,
+            "restart_cost_s": snapshot.restart_cost_s,
+            "margin_frac": margin_frac,
+        },
         "at": at,
         "scheduler": scheduler,
         "policy": policy,

@@ -32,7 +32,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from orchestrator.control.admission import AdmissionDesk
 from orchestrator.control.invariants import check_decisions, guarded
 from orchestrator.control.snapshot import (
     JobFacts,
@@ -48,6 +47,7 @@ from orchestrator.sim.trace import TraceJob
 from orchestrator.sim.wallclock import WallClockJobModel
 from policies import Decision, DecisionKind, NodeView, QueuedJob, RunningJob, Snapshot
 from policies.scheduling import SchedulingPolicy
+from policies.scheduling.admission import AdmissionDesk
 from policies.scheduling.plan import Verdict
 from policies.snapshot import TeamView
 
@@ -73,7 +73,7 @@ class SimConfig:
         log_decisions: keep every applied start, preemption and resize, with its time, in
             :attr:`Simulator.applied` (to compare a simulated run with a live one).
         plan_admission: judge deadline jobs against a plan as the live loop does
-            (:class:`~orchestrator.control.admission.AdmissionDesk`), the verdicts kept in
+            (:class:`~policies.scheduling.admission.AdmissionDesk`), the verdicts kept in
             :attr:`Simulator.admissions`; off by default (a plan per round with new jobs).
     """
 
@@ -209,7 +209,8 @@ class Simulator:
         self.applied: list[tuple[float, Decision]] = []
         # the admission desk's verdicts, with their round's time (``SimConfig.plan_admission``)
         self.admissions: list[tuple[float, Verdict]] = []
-        self._desk = AdmissionDesk() if self.config.plan_admission else None
+        desk = self.config.plan_admission or policy.binds_admission
+        self._desk = AdmissionDesk() if desk else None
         self._last_round: float | None = None
         self.rounds = 0
         # kept up to date instead of recomputed every round (a round must cost little more
@@ -380,8 +381,12 @@ class Simulator:
 
     def _round(self) -> None:
         snapshot = self.snapshot()
-        if self._desk is not None:
-            self.admissions += [(self.now, v) for v in self._desk.round(snapshot)]
+        if self._desk is not None:  # as the live loop's ControlLoop.admit
+            if self.policy.binds_admission:
+                snapshot, verdicts = self._desk.bind(snapshot)
+            else:
+                verdicts = self._desk.round(snapshot)
+            self.admissions += [(self.now, v) for v in verdicts]
         # each team's demand for its entitlement (see Usage.note_entitlement), from the jobs
         # as the snapshot shows them: a queued job asks for its lo, a running one for
         # max(gpus, lo)

@@ -18,6 +18,7 @@ from typing import Any, cast
 import redis
 
 from orchestrator.config import DEFAULT_RETENTION_S
+from orchestrator.elastic import gpu_range
 from orchestrator.errors import (
     AmbiguousJob,
     IllegalTransition,
@@ -26,6 +27,7 @@ from orchestrator.errors import (
     SpecError,
     StoreError,
 )
+from orchestrator.sla import work_seconds
 from orchestrator.spec import JobSpec
 from orchestrator.store.audit import AuditStore
 from orchestrator.store.connection import open_url
@@ -267,12 +269,15 @@ class JobStore:
         """
         self.check_admission([spec])
         ((job_id, after),) = plan_ids(self, [spec])
-        return self._submit_one(spec, by, job_id, after)
+        (work,) = self.work_estimates([spec])
+        return self._submit_one(spec, by, job_id, after, work)
 
-    def _submit_one(self, spec: JobSpec, by: str | None, job_id: str, after: str) -> JobRecord:
+    def _submit_one(
+        self, spec: JobSpec, by: str | None, job_id: str, after: str, work: float | None
+    ) -> JobRecord:
         """Write one job under ``job_id``, or under a fresh id while it is taken."""
         for _ in range(_ID_TRIES):
-            reply = self._submit(**self._submit_args(spec, by, job_id, after))
+            reply = self._submit(**self._submit_args(spec, by, job_id, after, work))
             if reply[0] == "ok":
                 return JobRecord.from_hash(_pairs(reply[1]))
             job_id = new_id(spec)
@@ -295,22 +300,33 @@ class JobStore:
         for start in range(0, len(specs), _BATCH):
             batch = builtins.list(zip(specs[start : start + _BATCH], planned[start:], strict=False))
             pipe = self.client.pipeline(transaction=False)
-            for spec, (job_id, after) in batch:
-                self._submit(**self._submit_args(spec, by, job_id, after), client=pipe)
-            for (spec, (_, after)), reply in zip(batch, pipe.execute(), strict=True):
+            works = self.work_estimates([spec for spec, _ in batch])
+            for (spec, (job_id, after)), work in zip(batch, works, strict=True):
+                self._submit(**self._submit_args(spec, by, job_id, after, work), client=pipe)
+            for (spec, (_, after)), work, reply in zip(batch, works, pipe.execute(), strict=True):
                 # An id already taken (1 in 16 million per name): retry that one on its own.
                 ids.append(
                     _pairs(reply[1])["id"]
                     if reply[0] == "ok"
-                    else self._submit_one(spec, by, new_id(spec), after).id
+                    else self._submit_one(spec, by, new_id(spec), after, work).id
                 )
         return ids
 
+    def work_estimates(self, specs: Sequence[JobSpec]) -> builtins.list[float | None]:
+        """Each job's seconds of work on its requested GPUs from its spec and the profile
+        tuned under its name (:func:`~orchestrator.sla.work_seconds`): stored at submission
+        as its ``remaining_s`` until a run measures it, so that a deadline job is planned
+        from its submission on, live as in the simulator. One ``MGET`` for the profiles."""
+        wanted = [s.name for s in specs if s.job_class == "bulk" and s.run.duration_s is None]
+        profiles = self.profiles.load_many(wanted)
+        return [work_seconds(s, profiles.get(s.name)) for s in specs]
+
     def _submit_args(
-        self, spec: JobSpec, by: str | None, job_id: str, after: str
+        self, spec: JobSpec, by: str | None, job_id: str, after: str, work: float | None
     ) -> dict[str, Any]:
         """The submit script's keys and arguments for a new job ``job_id`` that starts after
-        the jobs ``after`` (comma-separated ids, "" if none)."""
+        the jobs ``after`` (comma-separated ids, "" if none), with ``work`` seconds of work
+        (``None``: unknown)."""
         spec_json = json.dumps(
             spec.model_dump(mode="json", by_alias=True), separators=(",", ":"), sort_keys=True
         )
@@ -334,11 +350,12 @@ class JobStore:
                 spec.gpus,
                 by or "",
                 EVENTS_MAXLEN,
-                *_gpu_range(spec),
+                *gpu_range(spec),
                 *_targets(spec),
                 self.wake.channel,
                 _gpu_memory(spec),
                 after,
+                "" if work is None else repr(work),
             ],
         }
 
@@ -742,17 +759,6 @@ def _strs(reply: object) -> list[str]:
 
 def _entries(reply: object) -> list[tuple[str, dict[str, str]]]:
     return cast(list[tuple[str, dict[str, str]]], reply)
-
-
-def _gpu_range(spec: JobSpec) -> tuple[int, int]:
-    """Fewest and most GPUs the scheduler may give the job: an elastic bulk job's sizes that
-    keep its global batch; exactly its size for any other."""
-    if spec.job_class == "bulk" and spec.resources.gpus.min != spec.resources.gpus.upper:
-        from orchestrator.elastic import feasible_sizes
-
-        sizes = feasible_sizes(spec)
-        return sizes[0], sizes[-1]
-    return spec.gpus, spec.gpus
 
 
 def _targets(spec: JobSpec) -> tuple[str, str]:

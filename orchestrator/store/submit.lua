@@ -11,6 +11,8 @@
 --          round now instead of at its next polling interval (a channel, not a key)
 -- ARGV[14] GPU memory each GPU must have, GB ("" if any will do)
 -- ARGV[15] the ids of the jobs it starts after, comma-separated ("" if none)
+-- ARGV[16] seconds of work on its requested GPUs, estimated from its spec and profile ("" if
+--          unknown): its remaining work until a run measures it
 --
 -- Returns {"exists"} when the id is taken (the caller draws another), else {"ok", job hash}.
 
@@ -28,7 +30,7 @@ redis.call("HSET", KEYS[2],
   "spec", ARGV[5], "submitted_at", ts, "updated_at", ts, "seq", seq, "gpus", ARGV[6],
   "attempts", 0, "message", "", "by", ARGV[7], "gpus_min", ARGV[9], "gpus_max", ARGV[10],
   "deadline_s", ARGV[11], "wait_target_s", ARGV[12], "gpu_memory_gb", ARGV[14],
-  "after", ARGV[15])
+  "after", ARGV[15], "remaining_s", ARGV[16])
 redis.call("ZADD", KEYS[3], seq, id)
 redis.call("ZADD", KEYS[4], seq, id)
 redis.call("INCR", KEYS[7])

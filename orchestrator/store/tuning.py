@@ -46,6 +46,14 @@ class _JobDocuments:
         raw = cast(str | None, self._client.get(self._key(job)))
         return json.loads(raw) if raw else None
 
+    def load_many(self, jobs: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+        """:meth:`load` of each job, in one ``MGET``."""
+        names = list(dict.fromkeys(jobs))
+        if not names:
+            return {}
+        raws = cast(list[str | None], self._client.mget([self._key(j) for j in names]))
+        return {j: json.loads(raw) if raw else None for j, raw in zip(names, raws, strict=True)}
+
 
 class ProfileStore(_JobDocuments):
     """The tuner's performance profiles (``{ns}:profile:{job}``; see

@@ -14,7 +14,14 @@ class SchedulingPolicy(abc.ABC):
 
     Contract: pure and deterministic for the same snapshot (including its seed); it never acts,
     keeps no state between rounds, and never starts jobs on more GPUs than a node has free.
+
+    Attributes:
+        binds_admission: it reads ``Snapshot.declined`` (the admission desk's verdicts), so
+            the world that runs it must fill it (the simulator runs the desk only then, or
+            with ``SimConfig.plan_admission``; the live loop always does).
     """
+
+    binds_admission: bool = False
 
     @abc.abstractmethod
     def decide(self, snapshot: Snapshot) -> list[Decision]:

@@ -33,6 +33,7 @@ class TeamCaps(SchedulingPolicy):
 
     def __init__(self, inner: SchedulingPolicy) -> None:
         self.inner = inner
+        self.binds_admission = inner.binds_admission
 
     def decide(self, snapshot: Snapshot) -> list[Decision]:
         """See :meth:`SchedulingPolicy.decide`."""

@@ -122,6 +122,10 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         defer: a queued deadline job that could start a round later on its share and still
             meet its deadline runs best effort this round (it enters the class when it can
             wait no longer).
+        plan: the admission plan's verdict binds (issue 26, ElasticFlow): a deadline job the
+            plan declined (``Snapshot.declined``) runs best effort, never in the deadline
+            class (``False``: the verdict is a forecast, the class admits every deadline job
+            its share can save, round by round).
     """
 
     def __init__(
@@ -141,6 +145,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         edf: bool = True,
         guarantee_growth: bool = False,
         defer: bool = False,
+        plan: bool = False,
     ) -> None:
         self.placement = PLACEMENTS.create(placement) if isinstance(placement, str) else placement
         self.preemption = (
@@ -161,6 +166,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         self.edf = edf
         self.guarantee_growth = guarantee_growth
         self.defer = defer
+        self.binds_admission = plan
 
     # ---- the round -------------------------------------------------------------------------
 
@@ -412,11 +418,14 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         # seconds of work a change throws away), for the deadline class
         dl: list[tuple[QueuedJob | RunningJob, int, int, int, float]] = []
         edf = self.edf
+        # a declined job (the plan's verdict binding) is best effort, as a late one this round
+        declined = snapshot.declined if self.binds_admission else frozenset()
+        out = late | declined if declined else late
         for q, lo, hi in queued:
             served = q.attained_service
             level = 0 if fifo or served < first else level_of(served, first, factor)
             rows.append(((level, q.seq, q.job_id), q, lo, hi, 0, q.gpus, now))
-            if edf and q.deadline is not None and not (late and q.job_id in late):
+            if edf and q.deadline is not None and not (out and q.job_id in out):
                 dl.append((q, lo, hi, 0, 0.0))
         running_rows: list[Row] = []
         nostep: set[str] = set()
@@ -432,7 +441,13 @@ class SharedSchedulingPolicy(SchedulingPolicy):
                 nostep.add(r.job_id)
             # one that may not change size this round (no step yet, or shrunk for an
             # interactive job) keeps what it holds: it is not in the class this round
-            if edf and r.deadline is not None and stepped and not (touched and r.job_id in touched):
+            if (
+                edf
+                and r.deadline is not None
+                and stepped
+                and not (touched and r.job_id in touched)
+                and not (declined and r.job_id in declined)
+            ):
                 dl.append((r, lo, hi, cur, lost_work(r, now) / gpus if gpus else 0.0))
         rows += running_rows
         if self.running_first:  # within a LAS level, running jobs before queued ones

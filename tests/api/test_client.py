@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -84,3 +86,34 @@ def test_pool_and_teams(api: ApiServer, tokens: dict[str, str], store: JobStore)
     with pytest.raises(ApiError) as too_big:  # more than the pool's 2 GPUs
         admin.apply_teams({"teams": [{"name": "vision", "guaranteed_gpus": 3}]})
     assert too_big.value.status == 422
+
+
+def test_strict_refuses_a_deadline_the_published_plan_declines(
+    member: Client, store: JobStore
+) -> None:
+    # issue 26: a hand-made plan of a 4-GPU pool, all of it taken for the next 1,000 s; the
+    # job's 8,000 samples at its tuned 8 samples/s on 4 GPUs are 1,000 s: done at 1,000 + 30 +
+    # 1.1 x 1,000 = 2,130 s at the earliest, past its 2,000 s
+    now = time.time()
+    plan = {"steps": [[now - 1.0, 0], [now + 1000.0, 4]], "restart_cost_s": 30.0}
+    store.pool_view.publish({"nodes": [], "plan": {**plan, "margin_frac": 0.1}}, 60_000)
+    store.profiles.save("due", {"chosen": {"by_gpus": [{"gpus": 4, "samples_per_s": 8.0}]}})
+    spec = {
+        **spec_data(name="due"),
+        "class": "bulk",
+        "resources": {"gpus": 4},
+        "sla": {"throughput": {"work_samples": 8000, "deadline_s": 2000}},
+        "run": {"micro_batch": 8},
+    }
+    with pytest.raises(ApiError) as refused:
+        member.submit(spec, strict=True)
+    assert refused.value.status == 422 and refused.value.exit_code == 2
+    (problem,) = refused.value.problems
+    assert "deadline_s 2000 s cannot be met" in problem, problem
+    done = re.search(r"done is ([\d,]+) s after submission \(on 4 GPUs\)", problem)
+    assert done is not None and float(done[1].replace(",", "")) == pytest.approx(2130, abs=5)
+    assert member.list() == []
+    # a later deadline fits the same plan; without --strict the declined one is queued too
+    member.submit({**spec, "sla": {"throughput": {"work_samples": 8000, "deadline_s": 2200}}})
+    member.submit(spec)
+    assert len(member.list()) == 2

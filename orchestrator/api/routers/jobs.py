@@ -39,7 +39,10 @@ Cursor = Annotated[
 id past 64 bits, and a refusal mid-stream could only cut the answer off)."""
 Strict = Annotated[
     bool,
-    Query(description="Refuse a job whose deadline its tuned rate cannot meet on all its GPUs."),
+    Query(
+        description="Refuse a deadline job its tuned rate cannot meet on all its GPUs, or that "
+        "the scheduler's plan declines beside the deadline jobs already admitted (422)."
+    ),
 ]
 _TERMINAL = frozenset(s.value for s in TERMINAL)
 _BLOCK_MS = 2000  # under redis-py's default socket timeout (5 s): a block that long would time out
