@@ -532,6 +532,14 @@ def test_service_monitor_scrapes_the_api_metrics_with_a_token(chart_docs: list[D
     # /metrics takes a token (docs/operator-guide.md): a viewer token from a Secret.
     credentials = endpoint["authorization"]["credentials"]
     assert (credentials["name"], credentials["key"]) == ("orch-metrics-token", "token")
+    # With public metrics (ORCH_METRICS_PUBLIC=1) no token is sent.
+    public = render_helm(
+        *("--api-versions", SERVICE_MONITOR, "--set", "serviceMonitor.tokenSecret=null"),
+        *("--set", "orchestrator.extraEnv.ORCH_METRICS_PUBLIC=1"),
+    )
+    (endpoint,) = find(public, "ServiceMonitor", "orch")["spec"]["endpoints"]
+    assert "authorization" not in endpoint
+    assert find(public, "ConfigMap", "orch-settings")["data"]["ORCH_METRICS_PUBLIC"] == "1"
 
 
 def test_ingress_routes_to_the_api_with_tls(chart_docs: list[Doc]) -> None:
