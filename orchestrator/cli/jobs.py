@@ -237,7 +237,10 @@ def show(job: JobRef, output: OutputOption = Output.TABLE) -> None:
         print_data(detail.model_dump(mode="json", by_alias=True), output)
         return
     view = detail.job
-    console.print(job_panel(view.record(), view.verdict.verdict(), detail.metrics, detail.events))
+    panel = job_panel(
+        view.record(), view.verdict.verdict(), detail.metrics, detail.events, detail.profile
+    )
+    console.print(panel)
     if detail.tuning is not None:
         console.print(show_tuning(detail.tuning, detail.profile))
 

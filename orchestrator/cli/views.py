@@ -107,26 +107,33 @@ def verdicts_table(
     return table
 
 
-def running_spec(rec: JobRecord) -> JobSpec:
+def running_spec(rec: JobRecord, profile: dict[str, Any] | None = None) -> JobSpec:
     """The spec the job runs (or will run) with: tuned settings when it was tuned, on the GPUs
-    it is placed on (an elastic job re-derives its micro-batch to keep its global batch)."""
+    it is placed on (an elastic job keeps its global batch; under a plan, the plan its
+    ``profile`` picks for that size, as the control loop picks it: ``tuner.replan``)."""
     from orchestrator.runtime.harness_config import run_spec
+    from orchestrator.tuner.replan import replanned_spec
 
     tuned = rec.fields.get("tuned")
-    gpus = len((rec.placement or {}).get("nodes", [])) or None
-    try:
-        return run_spec(rec.spec, json.loads(tuned) if tuned else None, gpus)
-    except ValueError:  # a placement it cannot keep its batch on: it runs as requested
-        return run_spec(rec.spec, json.loads(tuned) if tuned else None)
+    spec = run_spec(rec.spec, json.loads(tuned) if tuned else None)
+    gpus = len((rec.placement or {}).get("nodes", [])) or spec.gpus
+    # a placement it cannot keep its batch on: it runs as requested
+    return replanned_spec(spec, gpus, profile).spec or spec
 
 
 def _settings(spec: JobSpec) -> str:
     run = spec.run
     gpus = spec.gpus
+    if run.plan is not None:
+        from workers.parallel.plan import Plan
+
+        layout = f"plan {Plan(**run.plan.model_dump()).describe()}"
+    else:
+        layout = run.sharding if gpus > 1 else "one GPU"
     return (
         f"micro-batch {run.micro_batch}, grad-accum {run.grad_accum}, {run.precision}, "
-        f"GPUs {gpus} ({run.sharding if gpus > 1 else 'one GPU'}), "
-        f"global batch {run.micro_batch * run.grad_accum * gpus}, "
+        f"GPUs {gpus} ({layout}), "
+        f"global batch {run.micro_batch * run.grad_accum * spec.replicas}, "
         f"checkpointing {'on' if run.activation_checkpointing else 'off'}, "
         f"compile {'on' if run.compile else 'off'}"
     )
@@ -134,7 +141,8 @@ def _settings(spec: JobSpec) -> str:
 
 def show_job(store: JobStore, rec: JobRecord) -> Group:
     """Everything about one job: state, settings, SLA verdict, live metrics, events."""
-    return job_panel(rec, verdict_of(store, rec), store.metrics(rec.id), store.events(rec.id))
+    metrics, events = store.metrics(rec.id), store.events(rec.id)
+    return job_panel(rec, verdict_of(store, rec), metrics, events, store.profiles.load(rec.id))
 
 
 def job_panel(
@@ -142,6 +150,7 @@ def job_panel(
     verdict: SLAVerdict,
     metrics: dict[str, Any],
     events: Sequence[dict[str, Any]],
+    profile: dict[str, Any] | None = None,
 ) -> Group:
     """:func:`show_job` of a job whose verdict, metrics and events are known (the API sends
     them)."""
@@ -155,7 +164,7 @@ def job_panel(
     head.add_row("workload", f"{spec.workload.ref} {spec.workload.args or ''}".rstrip())
     measured = "not measured yet" if verdict.measured == "-" else verdict.measured
     head.add_row("SLA", f"{describe_sla(spec)}  ->  {measured}  {_met(verdict)}")
-    runs_with = running_spec(rec)
+    runs_with = running_spec(rec, profile)
     head.add_row("settings", _settings(runs_with))
     if _settings(runs_with) != _settings(spec):
         head.add_row("submitted", _settings(spec))

@@ -24,6 +24,7 @@ from orchestrator.sla import profile_points
 from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
 from orchestrator.store.records import JobRecord
+from orchestrator.tuner.replan import Replan, replanned_spec
 
 __all__ = ["PROGRESS", "JobFactsReader", "at_or_after", "remaining_s", "tuned_of"]
 
@@ -75,6 +76,20 @@ class JobFactsReader:
                 return None
             self._elastic[job_id] = (spec, elastic.speedup_curve(spec, self._measured(job_id)))
         return self._elastic[job_id]
+
+    def sized(self, rec: JobRecord, gpus: int, memory_bytes: float | None = None) -> Replan:
+        """The spec a run of the job on ``gpus`` GPUs has: tuned settings, and on another size
+        than its requested one the plan its profile picks there (``tuner.replan``: a trial at
+        that size, else the plan model, else the rule that keeps tp and pp).
+
+        Raises:
+            ValueError: no plan keeps its global batch on ``gpus`` GPUs.
+        """
+        spec = run_spec(rec.spec, tuned_of(rec))
+        plan = replanned_spec(spec, gpus, self.store.profiles.load(rec.id), memory_bytes)
+        if plan.spec is None:
+            raise ValueError(f"cannot keep the global batch on {gpus} GPUs ({plan.reason})")
+        return plan
 
     def cached(self, job_id: str) -> Elastic | None:
         """The elastic spec and curve already read for the job (no store read)."""

@@ -73,7 +73,6 @@ from orchestrator.control.transitions import StopReason, Transition, run_ended
 from orchestrator.errors import IllegalTransition, JobNotFound
 from orchestrator.pool import NodeInfo
 from orchestrator.runtime.base import EventKind, Launch, Outcome, OutcomeKind, RunEvent, Runtime
-from orchestrator.runtime.harness_config import run_spec
 from orchestrator.sla import evaluate_sla
 from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore, LeaseLost
@@ -647,9 +646,13 @@ class ControlLoop:
             self._fail_placed(job_id, JobState.FAILED, f"the stored job is invalid: {first}")
             return
         tune = spec.tuning.enabled and not rec.fields.get("tuned")  # "": being re-tuned
+        replanned = ""
         try:
             if not tune:
-                spec = run_spec(spec, tuned_of(rec), len(nodes))
+                sized = self.facts.sized(rec, len(nodes), self._memory(nodes))
+                spec = sized.spec or spec
+                if sized.source in ("measured", "model"):  # its profile chose the plan here
+                    replanned = f"on {len(nodes)} GPUs: {sized.reason}"
             self._serial += 1
             launch = Launch(
                 job_id,
@@ -669,6 +672,10 @@ class ControlLoop:
             return
         self.runs[job_id] = Run(launch, self.clock())
         self._facts[job_id] = self.facts.running(rec, launch.kind)
+        if replanned:
+            log.info("%s: %s", job_id, replanned)
+            with contextlib.suppress(JobNotFound):
+                self.store.annotate(job_id, replanned)
         if not tune:
             self.sla_guard.watch(rec, spec, len(nodes))
         if tune:
@@ -736,6 +743,13 @@ class ControlLoop:
         kept = list(nodes)
         drop_gpus(kept, len(kept) - sizes[-1])
         return tuple(kept)
+
+    def _memory(self, nodes: tuple[str, ...]) -> float | None:
+        """Bytes of the smallest of these GPUs, when every node says (``None``: unknown)."""
+        sizes = [n.gpu_memory_gb for n in self._nodes if n.node_id in set(nodes)]
+        if not sizes or any(s is None for s in sizes):
+            return None
+        return min(float(s or 0) for s in sizes) * 1e9
 
     def _virtual(self, nodes: tuple[str, ...]) -> bool:
         """Whether the job's GPUs are CPU-backed slots."""

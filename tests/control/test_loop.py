@@ -367,3 +367,35 @@ def test_shared_genetic_makes_room_for_a_newcomer_by_resizing_in_the_live_loop(
 
 def _messages(store: JobStore, job_id: str) -> list[str]:
     return [e["message"] for e in store.events(job_id)]
+
+
+def test_a_resize_runs_the_plan_the_jobs_trials_picked_for_the_new_size(
+    store: JobStore, make_loop: Any
+) -> None:
+    """A gpt job under dp 2 x tp 2 on 4 GPUs, shrunk to 2: its profile measured pipeline
+    parallelism fastest on 2 ranks at its global batch, so the new gang runs pp 2 (the old rule
+    kept tp 2), with the global batch kept and the choice in the job's message."""
+    loop, rt = make_loop([("n0", 4)], auto_start=False)
+    gpt = {"name": "gpt", "args": {"n_layer": 2, "d_model": 32, "n_head": 4, "seq_len": 16}}
+    plan = {"dp": 2, "tp": 2, "zero": 3}
+    spec = job("planned", gpus={"min": 2, "max": 4}, workload=gpt)
+    run = {"steps": 20, "micro_batch": 2, "grad_accum": 2, "data_parallel": 4, "plan": plan}
+    spec = parse_spec({**spec.model_dump(by_alias=True, exclude_none=True), "run": run})
+    job_id = store.submit(spec).id
+    trial = {"gpus": 2, "micro_batch": 2, "grad_accum": 4, "precision": "fp32", "status": "ok"}
+    curves = [
+        {**trial, "tp": 2, "samples_per_s": 10.0, "p95_ms": 900.0},
+        {**trial, "pp": 2, "samples_per_s": 30.0, "p95_ms": 300.0},
+    ]
+    store.profiles.save(job_id, {"curves": {"fp32": curves}})
+    loop.bind(Decision(DecisionKind.START, job_id, nodes=("n0",) * 4), {"n0": 4})
+    rt.start(job_id)
+    loop.round()
+    assert rt.launches[-1].spec.run.plan == spec.run.plan  # the requested size: as submitted
+    loop.bind(Decision(DecisionKind.RESIZE, job_id, nodes=("n0", "n0")), {"n0": 0})
+    loop.reap(rt.poll())
+    sized = rt.launches[-1].spec
+    assert rt.launches[-1].nodes == ("n0", "n0") and sized.run.plan is not None
+    assert (sized.run.plan.dp, sized.run.plan.tp, sized.run.plan.pp) == (1, 1, 2)
+    assert (sized.run.micro_batch, sized.run.grad_accum) == (2, 4)  # 8 a step, as on 4 GPUs
+    assert store.get(job_id).message.startswith("on 2 GPUs: measured pp 2")

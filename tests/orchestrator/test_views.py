@@ -77,3 +77,41 @@ def test_show_lists_the_runs_measurements_and_absent_ones_as_a_dash(store: JobSt
     assert rows["data_wait_share"] == "0.250" and rows["compute_ms"] == "3.500"
     assert rows["peak_mem_scope"] == "run"
     assert rows["gpu_busy_share"] == "-" and rows["energy_per_sample_j"] == "-"
+
+
+def test_show_gives_the_plan_a_resize_runs(store: JobStore) -> None:
+    """An elastic job under dp 2 x tp 2 placed on 2 of its 4 GPUs: `orch show` gives the plan
+    its profile picks there (pp 2, as the control loop runs it), with the global batch kept."""
+    plan = {"dp": 2, "tp": 2, "zero": 3}
+    spec = parse_spec(
+        {
+            "name": "planned",
+            "team": "t",
+            "class": "bulk",
+            "workload": {"name": "gpt", "args": {"n_layer": 2, "d_model": 32, "n_head": 4}},
+            "sla": {"throughput": {"min_samples_per_s": 1}},
+            "resources": {"gpus": {"min": 2, "max": 4}},
+            "run": {
+                "steps": 10,
+                "micro_batch": 2,
+                "grad_accum": 2,
+                "data_parallel": 4,
+                "plan": plan,
+            },
+        }
+    )
+    job_id = store.submit(spec).id
+    trial = {"gpus": 2, "micro_batch": 2, "grad_accum": 4, "precision": "fp32", "status": "ok"}
+    curves = [
+        {**trial, "tp": 2, "samples_per_s": 10.0, "p95_ms": 900.0},
+        {**trial, "pp": 2, "samples_per_s": 30.0, "p95_ms": 300.0},
+    ]
+    store.profiles.save(job_id, {"curves": {"fp32": curves}})
+    placement = {"nodes": ["n0", "n0"], "strategy": "pack"}
+    store.transition(job_id, JobState.PLACED, fields={"placement": placement})
+    text = _render(store, job_id)
+    settings = next(line for line in text.splitlines() if "settings" in line)
+    submitted = next(ln for ln in text.splitlines() if "submitted" in ln and "micro" in ln)
+    assert "micro-batch 2, grad-accum 4" in settings and "GPUs 2 (plan pp 2)" in settings
+    assert "GPUs 4 (plan dp 2 x tp 2, zero 3)" in submitted
+    assert "global batch 8," in settings and "global batch 8," in submitted

@@ -65,13 +65,27 @@ EQUAL: dict[str, Plan] = {
 RESUMABLE = {"steps": 5, "checkpoint_every": 2}
 
 
+# A job's profile as the tuner keeps it: trials on 2 ranks at the elastic job's global batch of
+# 8, pipeline parallelism measured fastest there (the figures are made up for the choice).
+_TRIAL = {"gpus": 2, "micro_batch": 2, "grad_accum": 4, "precision": "fp32", "status": "ok"}
+PROFILE = {
+    "curves": {
+        "fp32": [
+            {**_TRIAL, "tp": 2, "pp": 1, "zero": 0, "samples_per_s": 10.0, "p95_ms": 900.0},
+            {**_TRIAL, "tp": 1, "pp": 2, "zero": 0, "samples_per_s": 30.0, "p95_ms": 300.0},
+        ]
+    }
+}
+
+
 def _elastic(gpus: int) -> HarnessConfig:
     """The harness config of a job with plan dp 2 x tp 2 (ZeRO 3) on 4 GPUs, resized by the
-    scheduler's own path to ``gpus`` (``orchestrator.elastic.resized_spec``: the plan keeps
-    its tensor degree, the replicas and the batch split follow)."""
-    from orchestrator.elastic import resized_spec
+    scheduler's own path to ``gpus`` (``orchestrator.tuner.replan.replanned_spec``, as the
+    control loop calls it: on 2 GPUs its profile's trials pick pipeline parallelism, where the
+    old rule kept tp 2; the batch split follows, the global batch is kept)."""
     from orchestrator.runtime.harness_config import job_harness_config
     from orchestrator.spec import parse_spec
+    from orchestrator.tuner.replan import replanned_spec
 
     spec = parse_spec(
         {
@@ -91,14 +105,14 @@ def _elastic(gpus: int) -> HarnessConfig:
             },
         }
     )
-    sized = resized_spec(spec, gpus)
+    sized = replanned_spec(spec, gpus, PROFILE).spec
     assert sized is not None
     config = HarnessConfig.from_dict(job_harness_config(sized))
     return dataclasses.replace(config, optimizer="sgd", lr=0.05)
 
 
 CROSS: dict[str, tuple[HarnessConfig, str, bool]] = {
-    # a resize from 4 GPUs to 2: dp 2 x tp 2 becomes tp 2 alone, accumulation 4
+    # a resize from 4 GPUs to 2: dp 2 x tp 2 becomes pp 2 (the profile's best), accumulation 4
     "resize_stop": (_elastic(4), "c", True),
     "resize_resume": (_elastic(2), "c", False),
     "zero3_tp_stop": (_gpt(Plan(dp=2, tp=2, zero=3), **RESUMABLE), "a", True),
@@ -106,6 +120,12 @@ CROSS: dict[str, tuple[HarnessConfig, str, bool]] = {
     "zero1_stop": (_gpt(Plan(dp=4, zero=1), micro_batch=1, **RESUMABLE), "b", True),
     "dp_pp_resume": (_gpt(Plan(dp=2, pp=2, zero=2), **RESUMABLE), "b", False),
 }
+
+
+def test_the_resize_runs_the_plan_its_trials_picked() -> None:
+    plan = Plan.from_dict(CROSS["resize_resume"][0].plan or {})
+    assert plan == Plan(pp=2)
+    assert (CROSS["resize_resume"][0].micro_batch, CROSS["resize_resume"][0].grad_accum) == (2, 4)
 
 
 def _stop_after(n_steps: int) -> Any:

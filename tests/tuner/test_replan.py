@@ -1,0 +1,168 @@
+"""Re-planned on resize (issue 23): the plan of an elastic job on a new GPU count comes from its
+measured trials (a trial at that size wins), else the plan model, else the old rule, chosen by
+the job's SLA, with its global batch kept. On the grid of plans recorded on CPU ranks
+(bench/plans/data/cpu_plans.json: gpt, global batch 32, 1 and 2 ranks)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.elastic import global_batch, resized_spec
+from orchestrator.spec import JobSpec, parse_spec
+from orchestrator.tuner.planmodel import PlanSample, fit_plan_model, state_bytes
+from orchestrator.tuner.replan import candidates, replanned_spec
+from orchestrator.tuner.space import Config
+from workers.parallel.plan import Plan, split_problems
+
+GRID = json.loads(
+    (Path(__file__).parents[2] / "bench" / "plans" / "data" / "cpu_plans.json").read_text()
+)
+ROWS = GRID["workloads"][0]["rows"]
+PROFILE = {"curves": {"fp32": [{**r["config"], **r["measurement"]} for r in ROWS]}}
+THROUGHPUT = {"throughput": {"min_samples_per_s": 1}}
+
+
+def _spec(
+    plan: dict[str, int],
+    micro: int,
+    accum: int,
+    gpus: int,
+    sla: dict[str, Any] | None = None,
+    lo: int = 1,
+    hi: int = 4,
+    tuning: dict[str, Any] | None = None,
+) -> JobSpec:
+    return parse_spec(
+        {
+            "name": "e",
+            "team": "t",
+            "class": "bulk",
+            "workload": {"name": "gpt", "args": GRID["meta"]["workload_args"]},
+            "sla": sla or THROUGHPUT,
+            "resources": {"gpus": {"min": lo, "max": hi}},
+            "run": {
+                "steps": 10,
+                "micro_batch": micro,
+                "grad_accum": accum,
+                "data_parallel": gpus,
+                "plan": plan,
+            },
+            **({"tuning": tuning} if tuning else {}),
+        }
+    )
+
+
+def _ran(spec: JobSpec) -> Config:
+    """The config a spec runs, as the table keys it."""
+    run, plan = spec.run, spec.run.plan
+    assert plan is not None
+    return Config(
+        run.micro_batch, run.grad_accum, spec.gpus, tp=plan.tp, pp=plan.pp, zero=plan.zero
+    )
+
+
+def _valid(spec: JobSpec) -> None:
+    """The plan runs on the spec's GPUs and the model splits it (the harness's own rules)."""
+    plan = spec.run.plan
+    assert plan is not None
+    p = Plan(**plan.model_dump())
+    shape = spec.model_shape()
+    assert shape is not None
+    assert p.problems(world=spec.gpus) == [] and split_problems(p, shape) == []
+
+
+def _rate(c: Config) -> float:
+    return next(
+        float(r["measurement"]["samples_per_s"]) for r in ROWS if Config.from_dict(r["config"]) == c
+    )
+
+
+def test_a_measured_size_runs_the_measured_best() -> None:
+    spec = _spec({"pp": 2}, 16, 2, 2)  # the table's optimum on 2 ranks, resized to 1
+    got = replanned_spec(spec, 1, PROFILE)
+    assert got.source == "measured" and got.spec is not None
+    one_rank = [Config.from_dict(r["config"]) for r in ROWS if r["config"]["gpus"] == 1]
+    assert _ran(got.spec) == max(one_rank, key=_rate)  # micro-batch 32: 173 samples/s
+    assert global_batch(got.spec) == 32
+
+
+def test_an_unmeasured_size_runs_the_models_choice() -> None:
+    spec = _spec({"pp": 2}, 16, 2, 2)
+    got = replanned_spec(spec, 4, PROFILE)  # no trial ran on 4 ranks
+    assert got.source == "model" and got.spec is not None
+    model = fit_plan_model(
+        [
+            PlanSample(c, 32 / _rate(c), float(r["measurement"]["p95_ms"]))
+            for r in ROWS
+            for c in [Config.from_dict(r["config"])]
+        ]
+    )
+    assert model is not None
+    within = [c for c in candidates(spec, 4) if c.micro_batch <= 16]
+    # at one GPU count and one global batch, the fewest GPU-seconds per sample is the most
+    # samples/s: the model's own best
+    assert _ran(got.spec) == model.best(within)
+    _valid(got.spec)
+    assert global_batch(got.spec) == 32 and "predicted" in got.reason
+
+
+def test_a_resize_that_changes_the_plan_keeps_the_batch() -> None:
+    """4 -> 2 GPUs: the rule keeps tensor parallelism (tp 2 alone); the trials on 2 ranks say
+    pipeline parallelism is best there, so the job runs pp 2."""
+    spec = _spec({"dp": 2, "tp": 2, "zero": 3}, 8, 2, 4, lo=2, hi=4)
+    ruled = resized_spec(spec, 2)
+    assert ruled is not None and ruled.run.plan is not None and ruled.run.plan.tp == 2
+    got = replanned_spec(spec, 2, PROFILE)
+    assert got.source == "measured" and got.spec is not None and got.spec.run.plan is not None
+    assert (got.spec.run.plan.tp, got.spec.run.plan.pp, got.spec.run.plan.dp) == (1, 2, 1)
+    _valid(got.spec)
+    assert global_batch(got.spec) == global_batch(spec) == 32
+    assert got.spec.steps_for() == spec.steps_for()
+
+
+def test_a_latency_and_a_throughput_sla_pick_differently() -> None:
+    """Data parallelism only (tuning.bounds.plan), 1 -> 2 GPUs: ZeRO-1 at micro-batch 8 x 2
+    has the most samples/s (94.5) but a p95 of 909 ms; under a 700 ms ceiling the best that
+    meets it is ZeRO-1 at 2 x 8 (79.0/s, p95 691 ms)."""
+    dp_only = {"bounds": {"plan": {"tp": [1], "pp": [1], "zero": [0, 1, 2, 3]}}}
+    latency = {**THROUGHPUT, "latency": {"max_ms": 700}}
+    fast = replanned_spec(_spec({}, 32, 1, 1, hi=2, tuning=dp_only), 2, PROFILE)
+    short = replanned_spec(_spec({}, 32, 1, 1, latency, hi=2, tuning=dp_only), 2, PROFILE)
+    assert fast.spec is not None and short.spec is not None
+    assert _ran(fast.spec) == Config(8, 2, 2, zero=1)
+    assert _ran(short.spec) == Config(2, 8, 2, zero=1)
+    assert global_batch(fast.spec) == global_batch(short.spec) == 32
+
+
+def test_plans_whose_state_does_not_fit_are_left_out() -> None:
+    """Data parallelism only, 1 -> 2 GPUs, on GPUs that hold ZeRO-3's model state per rank
+    but not ZeRO-2's: the best measured ZeRO-3 config runs, not ZeRO-1 (the fastest)."""
+    dp_only = {"bounds": {"plan": {"tp": [1], "pp": [1], "zero": [0, 1, 2, 3]}}}
+    spec = _spec({}, 32, 1, 1, hi=2, tuning=dp_only)
+    shape = spec.model_shape()
+    assert shape is not None and shape.params is not None
+    memory = state_bytes(Config(16, 1, 2, zero=3), shape.params)
+    assert memory < state_bytes(Config(16, 1, 2, zero=2), shape.params)
+    got = replanned_spec(spec, 2, PROFILE, memory_bytes=memory)
+    assert got.source == "measured" and got.spec is not None
+    zero3 = [c for c in map(Config.from_dict, (r["config"] for r in ROWS)) if c.zero == 3]
+    assert _ran(got.spec) == max(zero3, key=_rate)
+
+
+@pytest.mark.parametrize(
+    "profile", [None, {"curves": {}}, {"curves": {"bf16": PROFILE["curves"]["fp32"]}}]
+)
+def test_without_trials_the_rule_decides_and_says_so(profile: dict[str, Any] | None) -> None:
+    spec = _spec({"dp": 2, "tp": 2, "zero": 3}, 8, 2, 4, lo=2, hi=4)
+    got = replanned_spec(spec, 2, profile)
+    assert got.source == "rule" and got.spec == resized_spec(spec, 2)
+    assert "by rule" in got.reason and ("no profile" in got.reason or "no trial" in got.reason)
+
+
+def test_sizes_outside_the_range_have_no_spec() -> None:
+    spec = _spec({"pp": 2}, 16, 2, 2, lo=2, hi=4)
+    assert replanned_spec(spec, 1, PROFILE).spec is None
