@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from orchestrator.runtime.harness_config import job_harness_config, run_spec
@@ -114,28 +113,3 @@ def test_a_script_crashing_in_a_trial_is_an_infeasible_trial(
     assert report.result.status == "feasible" and rows[(("hidden", 16),)]["feasible"]
     assert report.result.chosen is not None
     assert report.result.chosen.config.script_settings() == {"hidden": 16}
-
-
-@pytest.mark.parametrize(
-    ("bounds", "field"),
-    [
-        ({"compile": [True]}, "tuning.bounds.compile"),
-        ({"sharding": ["fsdp"]}, "tuning.bounds.sharding"),
-        ({"plan": {"tp": [2]}}, "tuning.bounds.plan"),
-        (
-            {"global_batch": {"min": 16, "max": 64}, "lr_scaling": "linear"},
-            "tuning.bounds.global_batch",
-        ),
-    ],
-)
-def test_what_the_tuner_cannot_search_for_a_command_is_refused(
-    bounds: dict[str, Any], field: str
-) -> None:
-    from orchestrator.errors import SpecError
-
-    job = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
-    job["workload"]["working_dir"] = "sha256:" + "0" * 64
-    job["tuning"] = {"enabled": True, "bounds": bounds}
-    with pytest.raises(SpecError) as err:
-        parse_spec(job)
-    assert field in str(err.value)
