@@ -133,7 +133,8 @@ def tune_spec(
         redis_url: the URL of ``store``'s Redis (the Optuna journal opens its own connection).
         job: the key to store under (default: the spec's name).
         evaluator: what a trial is (default: in-process harness runs, 3 warm-up + 10 measured
-            steps, one CPU thread).
+            steps, one CPU thread; for a command job, runs of its script on this host from its
+            stored working directory: ``evaluators.command``).
         caps: device capabilities (default: the evaluator's).
         use_cache: read and write the tuning cache.
         fresh: start the study over instead of resuming it.
@@ -152,7 +153,7 @@ def tune_spec(
     """
     job = job or spec.name
     if evaluator is None and spec.workload.command is not None:
-        with local_working_dir(store, spec) as folder:
+        with local_working_dir(store, spec) as folder:  # tuned with it, then removed
             evaluator = command_evaluator(spec, folder, caps=caps, job=job)
             return tune_spec(
                 spec,
