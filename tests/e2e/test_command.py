@@ -95,6 +95,7 @@ def _step(o: Orch, job_id: str) -> int:
     return int(o.store.metrics(job_id).get("step", 0))
 
 
+@pytest.mark.timeout(900)  # the tuning's nine trials, then the run, preempted and resumed
 def test_the_example_is_preempted_and_resumes_to_the_loss_of_an_uninterrupted_run(
     shared_out_of_tmp: Orch, tmp_path: Path
 ) -> None:
