@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from orchestrator.runtime.harness_config import job_harness_config, run_spec
@@ -113,3 +114,34 @@ def test_a_script_crashing_in_a_trial_is_an_infeasible_trial(
     assert report.result.status == "feasible" and rows[(("hidden", 16),)]["feasible"]
     assert report.result.chosen is not None
     assert report.result.chosen.config.script_settings() == {"hidden": 16}
+
+
+@pytest.mark.slow  # a CLI process of its own (imports, embedded checks) beside the trials
+def test_orch_tune_takes_the_scripts_folder(
+    store: JobStore, redis_url: str, tmp_path: Path
+) -> None:
+    """``orch tune --working-dir . job.yaml`` from the example's folder: the folder stored,
+    the trials run the script from it, the report names its settings."""
+    import os
+    import subprocess
+    import sys
+
+    job = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
+    job["tuning"] = {"enabled": True, "bounds": {"precision": ["fp32"]}}
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump(job))
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "REDIS_URL": redis_url,
+        "ORCH_NAMESPACE": store.namespace,
+        "ORCH_DATA_DIR": str(tmp_path / "data"),
+    }
+    orch = Path(sys.executable).parent / "orch"
+    args = [str(orch), "tune", "--working-dir", ".", str(job_file), "--trials", "2"]
+    out = subprocess.run(args, cwd=EXAMPLE, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "tuning: feasible" in out.stdout and "hidden" in out.stdout, out.stdout
+    report = store.tune_reports.load("own-script")
+    assert report is not None and report["trials"] == 2
+    assert set(report["config"]["settings"]) == {"hidden", "lr"}
