@@ -505,11 +505,7 @@ class JobSpec(_Model):
                 "sla.throughput.work_tokens: a command job states its work in samples "
                 "(work_samples), run.steps or run.duration_s"
             )
-        if self.workload.command is not None and self.tuning.enabled:
-            problems.append(
-                "tuning.enabled: the tuner does not search command-mode jobs yet; give the run "
-                "settings (run.micro_batch, ...) and workload.settings defaults"
-            )
+        problems += self._command_tuning_problems()
         if self.tuning.objective == "energy" and (
             self.sla.latency is not None or self.sla.throughput is None
         ):
@@ -530,6 +526,44 @@ class JobSpec(_Model):
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _command_tuning_problems(self) -> list[str]:
+        """What the tuner cannot search for a command job: the settings the harness applies to
+        a model it builds (the script builds its own and reads only micro-batch,
+        accumulation, precision, its ranks and its declared settings), a global batch range
+        (the script owns its learning rate) and an energy cost (its steps carry no energy
+        figure)."""
+        if self.workload.command is None or not self.tuning.enabled:
+            return []
+        b = self.tuning.bounds
+        problems = [
+            f"tuning.bounds.{name}: a command job's script builds its own model; the tuner "
+            f"searches run.micro_batch, run.grad_accum, the GPU count, run.precision and "
+            f"workload.settings (allowed here: {allowed})"
+            for name, value, allowed in (
+                ("activation_checkpointing", b.activation_checkpointing, [False]),
+                ("compile", b.compile, [False]),
+                ("sharding", b.sharding, ["ddp"]),
+            )
+            if value is not None and value != allowed
+        ]
+        if b.plan is not None:
+            problems.append(
+                "tuning.bounds.plan: a command job's script builds its own model and "
+                "parallelism; the tuner searches only its data-parallel GPU count"
+            )
+        gb = b.global_batch
+        if gb is not None and gb.min < gb.max:
+            problems.append(
+                "tuning.bounds.global_batch: a command job keeps its global batch (its script "
+                "owns its learning rate); give a single value or leave it out"
+            )
+        if self.tuning.objective == "energy":
+            problems.append(
+                "tuning.objective 'energy': a command job's steps carry no energy figure; use "
+                "gpu_seconds"
+            )
+        return problems
 
     def _serve_problems(self) -> list[str]:
         """A service is interactive work that runs for a duration, answering with forward

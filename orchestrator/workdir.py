@@ -34,6 +34,7 @@ __all__ = [
     "check_archive",
     "max_bytes",
     "pack",
+    "unpack",
 ]
 
 MAX_MB_ENV = "ORCH_WORKING_DIR_MAX_MB"
@@ -174,3 +175,20 @@ def check_archive(data: bytes, limit: int | None = None) -> None:
         parts = Path(e.filename).parts
         if e.filename.startswith("/") or ".." in parts:
             raise WorkingDirError(f"the working directory names {e.filename!r}, outside it")
+
+
+def unpack(data: bytes, folder: str | Path, limit: int | None = None) -> None:
+    """Unpack a working directory packed by :func:`pack` into ``folder`` (checked first, as
+    :func:`check_archive` does), keeping its files' modes (an executable script stays one).
+
+    Raises:
+        WorkingDirError: see :func:`check_archive`.
+    """
+    check_archive(data, limit)
+    root = Path(folder)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for entry in archive.infolist():
+            path = Path(archive.extract(entry, root))
+            mode = (entry.external_attr >> 16) & 0o777
+            if mode and not entry.is_dir():
+                path.chmod(mode)

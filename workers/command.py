@@ -72,9 +72,12 @@ def run_command(
     fence: Callable[[], bool],
     num_threads: int | None,
     source_dir: str,
+    time_limit_s: float | None = None,
 ) -> dict[str, Any]:
     """Run one rank of a command job (``config``: a ``HarnessConfig`` dict with ``command``);
-    return its ``RunResult.to_dict()``.
+    return its ``RunResult.to_dict()``. ``time_limit_s``: the script (and what it started) is
+    killed past this many seconds and the run fails (a tuning trial's bound: a script that
+    ignores its step budget and stop requests must not hold the tuner).
 
     Raises:
         CommandError: see the module doc.
@@ -106,6 +109,7 @@ def run_command(
 
             _chown_tree(home, uid)
         run = _CommandRun(config, job_id, rank, world_size, init_method, ckpt, report, keep)
+        run.time_limit_s = time_limit_s
         return run.execute(home, work, uid, num_threads, report_every_s, should_stop, fence)
 
 
@@ -159,6 +163,7 @@ class _CommandRun:
             state=state,
         )
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.time_limit_s: float | None = None
 
     def execute(
         self,
@@ -252,6 +257,11 @@ class _CommandRun:
                     stopped = _tell(control, {"stop": True})
                 if not fenced and not fence():
                     fenced = _tell(control, {"fenced": True})
+                if self.time_limit_s is not None and time.monotonic() - started > self.time_limit_s:
+                    raise CommandError(
+                        f"the command ran past its time limit of {self.time_limit_s:g} s"
+                        f"{self._last_lines()}"
+                    )
                 if fenced:
                     continue
                 if self.steps.local_steps == 0 and time.monotonic() - started > self.first_report_s:

@@ -51,6 +51,14 @@ def tune_command(
             "device, or the job's GPU count when it needs more than one.",
         ),
     ] = None,
+    working_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--working-dir",
+            help="The folder a command job (workload.command) runs in: stored, and each "
+            "trial runs the script from a copy of it.",
+        ),
+    ] = None,
 ) -> None:
     """Tune a job against its SLA without running it: profile configs, print the trials and
     the chosen config (stored for `orch show`)."""
@@ -61,8 +69,10 @@ def tune_command(
     from orchestrator.spec import load_spec
     from orchestrator.store.server import EmbeddedRedis
     from orchestrator.tuner.study import dashboard_command
+    from orchestrator.workdir import pack
 
-    spec = load_spec(file)
+    packed = pack(working_dir) if working_dir is not None else None  # WorkingDirError: exit 2
+    spec = load_spec(file, working_dir=packed.digest if packed else None)
     if trials is not None or seconds is not None:
         budget = spec.tuning.budget.model_copy(
             update={k: v for k, v in {"trials": trials, "seconds": seconds}.items() if v}
@@ -70,6 +80,8 @@ def tune_command(
         spec = spec.model_copy(update={"tuning": spec.tuning.model_copy(update={"budget": budget})})
     settings = Settings.from_env()
     store, url = open_store(settings)
+    if packed is not None and spec.workload.working_dir:
+        store.working_dirs.put(packed.data)  # the folder the trials copy
     report = _tune_with_progress(spec, settings, store, url, strategy, cache, fresh, gpus)
     profile = store.profiles.load(report.job)
     console.print(show_tuning(report.to_dict(), profile))
@@ -138,10 +150,12 @@ def _tune_on_pool(
     tune: Callable[..., TuneReport], spec: JobSpec, settings: Settings, gpus: int, asked: str
 ) -> TuneReport:
     """Run ``tune`` with trials on a gang of ``gpus`` pool slots (``evaluators.gang``)."""
+    from orchestrator.services import open_store
     from orchestrator.tuner.evaluators.gang import GangEvaluator
-    from orchestrator.tuner.remote import pool_gang
+    from orchestrator.tuner.remote import command_trials, pool_gang
 
     with pool_gang(settings, gpus, asked=asked) as (pg, nodes, virtual):
+        _, url = open_store(settings)
         evaluator = GangEvaluator(
             pg,
             spec.workload.ref,
@@ -150,6 +164,7 @@ def _tune_on_pool(
             num_threads=1 if virtual else None,
             seed=spec.run.seed,
             gpus_per_node=max(Counter(nodes).values()),
+            **command_trials(spec, url, settings.namespace),
         )
         try:
             # up to one trial per GPU of the gang at once, as a tuning run of a job does

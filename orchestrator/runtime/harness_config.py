@@ -14,13 +14,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.loader_spec import LoaderSpec
-from orchestrator.spec import JobSpec, PlanSettings
+from orchestrator.spec import JobSpec, PlanSettings, WorkloadRef
 
 if TYPE_CHECKING:
     from orchestrator.tuner.space import Config
 
 __all__ = [
     "Knobs",
+    "command_config",
     "harness_config",
     "job_harness_config",
     "loader_dict",
@@ -131,15 +132,29 @@ def job_harness_config(spec: JobSpec) -> dict[str, Any]:
         plan=run.plan.model_dump() if run.plan is not None else None,
         **lr_rule(spec),
     )
-    w = spec.workload
-    if w.command is not None:
-        config["command"] = {
-            "argv": list(w.command),
-            "settings": {name: s.default for name, s in w.settings.items()},
-            "first_report_s": w.first_report_s,
-            "working_dir": w.working_dir,
-        }
+    command = command_config(spec.workload)
+    if command is not None:
+        config["command"] = command
     return config
+
+
+def command_config(
+    workload: WorkloadRef, settings: Mapping[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """A command job's ``HarnessConfig.command`` (``None`` for another workload): its command
+    line, its script's settings (each setting's ``default``, or the value ``settings`` gives:
+    a tuning trial's), how long it may run before its first step report, and its working
+    directory. The job's run and the tuner's trials both take it from here."""
+    if workload.command is None:
+        return None
+    values = {name: s.default for name, s in workload.settings.items()}
+    values.update(settings or {})
+    return {
+        "argv": list(workload.command),
+        "settings": values,
+        "first_report_s": workload.first_report_s,
+        "working_dir": workload.working_dir,
+    }
 
 
 def lr_rule(spec: JobSpec) -> dict[str, Any]:
@@ -185,6 +200,8 @@ def tuned_spec(spec: JobSpec, config: Config) -> JobSpec:
     also sets ``serve.max_delay_ms`` and ``serve.quantize`` (its ``gpus`` are its replicas).
     ``run.base_global_batch`` records the global batch as submitted, which the learning-rate
     rule scales from when the tuner chose another one within ``tuning.bounds.global_batch``.
+    A command job's script settings the tuner chose (``config.settings``) become those
+    settings' ``default``: the value the script reads from its job context.
     """
     from orchestrator.elastic import global_batch
 
@@ -210,4 +227,10 @@ def tuned_spec(spec: JobSpec, config: Config) -> JobSpec:
         data["serve"] = spec.serve.model_copy(
             update={"max_delay_ms": config.max_delay_ms, "quantize": config.quantize}
         ).model_dump()
+    chosen = config.script_settings()
+    if chosen:
+        settings = data["workload"]["settings"]
+        for name, value in chosen.items():
+            if name in settings:  # a setting the job no longer declares is not applied
+                settings[name]["default"] = value
     return JobSpec.model_validate(data)

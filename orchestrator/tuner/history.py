@@ -164,13 +164,14 @@ class History:
                 c.micro_batch <= config.micro_batch
                 and (c.gpus, c.grad_accum, c.sharding, c.precision)
                 == (config.gpus, config.grad_accum, config.sharding, config.precision)
-                and (c.activation_checkpointing, c.compile, c.tp, c.pp, c.zero)
+                and (c.activation_checkpointing, c.compile, c.tp, c.pp, c.zero, c.settings)
                 == (
                     config.activation_checkpointing,
                     config.compile,
                     config.tp,
                     config.pp,
                     config.zero,
+                    config.settings,  # a command's script settings may change the model
                 )
             ):
                 m = self._by_config[c].measurement

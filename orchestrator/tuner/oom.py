@@ -24,15 +24,25 @@ def is_oom(err: BaseException) -> bool:
 
     ``torch.OutOfMemoryError`` (a ``RuntimeError`` subclass, also raised as
     ``torch.cuda.OutOfMemoryError``), any ``RuntimeError`` whose message says "out of memory"
-    (allocator and cuBLAS failures), and Python's ``MemoryError`` (host RAM). Checked by name so
-    the control plane need not import torch.
+    (allocator and cuBLAS failures), and Python's ``MemoryError`` (host RAM); for a command
+    job's script, a failure whose last output names one of those. Checked by name so the
+    control plane need not import torch.
     """
     for e in _chain(err):
         if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
             return True
         if isinstance(e, RuntimeError) and any(w in str(e).lower() for w in _OOM_WORDS):
             return True
+        if type(e).__name__ == "CommandError" and _names_oom(str(e)):
+            return True
     return False
+
+
+def _names_oom(text: str) -> bool:
+    """Whether a command job's failure (its message quotes the script's last output) was an
+    out-of-memory error: torch's, or Python's ``MemoryError``."""
+    low = text.lower()
+    return "outofmemoryerror" in low or "memoryerror:" in low or any(w in low for w in _OOM_WORDS)
 
 
 def _chain(err: BaseException) -> list[BaseException]:
@@ -62,6 +72,7 @@ def memory_key(config: Config) -> tuple[object, ...]:
         config.tp,  # the parallel plan: each shards memory its own way
         config.pp,
         config.zero,
+        config.settings,  # a command job's script settings (a layer's width, say)
     )
 
 

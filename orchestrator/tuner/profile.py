@@ -57,8 +57,10 @@ def build_profile(history: History, chosen: Config | None) -> dict[str, Any]:
         for r in history.points()
         if r.measurement.ok
         and r.measurement.samples_per_s
+        # a command job's script settings may change the model: one family's runs only
         and (r.config.precision, r.config.activation_checkpointing, r.config.compile)
         == (chosen.precision, chosen.activation_checkpointing, chosen.compile)
+        and r.config.settings == chosen.settings
         and (r.config.gpus == 1 or r.config.sharding == chosen.sharding)
     ]
     samples = [

@@ -59,6 +59,7 @@ def tune_job(
         num_threads=num_threads,
         seed=spec.run.seed,
         gpus_per_node=max(Counter(nodes).values()),
+        **command_trials(spec, redis_url, namespace),
     )
     try:
         store = JobStore.from_url(redis_url, namespace)
@@ -92,6 +93,23 @@ def tune_job(
         "retune": retune is not None,
         "previous": None if retune is None else retune[0].to_dict(),
     }
+
+
+def command_trials(spec: JobSpec, redis_url: str, namespace: str) -> dict[str, Any]:
+    """What a tuning gang needs to run a command job's trials: the job's command (each trial
+    runs its script, as ``workers.command`` runs a job's) and its working directory shipped
+    by Ray to the gang's actors, as for a job run (``runtime.workdir``); nothing for a
+    workload the harness runs."""
+    from orchestrator.runtime.harness_config import command_config
+
+    command = command_config(spec.workload)
+    digest = spec.workload.working_dir
+    if command is None or digest is None:
+        return {}
+    from orchestrator.runtime.workdir import ray_working_dir
+
+    uri = ray_working_dir(redis_url, namespace, digest)
+    return {"command": command, "runtime_env": {"working_dir": uri}}
 
 
 def _retune_of(store: Any, job_id: str) -> tuple[Config, Measurement | None] | None:

@@ -7,11 +7,14 @@ the cache entry (``JobStore.tune_cache``) and the profile (``JobStore.profiles``
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from orchestrator.errors import TuneError
 from orchestrator.spec import JobSpec
 from orchestrator.tuner.cache import TuneCache, describe, fingerprint
 from orchestrator.tuner.evaluators.base import Evaluator, EvaluatorLost
@@ -27,7 +30,7 @@ from orchestrator.tuner.tuner import OnTrial, Tuner, TuneResult, summary
 if TYPE_CHECKING:
     from orchestrator.store.jobs import JobStore
 
-__all__ = ["TuneReport", "tune_spec"]
+__all__ = ["TuneReport", "command_evaluator", "local_working_dir", "tune_spec"]
 
 CacheStatus = Literal["hit", "warm", "miss", "off"]
 
@@ -148,8 +151,10 @@ def tune_spec(
         store: the namespace's store.
         redis_url: the URL of ``store``'s Redis (the Optuna journal opens its own connection).
         job: the key to store under (default: the spec's name).
-        evaluator: what a trial is (default: :func:`default_evaluator`; a service's trials are
-            load tests, see ``orchestrator.tuner.serving``).
+        evaluator: what a trial is (default: :func:`default_evaluator`: in-process harness
+            runs, 3 warm-up + 10 measured steps, one CPU thread; a service's trials are load
+            tests, see ``orchestrator.tuner.serving``; for a command job, runs of its script on
+            this host from its stored working directory: ``evaluators.command``).
         caps: device capabilities (default: the evaluator's).
         use_cache: read and write the tuning cache.
         fresh: start the study over instead of resuming it.
@@ -167,6 +172,24 @@ def tune_spec(
         UnknownPolicyError: an unknown strategy name (lists the valid ones).
     """
     job = job or spec.name
+    if evaluator is None and spec.workload.command is not None:
+        with local_working_dir(store, spec) as folder:  # tuned with it, then removed
+            evaluator = command_evaluator(spec, folder, caps=caps, job=job)
+            return tune_spec(
+                spec,
+                store,
+                redis_url,
+                job=job,
+                strategy=strategy,
+                evaluator=evaluator,
+                use_cache=use_cache,
+                fresh=fresh,
+                patience=patience,
+                on_trial=on_trial,
+                free_gpus=free_gpus,
+                retune=retune,
+                measured=measured,
+            )
     if evaluator is None:
         evaluator = default_evaluator(spec, caps)
     caps = caps or evaluator.caps
@@ -185,7 +208,10 @@ def tune_spec(
         log.info("tuning %s: %s", job, reason)
     goal = Goal.from_spec(spec)
     chosen_strategy = STRATEGIES.create(strategy, seed=spec.run.seed)
-    descriptor = describe(spec.workload.ref, dict(spec.workload.args), caps, space)
+    # a command's line says little (every team has a `python train.py`): its working
+    # directory's digest names the code measured
+    ref = " ".join(filter(None, (spec.workload.ref, spec.workload.working_dir)))
+    descriptor = describe(ref, dict(spec.workload.args), caps, space)
     cache = TuneCache(store.tune_cache) if use_cache and not retune else None
     known: list[tuple[Config, Measurement]] = list(measured)
     warm: list[Config] = list(warm_start)
@@ -262,3 +288,42 @@ def tune_spec(
     )
     store.tune_reports.save(job, report.to_dict())
     return report
+
+
+@contextlib.contextmanager
+def local_working_dir(store: JobStore, spec: JobSpec) -> Iterator[str]:
+    """A command job's working directory, unpacked from the store into a temporary folder
+    for the block (the trials run the script from a private copy of it).
+
+    Raises:
+        TuneError: the store holds no working directory under the job's digest.
+    """
+    from orchestrator.workdir import unpack
+
+    digest = spec.workload.working_dir
+    data = store.working_dirs.get(digest) if digest else None
+    if data is None:
+        raise TuneError(f"workload.working_dir: the store holds no working directory {digest}")
+    with tempfile.TemporaryDirectory(prefix="orch-tune-") as folder:
+        unpack(data, folder)
+        yield folder
+
+
+def command_evaluator(
+    spec: JobSpec, folder: str, *, caps: DeviceCaps | None = None, job: str | None = None
+) -> Evaluator:
+    """The evaluator of a command job's trials on this host, from its working directory
+    unpacked in ``folder`` (``evaluators.command``: its script, sandboxed as a run)."""
+    from orchestrator.runtime.harness_config import command_config
+    from orchestrator.tuner.evaluators.command import CommandEvaluator
+
+    command = command_config(spec.workload)
+    assert command is not None  # a command job
+    return CommandEvaluator(
+        command,
+        spec.workload.args,
+        folder,
+        caps=caps,
+        job_id=job or spec.name,
+        seed=spec.run.seed,
+    )

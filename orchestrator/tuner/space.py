@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -69,6 +70,10 @@ class Config:
     is the largest batch, ``max_delay_ms`` the longest its oldest request waits for it to fill
     (``None``: not a service), ``quantize`` the model's quantization (``none`` or ``int8``),
     and ``gpus`` its replicas (one per GPU).
+    ``settings`` is a command job's own script settings (``workload.settings``): ``(name,
+    value)`` pairs by name, each value as JSON text (so configs compare and hash whatever the
+    values' types); :meth:`script_settings` gives them back as values. Empty for a workload
+    the harness runs.
     """
 
     micro_batch: int
@@ -84,6 +89,7 @@ class Config:
     loader: str = DEFAULT_TOKEN
     max_delay_ms: float | None = None
     quantize: str = "none"
+    settings: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.replicas <= 1:
@@ -136,13 +142,23 @@ class Config:
             del out["max_delay_ms"]
         if self.quantize == "none":
             del out["quantize"]
+        del out["settings"]
+        if self.settings:  # a command job's script settings, as values
+            out["settings"] = self.script_settings()
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
         """Build a config from :meth:`to_dict` output (unknown keys are ignored)."""
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        kept = {k: v for k, v in data.items() if k in names}
+        if isinstance(kept.get("settings"), dict):
+            kept["settings"] = settings_key(kept["settings"])
+        return cls(**kept)
+
+    def script_settings(self) -> dict[str, Any]:
+        """The script's settings of a command job, as values (empty for other workloads)."""
+        return {name: json.loads(text) for name, text in self.settings}
 
     def describe(self) -> str:
         """A short human form: ``mb 32 x2 acc, 4 GPU ddp, bf16, ckpt, compile``."""
@@ -168,7 +184,13 @@ class Config:
             parts[1] = f"{self.gpus} replica" + ("s" if self.gpus > 1 else "")
         if self.quantize != "none":
             parts.append(self.quantize)
+        parts += [f"{name} {text}" for name, text in self.settings]
         return ", ".join(parts)
+
+
+def settings_key(values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A script's settings as :attr:`Config.settings` holds them: by name, values as JSON."""
+    return tuple(sorted((str(k), json.dumps(v)) for k, v in values.items()))
 
 
 @dataclass(frozen=True)
@@ -276,6 +298,8 @@ class SearchSpace:
     ``max_delays`` and ``quantizations``: a service's batcher window and quantization
     (``orchestrator.tuner.serving``); ``(None,)`` and ``("none",)`` for any other job, which
     then suggests neither (its studies and cache entries keep their form).
+    ``settings``: a command job's script settings, each ``(name, values)`` with the values as
+    JSON text (:attr:`Config.settings`); every config holds one value of each.
     """
 
     micro_batches: tuple[int, ...]
@@ -299,10 +323,15 @@ class SearchSpace:
         """Whether this is a service's space (its configs set a batcher window)."""
         return self.max_delays != (None,)
 
+    settings: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
     def __post_init__(self) -> None:
         for name in (*DIMENSIONS, "max_delays", "quantizations"):
             if not getattr(self, name):
                 raise TuneError(f"the search space has no value left for {name}")
+        for name, values in self.settings:
+            if not values:
+                raise TuneError(f"the search space has no value left for workload.settings.{name}")
         if list(self.micro_batches) != sorted(set(self.micro_batches)):
             raise TuneError("micro_batches must be strictly increasing")
         if self.global_batches is not None and not any(
@@ -336,7 +365,7 @@ class SearchSpace:
     def configs(self) -> Iterator[Config]:
         """Every distinct config of the space (sharding varies only with more than one GPU)."""
         seen: set[Config] = set()
-        for g, p, c, comp, ld, q, d, a, m in itertools.product(
+        for g, p, c, comp, ld, q, d, st, a, m in itertools.product(
             self.gpus,
             self.precisions,
             self.activation_checkpointing,
@@ -344,6 +373,7 @@ class SearchSpace:
             self.loaders,
             self.quantizations,
             self.max_delays,
+            self.setting_choices(),
             self.grad_accums,
             self.micro_batches,
         ):
@@ -358,10 +388,19 @@ class SearchSpace:
                     loader=ld,
                     quantize=q,
                     max_delay_ms=d,
+                    settings=st,
                 )
                 if cfg not in seen and self.keeps_batch(cfg.global_batch):
                     seen.add(cfg)
                     yield cfg
+
+    def setting_choices(self) -> list[tuple[tuple[str, str], ...]]:
+        """Every combination of the script's settings (one empty one without settings)."""
+        names = [name for name, _ in self.settings]
+        return [
+            tuple(zip(names, combo, strict=True))
+            for combo in itertools.product(*(v for _, v in self.settings))
+        ]
 
     @property
     def size(self) -> int:
@@ -381,7 +420,17 @@ class SearchSpace:
             and config.loader in self.loaders
             and config.max_delay_ms in self.max_delays
             and config.quantize in self.quantizations
+            and self._holds_settings(config)
             and self.keeps_batch(config.global_batch)
+        )
+
+    def _holds_settings(self, config: Config) -> bool:
+        """Whether ``config`` gives each script setting of the space one of its values."""
+        if [name for name, _ in config.settings] != [name for name, _ in self.settings]:
+            return False
+        return all(
+            text in values
+            for (_, text), (_, values) in zip(config.settings, self.settings, strict=True)
         )
 
     def _lays_out(self, config: Config) -> bool:
@@ -475,6 +524,10 @@ class SearchSpace:
             compile=bool(trial.suggest_categorical("compile", list(self.compile))),
             loader=str(trial.suggest_categorical("loader", list(self.loaders))),
             **self._suggest_serving(trial),
+            settings=tuple(
+                (name, str(trial.suggest_categorical(_setting_param(name), list(values))))
+                for name, values in self.settings
+            ),
         )
 
     @property
@@ -502,6 +555,8 @@ class SearchSpace:
         if self.serving:
             p["max_delay_ms"] = config.max_delay_ms
             p["quantize"] = config.quantize
+        p.pop("settings", None)
+        p.update({_setting_param(name): text for name, text in config.settings})
         if config.gpus == 1:
             del p["sharding"]
         elif self._per_count:
@@ -526,6 +581,10 @@ class SearchSpace:
         if self.serving:
             out["max_delays"] = list(self.max_delays)
             out["quantizations"] = list(self.quantizations)
+        if self.settings:
+            out["settings"] = {
+                name: [json.loads(v) for v in values] for name, values in self.settings
+            }
         return out
 
 
@@ -569,6 +628,10 @@ def _plan_label(config: Config) -> str:
 
 def _plan_param(gpus: int) -> str:
     return f"plan_{gpus}gpu"
+
+
+def _setting_param(name: str) -> str:
+    return f"setting_{name}"
 
 
 def _batch_param(gpus: int) -> str:
@@ -632,6 +695,8 @@ def space_for(spec: JobSpec, caps: DeviceCaps, *, forward_only: bool = False) ->
             f"no GPU count fits: resources.gpus/tuning.bounds.gpus ask for at least {lo}, "
             f"but at most {hi} can be profiled here"
         )
+    if spec.workload.command is not None:
+        return _command_space(spec, caps, range(lo, hi + 1))
     shardings = _allowed("sharding", b.sharding, ("ddp", "fsdp"), caps.shardings)
     plans: tuple[tuple[int, int, int], ...] | None = None
     excluded: frozenset[tuple[int, int, int, int]] = frozenset()
@@ -657,6 +722,23 @@ def space_for(spec: JobSpec, caps: DeviceCaps, *, forward_only: bool = False) ->
         ),
         loaders=(spec.run.loader.token(),),  # the job's own; see tuner.loader_stage
         gpus_per_node=caps.gpus_per_node,
+    )
+
+
+def _command_space(spec: JobSpec, caps: DeviceCaps, gpus: range) -> SearchSpace:
+    """A command job's space: the run settings its script reads from the job context
+    (micro-batch and accumulation within its global batch, GPU count, precision) and its own
+    declared settings (:mod:`orchestrator.tuner.script_space`). What the harness applies to a
+    model it builds (checkpointing, compile, sharding, plans, the loader) the script does not
+    get: those stay off (the spec refuses bounds that ask for them)."""
+    from orchestrator.tuner.script_space import script_dimensions
+
+    b = spec.tuning.bounds
+    return SearchSpace(
+        **_training_batch(spec, caps, gpus),
+        precisions=_allowed("precision", b.precision, caps.precisions, caps.precisions),
+        gpus_per_node=caps.gpus_per_node,
+        settings=script_dimensions(spec),
     )
 
 

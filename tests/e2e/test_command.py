@@ -1,7 +1,9 @@
 """Command mode live (issue 22): the example script, submitted with the CLI from its own
-folder, runs on the pool (real Ray ships its working directory, real Redis, real torch), is
-preempted by an interactive job, resumes and ends with the loss of an uninterrupted run; a
-command not found and a script that never reports fail with a clear message."""
+folder, is tuned on its declared settings on a tuning gang (each trial its script, run by a
+worker actor in the shipped working directory), runs on the pool with the settings chosen (real
+Ray ships its working directory, real Redis, real torch), is preempted by an interactive job,
+resumes and ends with the loss of an uninterrupted run with those settings; a command not found
+and a script that never reports fail with a clear message."""
 
 from __future__ import annotations
 
@@ -59,16 +61,17 @@ def _cli(o: Orch, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _reference_loss(job: dict[str, Any], tmp: Path) -> float:
-    """The example run uninterrupted, on its own (no orch), with the job's settings."""
+def _reference_loss(job: dict[str, Any], tuned: dict[str, Any], tmp: Path) -> float:
+    """The example run uninterrupted, on its own (no orch), with the job's tuned settings."""
     run = job["run"]
     context = {
-        "micro_batch": run["micro_batch"],
-        "grad_accum": run["grad_accum"],
+        "micro_batch": tuned["micro_batch"],
+        "grad_accum": tuned["grad_accum"],
+        "precision": tuned["precision"],
         "steps": run["steps"],
         "seed": run.get("seed", 0),
         "checkpoint_dir": str(tmp / "reference"),
-        "settings": {k: s["default"] for k, s in job["workload"]["settings"].items()},
+        "settings": tuned["settings"],
     }
     (tmp / "context.json").write_text(json.dumps(context))
     out = subprocess.run(
@@ -92,6 +95,7 @@ def _step(o: Orch, job_id: str) -> int:
     return int(o.store.metrics(job_id).get("step", 0))
 
 
+@pytest.mark.timeout(900)  # the tuning's nine trials, then the run, preempted and resumed
 def test_the_example_is_preempted_and_resumes_to_the_loss_of_an_uninterrupted_run(
     shared_out_of_tmp: Orch, tmp_path: Path
 ) -> None:
@@ -107,12 +111,21 @@ def test_the_example_is_preempted_and_resumes_to_the_loss_of_an_uninterrupted_ru
     job = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
     job["run"].update(steps=STEPS, checkpoint_every=20)
     job["workload"]["args"] = {"pace_s": 0.02}  # long enough to be preempted mid-run
+    # tuned on its declared settings (hidden, lr), its run settings narrowed to keep it short
+    bounds = {"micro_batch": {"min": 16, "max": 16}, "precision": ["fp32"]}
+    job["tuning"] = {"enabled": True, "bounds": bounds}
     job_file = tmp_path / "job.yaml"
     job_file.write_text(yaml.safe_dump(job))
     out = _cli(o, "submit", "--working-dir", ".", str(job_file), cwd=EXAMPLE)
     assert out.returncode == 0, out.stderr
     [own] = [r.id for r in o.store.list() if r.spec.name == "own-script"]
-    o.wait(own, {JobState.RUNNING})
+    o.wait(own, {JobState.RUNNING}, timeout_s=300)
+    tuned = json.loads(o.store.get(own).fields["tuned"])
+    report = o.store.tune_reports.load(own)
+    assert report is not None and report["status"] == "feasible", report
+    tried = {json.dumps(t["config"]["settings"], sort_keys=True) for t in report["trials_table"]}
+    assert len(tried) == 9, tried  # hidden x lr: each at its min, default and max
+    assert set(tuned["settings"]) == {"hidden", "lr"}
     deadline = time.monotonic() + 120
     while _step(o, own) < 60 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -126,7 +139,8 @@ def test_the_example_is_preempted_and_resumes_to_the_loss_of_an_uninterrupted_ru
     assert rec.result is not None
     assert rec.result["steps_done"] == STEPS
     assert 20 <= rec.result["resumed_from_step"] < STEPS
-    assert math.isclose(rec.result["loss"], _reference_loss(job, tmp_path), rel_tol=1e-5)
+    reference = _reference_loss(job, tuned, tmp_path)
+    assert math.isclose(rec.result["loss"], reference, rel_tol=1e-5)
     # measured as a built-in job is: throughput and percentiles reached the store
     metrics = o.store.metrics(own)
     assert metrics["status"] == "finished" and metrics["samples_per_s"] > 0, metrics

@@ -53,7 +53,24 @@ def test_a_command_job_carries_its_settings_to_the_worker_config() -> None:
 @pytest.mark.parametrize(
     ("workload", "more", "problem"),
     [
-        ({"command": ["./run.sh"], "working_dir": DIGEST}, {"tuning": {"enabled": True}}, "tuning"),
+        *(
+            (
+                {"command": ["./run.sh"], "working_dir": DIGEST},
+                {"tuning": {"enabled": True, **more}},
+                field,
+            )
+            for more, field in (  # what a script cannot take from the tuner, by its field
+                ({"bounds": {"compile": [True]}}, "tuning.bounds.compile"),
+                ({"bounds": {"activation_checkpointing": [True]}}, "bounds.activation_check"),
+                ({"bounds": {"sharding": ["fsdp"]}}, "tuning.bounds.sharding"),
+                ({"bounds": {"plan": {"tp": [2]}}}, "tuning.bounds.plan"),
+                (
+                    {"bounds": {"global_batch": {"min": 8, "max": 64}, "lr_scaling": "linear"}},
+                    "tuning.bounds.global_batch",
+                ),
+                ({"objective": "energy"}, "tuning.objective 'energy'"),
+            )
+        ),
         ({"command": ["tools/../../x"], "working_dir": DIGEST}, {}, "is not allowed"),
         ({"command": ["bash"], "working_dir": DIGEST}, {}, "'bash' is not allowed"),
         ({"command": ["python"], "working_dir": DIGEST, "first_report_s": 0}, {}, "first_report_s"),
@@ -99,3 +116,17 @@ def test_load_spec_gives_a_command_job_the_submitted_working_dir() -> None:
     assert set(spec.workload.settings) == {"hidden", "lr"}
     with pytest.raises(SpecError, match="needs its working directory"):
         load_spec(EXAMPLE / "job.yaml")
+
+
+def test_a_command_job_may_be_tuned_on_what_its_script_reads() -> None:
+    bounds = {
+        "micro_batch": {"min": 2, "max": 16},
+        "precision": ["fp32", "bf16"],
+        "compile": [False],
+        "sharding": ["ddp"],
+    }
+    job = _job(
+        {"command": ["python", "t.py"], "working_dir": DIGEST},
+        tuning={"enabled": True, "bounds": bounds},
+    )
+    assert parse_spec(job).tuning.enabled

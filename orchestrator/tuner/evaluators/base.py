@@ -27,7 +27,7 @@ from orchestrator.runtime.harness_config import harness_config
 from orchestrator.tuner.objective import Measurement
 from orchestrator.tuner.space import Config, DeviceCaps
 
-__all__ = ["Evaluator", "EvaluatorLost", "probe_config"]
+__all__ = ["Evaluator", "EvaluatorLost", "measurement_of", "probe_config", "trial_config"]
 
 
 class EvaluatorLost(RuntimeError):
@@ -81,3 +81,49 @@ def probe_config(workload: str, workload_args: Mapping[str, Any], seed: int) -> 
     run); its ``RunResult.forward_only`` is the answer (and ``RunResult.dataset`` whether the
     harness read a dataset through its loader)."""
     return harness_config(workload, workload_args, Config(1), steps=1, warmup_steps=0, seed=seed)
+
+
+def trial_config(
+    workload: str,
+    workload_args: Mapping[str, Any],
+    config: Config,
+    *,
+    warmup_steps: int,
+    measured_steps: int,
+    seed: int,
+    command: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The harness configuration of one trial of ``config``: ``warmup_steps +
+    measured_steps`` steps, no checkpoints, the config's parallel plan. For a command job
+    (``command``: its ``HarnessConfig.command``), the script's settings at the config's
+    values (:meth:`Config.script_settings`)."""
+    run = harness_config(
+        workload,
+        workload_args,
+        config,
+        steps=warmup_steps + measured_steps,
+        warmup_steps=warmup_steps,
+        seed=seed,
+        plan=config.plan(),
+    )
+    if command is not None:
+        settings = {**command.get("settings", {}), **config.script_settings()}
+        run["command"] = {**command, "settings": settings}
+    return run
+
+
+def measurement_of(result: Mapping[str, Any], cost_s: float) -> Measurement:
+    """A trial's measurement from its run's ``RunResult.to_dict()`` (rank 0's)."""
+    return Measurement(
+        "ok",
+        p50_ms=result.get("p50_ms"),
+        p95_ms=result.get("p95_ms"),
+        p99_ms=result.get("p99_ms"),
+        samples_per_s=result.get("samples_per_s"),
+        tokens_per_s=result.get("tokens_per_s"),
+        peak_mem_mb=result.get("peak_mem_mb"),
+        data_wait_share=result.get("data_wait_share"),
+        gpu_busy_share=result.get("gpu_busy_share"),
+        energy_per_sample_j=result.get("energy_per_sample_j"),
+        cost_s=cost_s,
+    )

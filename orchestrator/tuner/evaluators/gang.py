@@ -29,8 +29,13 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from orchestrator.runtime.harness_config import harness_config
-from orchestrator.tuner.evaluators.base import Evaluator, EvaluatorLost, probe_config
+from orchestrator.tuner.evaluators.base import (
+    Evaluator,
+    EvaluatorLost,
+    measurement_of,
+    probe_config,
+    trial_config,
+)
 from orchestrator.tuner.objective import Measurement
 from orchestrator.tuner.space import Config, DeviceCaps
 
@@ -55,6 +60,10 @@ class GangEvaluator(Evaluator):
         seed: the job's seed.
         trial_timeout_s: a trial still running after this long is killed and counted as failed.
         gpus_per_node: GPUs of one pool node (where gradient sync starts crossing nodes).
+        command: a command job's ``HarnessConfig.command``: each trial runs its script
+            (``workers.command``, sandboxed as a job run is) with the trial's settings.
+        runtime_env: Ray's runtime environment of the gang's actors (a command job's
+            ``working_dir``, the folder its script runs from).
     """
 
     def __init__(
@@ -70,7 +79,11 @@ class GangEvaluator(Evaluator):
         seed: int = 0,
         trial_timeout_s: float = 600.0,
         gpus_per_node: int | None = None,
+        command: dict[str, Any] | None = None,
+        runtime_env: dict[str, Any] | None = None,
     ) -> None:
+        self.command = command
+        self.runtime_env = runtime_env
         self.placement_group = placement_group
         self.size = len(placement_group.bundle_specs)
         self.workload = workload
@@ -102,16 +115,18 @@ class GangEvaluator(Evaluator):
 
     def forward_only(self) -> bool:
         """The workload's answer to a one-step probe on the gang's first actor (once; in the
-        sandbox for a team's code, as its trials run; see ``probe_config``).
+        sandbox for a team's code, as its trials run; see ``probe_config``). A command job
+        trains (its script reports optimizer steps): no probe.
 
         Raises:
             the workload's own error when the probe step fails (as a trial would).
         """
-        return bool(self._probed().get("forward_only"))
+        return self.command is None and bool(self._probed().get("forward_only"))
 
     def reads_dataset(self) -> bool:
-        """Whether the probe's harness read a dataset through its loader."""
-        return bool(self._probed().get("dataset"))
+        """Whether the probe's harness read a dataset through its loader (a command job's
+        script loads its own data)."""
+        return self.command is None and bool(self._probed().get("dataset"))
 
     def _probed(self) -> dict[str, Any]:
         if self._probe is None:
@@ -176,33 +191,20 @@ class GangEvaluator(Evaluator):
             raise EvaluatorLost(f"the tuning gang does not answer: {err}") from err
         if config.gpus > 1:
             init_method = f"tcp://{host}:{port}"
-        run = harness_config(
+        run = trial_config(
             self.workload,
             self.workload_args,
             config,
-            steps=self.warmup_steps + self.measured_steps,
             warmup_steps=self.warmup_steps,
+            measured_steps=self.measured_steps,
             seed=self.seed,
-            plan=config.plan(),
+            command=self.command,
         )
         refs = [
             a.run.remote(run, init_method, None, rank=r, world_size=config.gpus)
             for r, a in enumerate(actors)
         ]
-        m = self._collect(refs, actors)
-        return Measurement(
-            "ok",
-            p50_ms=m.get("p50_ms"),
-            p95_ms=m.get("p95_ms"),
-            p99_ms=m.get("p99_ms"),
-            samples_per_s=m.get("samples_per_s"),
-            tokens_per_s=m.get("tokens_per_s"),
-            peak_mem_mb=m.get("peak_mem_mb"),
-            data_wait_share=m.get("data_wait_share"),
-            gpu_busy_share=m.get("gpu_busy_share"),
-            energy_per_sample_j=m.get("energy_per_sample_j"),
-            cost_s=time.perf_counter() - t0,
-        )
+        return measurement_of(self._collect(refs, actors), time.perf_counter() - t0)
 
     def close(self) -> None:
         """Stop the actors (the placement group stays: its owner removes it)."""
@@ -257,7 +259,10 @@ class GangEvaluator(Evaluator):
         from orchestrator.runtime.gang import start_workers
 
         self._actors = start_workers(
-            self.placement_group, self.job_id, num_threads=self.num_threads
+            self.placement_group,
+            self.job_id,
+            num_threads=self.num_threads,
+            runtime_env=self.runtime_env,
         )
         self.gangs_started += 1
         return self._actors

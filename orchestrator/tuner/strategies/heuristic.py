@@ -27,12 +27,22 @@ Line = Config
 def _lines(space: SearchSpace) -> list[Line]:
     """Every line, base settings first (no checkpointing, least accumulation or smallest
     global batch, no compile, the first precision), then by GPU count."""
-    reps: dict[tuple[int, str, str, bool, bool, int], Config] = {}
+    reps: dict[tuple[int, str, str, bool, bool, int, tuple[tuple[str, str], ...]], Config] = {}
     for c in space.configs():
         batch = c.grad_accum if space.global_batches is None else c.global_batch
-        key = (batch, c.sharding, c.precision, c.activation_checkpointing, c.compile, c.gpus)
+        key = (
+            batch,
+            c.sharding,
+            c.precision,
+            c.activation_checkpointing,
+            c.compile,
+            c.gpus,
+            c.settings,  # a command job's script settings: a setting of its own
+        )
         reps.setdefault(key, c)
-    order = sorted(reps, key=lambda k: (k[3], k[0], k[4], space.precisions.index(k[2]), k[1], k[5]))
+    order = sorted(
+        reps, key=lambda k: (k[3], k[0], k[4], space.precisions.index(k[2]), k[1], k[5], k[6])
+    )
     return [reps[k] for k in order]
 
 

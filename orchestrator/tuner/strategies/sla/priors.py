@@ -50,7 +50,8 @@ class Family(NamedTuple):
     plan's tensor and pipeline degrees and ZeRO stage (a plan changes the shape of the step
     time, with per-layer all-reduces or a pipeline bubble, and the memory per rank: configs of
     two plans are never pooled in one model). Data parallelism alone is ``tp = pp = 1``, its
-    ZeRO stage 0 under DDP and 3 under FSDP."""
+    ZeRO stage 0 under DDP and 3 under FSDP. A command job's script settings
+    (``Config.settings``) are part of the family: they may change the model itself."""
 
     sharding: str
     precision: str
@@ -59,6 +60,7 @@ class Family(NamedTuple):
     tp: int = 1
     pp: int = 1
     zero: int = 0
+    settings: tuple[tuple[str, str], ...] = ()
 
     @property
     def layout(self) -> tuple[str, int, int, int]:
@@ -70,7 +72,14 @@ class Family(NamedTuple):
 def family_of(c: Config) -> Family:
     """The family of a config."""
     return Family(
-        c.sharding, c.precision, c.activation_checkpointing, c.compile, c.tp, c.pp, c.zero
+        c.sharding,
+        c.precision,
+        c.activation_checkpointing,
+        c.compile,
+        c.tp,
+        c.pp,
+        c.zero,
+        c.settings,
     )
 
 

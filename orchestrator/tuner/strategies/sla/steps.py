@@ -95,7 +95,9 @@ def walk(ev: Evidence, min_gain: float, *, checkpointing: bool = False) -> Confi
     space = ev.space
     for fam in sorted(
         {f for c in ev.configs if (f := family_of(c))[2] == checkpointing},
-        key=lambda f: (f[2], f[3], space.precisions.index(f[1]), f[0]),
+        # the family itself last: families alike but for their plan or a command's script
+        # settings go in one order whatever the process's string hashing
+        key=lambda f: (f[2], f[3], space.precisions.index(f[1]), f[0], f),
     ):
         first = _walk_line(ev, fam)
         if first is None or (fam[2] and not ev.needs_ckpt(first)):

@@ -1,0 +1,129 @@
+"""A command job's trial: a short run of the team's own script, sandboxed as a real run.
+
+The trial runs the script through :func:`workers.command.run_command`, the code path a job
+run of the script takes on a worker: copied into a private folder of the job's sandbox user
+(a uid of its own when the tuner runs as root), run there as that user with the scrubbed
+environment and the job context, never in the tuner's process. The context carries the
+trial's settings: micro-batch, accumulation, precision, its step budget (``warmup_steps +
+measured_steps``) and the script's declared settings (``workload.settings``) at the trial's
+values. Its step reports are measured as a job run's are (:mod:`workers.steps`: warm-up steps
+excluded, then step-time percentiles and samples/s), so a trial and the run it predicts
+measure the same thing.
+
+A script that fails (exits with an error, is not found, sends no step report within
+``first_report_s``, or runs past ``trial_timeout_s``) raises its
+:class:`~workers.errors.CommandError`, with its last output: the tuner records an infeasible
+trial with that reason (an out-of-memory error in the output makes it an ``oom`` trial) and
+goes on. Once the trial has its measured steps, the script is asked to stop (it may ignore
+its step budget). One GPU here; trials on more GPUs run on the pool's tuning gang
+(``evaluators.gang``), whose worker actors run the same :func:`run_command` per rank.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from orchestrator.tuner.evaluators.base import Evaluator, measurement_of, trial_config
+from orchestrator.tuner.objective import Measurement
+from orchestrator.tuner.space import Config, DeviceCaps
+
+__all__ = ["CommandEvaluator"]
+
+
+class CommandEvaluator(Evaluator):
+    """Profiles a command job's configs by running its script on this host (see module doc).
+
+    Args:
+        command: the job's ``HarnessConfig.command``
+            (``orchestrator.runtime.harness_config.command_config``).
+        workload_args: the job's ``workload.args`` (the script's ``ctx.args``).
+        source_dir: the job's working directory, unpacked here.
+        caps: the device (``DeviceCaps.detect()`` by default; one GPU here).
+        job_id: the job tuned (its sandbox uid is claimed under this id).
+        warmup_steps: steps excluded from the figures.
+        measured_steps: steps measured.
+        num_threads: the script's CPU threads (``OMP_NUM_THREADS``; 1 = one virtual slot).
+        seed: the job's seed.
+        trial_timeout_s: a trial still running after this long is killed and counted failed.
+    """
+
+    def __init__(
+        self,
+        command: Mapping[str, Any],
+        workload_args: Mapping[str, Any] | None,
+        source_dir: str,
+        *,
+        caps: DeviceCaps | None = None,
+        job_id: str = "tune",
+        warmup_steps: int = 3,
+        measured_steps: int = 10,
+        num_threads: int | None = 1,
+        seed: int = 0,
+        trial_timeout_s: float = 600.0,
+    ) -> None:
+        self.command = dict(command)
+        self.workload_args = dict(workload_args or {})
+        self.source_dir = source_dir
+        self.caps = caps if caps is not None else DeviceCaps.detect(max_gpus=1)
+        self.job_id = job_id
+        self.warmup_steps = warmup_steps
+        self.measured_steps = measured_steps
+        self.num_threads = num_threads
+        self.seed = seed
+        self.trial_timeout_s = trial_timeout_s
+
+    def forward_only(self) -> bool:
+        """A command job trains (it reports optimizer steps): its global batch is kept."""
+        return False
+
+    def reads_dataset(self) -> bool:
+        """The script loads its own data, out of the harness's loader: no loader knobs."""
+        return False
+
+    def evaluate(self, config: Config) -> Measurement:
+        """Run the script for ``warmup_steps + measured_steps`` steps at ``config``.
+
+        Raises:
+            CommandError: the script failed (the tuner records an infeasible trial).
+        """
+        if config.gpus > 1:
+            return Measurement(
+                "error", message="in-process profiling runs one GPU; multi-GPU trials need the pool"
+            )
+        from workers.command import run_command
+
+        run = trial_config(
+            " ".join(self.command["argv"]),
+            self.workload_args,
+            config,
+            warmup_steps=self.warmup_steps,
+            measured_steps=self.measured_steps,
+            seed=self.seed,
+            command=self.command,
+        )
+        enough = threading.Event()
+
+        def watch(report: dict[str, Any]) -> None:
+            if int(report.get("measured_steps") or 0) >= self.measured_steps:
+                enough.set()  # its budget is in: stop a script that would go on
+
+        t0 = time.perf_counter()
+        result = run_command(
+            run,
+            job_id=self.job_id,
+            rank=0,
+            world_size=1,
+            init_method=None,
+            checkpoint_dir=None,  # a private folder, gone after the trial
+            report=watch,
+            report_every_s=0.0,
+            should_stop=enough.is_set,
+            fence=lambda: True,
+            num_threads=self.num_threads,
+            source_dir=self.source_dir,
+            time_limit_s=self.trial_timeout_s,
+        )
+        return measurement_of(result, time.perf_counter() - t0)

@@ -1,0 +1,147 @@
+"""Tuning a command job (issue 22): the example script (examples/own_script) tuned on its
+declared settings through the real tuner path: the study and report in Redis, each trial the
+team's script run through ``workers.command`` (sandboxed as its own uid when the tests run as
+root, real torch steps), measured from its step reports; a script that crashes or runs out of
+memory in a trial is an infeasible trial with its reason; the chosen settings reach the job's
+run through its job context."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestrator.runtime.harness_config import job_harness_config, run_spec
+from orchestrator.spec import JobSpec, parse_spec
+from orchestrator.store import JobStore
+from orchestrator.tuner.script_space import setting_values
+from orchestrator.tuner.service import tune_spec
+from orchestrator.tuner.space import Config, DeviceCaps
+from orchestrator.workdir import pack
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "own_script"
+CPU = DeviceCaps(precisions=("fp32",))
+
+# Runs the example unless its settings say to fail: the crash a team's script may have.
+CRASHY = """\
+import runpy
+from workers import job
+
+hidden = job.context().settings["hidden"]
+if hidden == 64:
+    raise RuntimeError("hidden 64 is not supported by this script")
+if hidden == 128:
+    raise MemoryError("no room for hidden 128")
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+def _spec(store: JobStore, folder: Path, **workload: Any) -> JobSpec:
+    """The example's own job file with tuning on (the run settings narrowed, so the trials
+    are about the script's settings), its folder stored as ``orch submit --working-dir``
+    stores it."""
+    job = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
+    job["workload"].update(workload, working_dir=store.working_dirs.put(pack(folder).data))
+    job["tuning"] = {
+        "enabled": True,
+        "bounds": {"micro_batch": {"min": 16, "max": 16}, "precision": ["fp32"]},
+    }
+    return parse_spec(job)
+
+
+def _settings(rec: Any) -> tuple[Any, ...]:
+    return tuple(sorted(Config.from_dict(rec["config"]).script_settings().items()))
+
+
+def test_the_example_is_tuned_on_its_declared_settings(store: JobStore, redis_url: str) -> None:
+    spec = _spec(store, EXAMPLE)
+    report = tune_spec(spec, store, redis_url, job="own-script", caps=CPU)
+    table = report.to_dict()["trials_table"]
+    measured = [t for t in table if t["source"] == "measured"]
+
+    # every combination of the declared settings' values was run, each a real run of the script
+    declared = spec.workload.settings
+    values = {name: setting_values(s) for name, s in sorted(declared.items())}
+    assert values == {"hidden": (8, 32, 128), "lr": (0.0001, 0.01, 0.1)}
+    combos = {tuple(zip(values, c, strict=True)) for c in itertools.product(*values.values())}
+    assert {_settings(t) for t in measured} == combos
+    for t in measured:  # on the job's own global batch, measured from the script's steps
+        assert t["global_batch"] == 32 and t["measurement"]["status"] == "ok", t
+        m = t["measurement"]
+        assert m["samples_per_s"] > 0 and m["p95_ms"] >= m["p50_ms"] > 0
+
+    # the chosen config meets the SLA in the trials table, and the job runs with it
+    assert report.result.status == "feasible" and report.run
+    chosen = report.result.chosen
+    assert chosen is not None
+    row = next(t for t in measured if Config.from_dict(t["config"]) == chosen.config)
+    assert row["feasible"] and row["measurement"]["samples_per_s"] >= 10
+    runs = job_harness_config(run_spec(spec, chosen.config.to_dict()))
+    assert runs["command"]["settings"] == chosen.config.script_settings()
+    assert (runs["micro_batch"], runs["grad_accum"]) == (16, 2)
+    stored = store.tune_reports.load("own-script")
+    assert stored is not None and stored["config"] == chosen.config.to_dict()
+
+
+def test_a_script_crashing_in_a_trial_is_an_infeasible_trial(
+    store: JobStore, redis_url: str, tmp_path: Path
+) -> None:
+    folder = tmp_path / "crashy"
+    shutil.copytree(EXAMPLE, folder)
+    (folder / "crashy.py").write_text(CRASHY)
+    spec = _spec(
+        store,
+        folder,
+        command=["python", "crashy.py"],
+        settings={"hidden": {"type": "choice", "values": [16, 64, 128], "default": 16}},
+    )
+    report = tune_spec(spec, store, redis_url, job="crashy", caps=CPU)
+    rows = {_settings(t): t for t in report.to_dict()["trials_table"] if t["source"] == "measured"}
+    assert set(rows) == {(("hidden", 16),), (("hidden", 64),), (("hidden", 128),)}
+
+    crashed = rows[(("hidden", 64),)]
+    assert crashed["measurement"]["status"] == "error" and not crashed["feasible"]
+    assert "crashed" in crashed["reason"] and "exited with code 1" in crashed["reason"]
+    assert "hidden 64 is not supported" in crashed["reason"]
+    oom = rows[(("hidden", 128),)]
+    assert oom["measurement"]["status"] == "oom" and "out of memory" in oom["reason"]
+    # the tuner went on: the setting that runs is chosen
+    assert report.result.status == "feasible" and rows[(("hidden", 16),)]["feasible"]
+    assert report.result.chosen is not None
+    assert report.result.chosen.config.script_settings() == {"hidden": 16}
+
+
+@pytest.mark.slow  # a CLI process of its own (imports, embedded checks) beside the trials
+def test_orch_tune_takes_the_scripts_folder(
+    store: JobStore, redis_url: str, tmp_path: Path
+) -> None:
+    """``orch tune --working-dir . job.yaml`` from the example's folder: the folder stored,
+    the trials run the script from it, the report names its settings."""
+    import os
+    import subprocess
+    import sys
+
+    job = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
+    job["tuning"] = {"enabled": True, "bounds": {"precision": ["fp32"]}}
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump(job))
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "REDIS_URL": redis_url,
+        "ORCH_NAMESPACE": store.namespace,
+        "ORCH_DATA_DIR": str(tmp_path / "data"),
+    }
+    orch = Path(sys.executable).parent / "orch"
+    args = [str(orch), "tune", "--working-dir", ".", str(job_file), "--trials", "2"]
+    out = subprocess.run(args, cwd=EXAMPLE, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "tuning: feasible" in out.stdout and "hidden" in out.stdout, out.stdout
+    report = store.tune_reports.load("own-script")
+    assert report is not None and report["trials"] == 2
+    assert set(report["config"]["settings"]) == {"hidden", "lr"}
