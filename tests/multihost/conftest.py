@@ -17,9 +17,11 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -212,12 +214,14 @@ def _redis_url(head: Host, data_dir: Path) -> str | None:
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster() -> Iterator[Cluster]:
     """The head and two worker hosts with the orchestrator up (see the module doc)."""
     why = netns_unavailable()
     if why is not None:
         pytest.skip(f"cannot make hosts from network namespaces: {why}")
-    root = Path(tmp_path_factory.mktemp("mh"))
+    # short: Ray's socket paths under it must stay within AF_UNIX's 107 bytes, which pytest's
+    # tmp folders (longer under xdist: .../popen-gw1/mh0/...) do not leave room for
+    root = Path(tempfile.mkdtemp(prefix="orch-mh-"))
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # a CI timeout's SIGTERM still runs the teardown below
@@ -258,3 +262,4 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     finally:
         lan.teardown()
         signal.signal(signal.SIGTERM, previous)
+        shutil.rmtree(root, ignore_errors=True)

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,12 @@ from workers.result import REPORT_KEYS
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "own_script"
 SCRIPTS = Path(__file__).parent / "command_dir"
+
+
+# This process's job id: the sandbox gives a job's ranks on a host one uid and returns the run
+# folder to the worker when the job's last rank there ends, so two test processes (xdist
+# workers) must not run "the same job" at once.
+JOB = f"own-{uuid.uuid4().hex[:6]}"
 
 
 def config(argv: list[str], steps: int = 60, **command: Any) -> dict[str, Any]:
@@ -63,7 +70,7 @@ def run(
         cfg["command"]["first_report_s"] = first_report_s
     return run_command(
         cfg,
-        job_id="own-abc123",
+        job_id=JOB,
         rank=0,
         world_size=1,
         init_method=None,
@@ -104,7 +111,7 @@ def test_a_stopped_run_resumes_to_the_loss_of_an_uninterrupted_one(job_root: Pat
 
     first = run_command(
         cfg,
-        job_id="own-abc123",
+        job_id=JOB,
         rank=0,
         world_size=1,
         init_method=None,
@@ -192,7 +199,7 @@ def _two_ranks(cfg: dict[str, Any], ckpt: Path, stop_at: int | None) -> dict[int
 
         results[r] = run_command(
             cfg,
-            job_id="own-abc123",
+            job_id=JOB,
             rank=r,
             world_size=2,
             init_method=address,
@@ -246,8 +253,8 @@ def test_a_process_the_script_leaves_behind_does_not_outlive_the_run(job_root: P
 WORKER = """
 import sys, threading
 from workers.command import run_command
-from tests.workers.test_command import config, SCRIPTS
-run_command(config(["python", "silent.py"]), job_id="own-abc123", rank=0, world_size=1,
+from tests.workers.test_command import config, JOB, SCRIPTS
+run_command(config(["python", "silent.py"]), job_id=JOB, rank=0, world_size=1,
     init_method=None, checkpoint_dir=None, report=None, report_every_s=1.0,
     should_stop=lambda: False, fence=lambda: True, num_threads=1, source_dir=str(SCRIPTS))
 """
