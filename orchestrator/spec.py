@@ -64,10 +64,17 @@ class _Model(BaseModel):
 
 
 class ScriptSetting(_Model):
-    """One of a command-mode script's own settings: its type, what it may be, and the value
-    ``orch`` hands the script (``default``) until the tuner chooses another."""
+    """One of a command-mode script's own settings: its type, what it may be, the value
+    ``orch`` hands the script (``default``) until the tuner chooses another, and whether the
+    tuner may (``tune``)."""
 
     type: Literal["int", "float", "choice"]
+    tune: bool = Field(
+        default=True,
+        description="whether the tuner may search it (judged by the SLA: speed and cost, "
+        "never the loss); false: orch applies its default and the tuner leaves it alone "
+        "(a learning rate)",
+    )
     min: float | None = Field(default=None, allow_inf_nan=False)
     max: float | None = Field(default=None, allow_inf_nan=False)
     values: list[str | int | float | bool] | None = Field(default=None, min_length=1, max_length=64)

@@ -7,7 +7,9 @@ at a few values: its ends and its default, and, when the default is an end, the 
 between them (geometric for a positive range spanning a factor of ten or more, as a learning
 rate's does; arithmetic otherwise). A choice is tried at each of its values. Every
 combination of them is a family of its own for the strategies (a setting such as a layer's
-width changes the step's time and memory).
+width changes the step's time and memory). A setting declared ``tune: false`` is applied at its
+default and never searched: the tuner judges configs by the SLA (time, cost), which says
+nothing of what a learning rate does to the loss.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ __all__ = ["script_dimensions", "setting_values"]
 
 
 def setting_values(setting: ScriptSetting) -> tuple[Any, ...]:
-    """The values a setting is tried at (see the module doc), in order."""
+    """The values a setting is tried at (see the module doc), in order; only its default
+    when the job says the tuner may not search it (``tune: false``)."""
+    if not setting.tune:
+        return (setting.default,)
     if setting.type == "choice":
         return tuple(dict.fromkeys(setting.values or ()))
     assert setting.min is not None and setting.max is not None  # the spec's rule
