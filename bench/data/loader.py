@@ -87,9 +87,10 @@ def tune(codec: str, images: int, measured: int) -> dict[str, Any]:
     """The tuner's two stages, as ``tune_spec`` runs them, without Redis."""
     from orchestrator.spec import parse_spec
     from orchestrator.tuner.evaluators import HarnessEvaluator
+    from orchestrator.tuner.job_space import space_for
     from orchestrator.tuner.loader_stage import data_wait_material, tune_loader
     from orchestrator.tuner.objective import Goal
-    from orchestrator.tuner.space import DeviceCaps, space_for
+    from orchestrator.tuner.space import DeviceCaps
     from orchestrator.tuner.strategies import STRATEGIES
     from orchestrator.tuner.tuner import Tuner
     from workers.loader_settings import LoaderSettings

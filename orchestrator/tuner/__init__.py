@@ -9,7 +9,8 @@ Importing this package does not import torch, Optuna or Redis clients' heavy par
 
 from __future__ import annotations
 
+from orchestrator.tuner.job_space import space_for
 from orchestrator.tuner.objective import Goal, Measurement, Verdict
-from orchestrator.tuner.space import Config, DeviceCaps, SearchSpace, space_for
+from orchestrator.tuner.space import Config, DeviceCaps, SearchSpace
 
 __all__ = ["Config", "DeviceCaps", "Goal", "Measurement", "SearchSpace", "Verdict", "space_for"]

@@ -18,11 +18,12 @@ from orchestrator.errors import TuneError
 from orchestrator.spec import JobSpec
 from orchestrator.tuner.cache import TuneCache, describe, fingerprint
 from orchestrator.tuner.evaluators.base import Evaluator, EvaluatorLost
+from orchestrator.tuner.job_space import space_for
 from orchestrator.tuner.loader_stage import data_wait_material, tune_loader
 from orchestrator.tuner.objective import Goal, Measurement
 from orchestrator.tuner.profile import build_profile
 from orchestrator.tuner.serving import service_space, service_warm_start
-from orchestrator.tuner.space import Config, DeviceCaps, space_for
+from orchestrator.tuner.space import Config, DeviceCaps
 from orchestrator.tuner.strategies import STRATEGIES
 from orchestrator.tuner.study import objective_name, open_study, study_name
 from orchestrator.tuner.tuner import OnTrial, Tuner, TuneResult, summary

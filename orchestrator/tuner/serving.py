@@ -34,7 +34,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import TuneError
-from orchestrator.tuner.space import Config, DeviceCaps, SearchSpace, _allowed, power_ladder
+from orchestrator.tuner.job_space import allowed
+from orchestrator.tuner.space import Config, DeviceCaps, SearchSpace, power_ladder
 
 if TYPE_CHECKING:
     from orchestrator.spec import JobSpec
@@ -80,12 +81,12 @@ def service_space(spec: JobSpec, caps: DeviceCaps) -> SearchSpace:
     return SearchSpace(
         micro_batches=micro,
         gpus=tuple(range(lo, hi + 1)),
-        precisions=_allowed("precision", b.precision, caps.precisions, caps.precisions),
-        compile=_allowed(
+        precisions=allowed("precision", b.precision, caps.precisions, caps.precisions),
+        compile=allowed(
             "compile", b.compile, (False, True) if caps.compile else (False,), (False, True)
         ),
         max_delays=delays,
-        quantizations=_allowed("quantize", b.quantize, quant_ok, quant_ok),
+        quantizations=allowed("quantize", b.quantize, quant_ok, quant_ok),
         gpus_per_node=caps.gpus_per_node,
     )
 

@@ -166,7 +166,7 @@ def test_the_jobs_own_loader_reaches_the_harness_and_the_space() -> None:
         "persistent_workers": False,
         "cache_mb": 64,
     }
-    from orchestrator.tuner.space import space_for
+    from orchestrator.tuner.job_space import space_for
 
     assert space_for(spec, CPU).loaders == (spec.run.loader.token(),)
 

@@ -10,8 +10,9 @@ import pytest
 
 from orchestrator.errors import TuneError
 from orchestrator.spec import parse_spec
+from orchestrator.tuner.job_space import space_for
 from orchestrator.tuner.planmodel import state_bytes
-from orchestrator.tuner.space import DeviceCaps, SearchSpace, space_for
+from orchestrator.tuner.space import DeviceCaps, SearchSpace
 from workers.workloads.shapes import builtin_shape
 
 GPT = {"n_layer": 2, "n_head": 4, "d_model": 64}

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from orchestrator.errors import TuneError
 from orchestrator.spec import parse_spec
-from orchestrator.tuner.space import Config, DeviceCaps, SearchSpace, power_ladder, space_for
+from orchestrator.tuner.job_space import space_for
+from orchestrator.tuner.space import Config, DeviceCaps, SearchSpace, power_ladder
 
 CPU = DeviceCaps()
 AMPERE = DeviceCaps(
