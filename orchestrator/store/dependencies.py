@@ -14,13 +14,26 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from orchestrator.errors import AmbiguousJob, JobNotFound, SpecError
 from orchestrator.spec import JobSpec
 
 if TYPE_CHECKING:
-    from orchestrator.store.jobs import JobStore
+    import redis
+
+    from orchestrator.store.keys import Keys
+
+
+class JobStore(Protocol):
+    """What resolving dependencies reads of the job store (``store.jobs.JobStore``, which
+    calls in here: a protocol, not an import back)."""
+
+    client: redis.Redis
+    keys: Keys
+
+    def resolve(self, ref: str) -> str: ...
+
 
 __all__ = ["NEVER", "new_id", "plan_ids"]
 
