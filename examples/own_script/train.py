@@ -98,8 +98,19 @@ def main() -> None:
             job.checkpointed(step)
         if stop:  # preempted, resized or cancelled: checkpointed, exit 0
             print(f"stopping at step {step}", flush=True)
+            leave(ctx.world_size)
             return
     print(f"final loss {float(loss):.6f} at step {step}", flush=True)
+    leave(ctx.world_size)
+
+
+def leave(world_size: int) -> None:
+    """Leave the process group together: a rank exiting while another still writes the
+    checkpoint can abort that one's gloo threads ("terminate called without an active
+    exception")."""
+    if world_size > 1:
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
