@@ -133,7 +133,13 @@ def test_a_dead_host_has_its_job_requeued_and_finished_elsewhere_once(cluster: C
     other = c.store.submit(mlp_job("survivor", steps=short)).id
     with c.placements(doomed) as placements, c.placements(other) as others:
         c.wait(doomed, {JobState.RUNNING})
-        _wait_steps(c, doomed, 40)
+        # past its first checkpoint (step 100) before the host dies: the kill used to race
+        # the steps from 40 to 100 and, when it won, the job rightly restarted from step 0
+        _wait_steps(c, doomed, 100)
+        deadline = time.monotonic() + 60
+        while c.store.metrics(doomed).get("checkpoint_at") is None:
+            assert time.monotonic() < deadline, "no checkpoint reported"
+            time.sleep(0.2)
         (name,) = placements[0]
 
         # The host dies: its cable is pulled and every process on it is killed.
