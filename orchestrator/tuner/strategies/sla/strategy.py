@@ -5,8 +5,15 @@ from __future__ import annotations
 from orchestrator.tuner.history import History
 from orchestrator.tuner.space import Config
 from orchestrator.tuner.strategies.base import Ask, SearchStrategy
-from orchestrator.tuner.strategies.sla import steps
 from orchestrator.tuner.strategies.sla.evidence import Evidence
+from orchestrator.tuner.strategies.sla.steps import (
+    approach,
+    exploit,
+    neighbour,
+    score,
+    verdict_guard,
+    walk,
+)
 
 __all__ = ["SLASearchStrategy"]
 
@@ -28,18 +35,18 @@ class SLASearchStrategy(SearchStrategy):
     def next_config(self, history: History) -> Config | Ask | None:
         """The config predicted best under the SLA among those the hard rules allow."""
         ev = Evidence.build(history)
-        walked = steps.walk(ev, self.min_gain)
+        walked = walk(ev, self.min_gain)
         if walked is not None:
             return walked
-        scored = steps.score(ev)
-        best = steps.exploit(ev, scored, self.min_gain)
+        scored = score(ev)
+        best = exploit(ev, scored, self.min_gain)
         if best is not None:
             return best
-        walked = steps.walk(ev, self.min_gain, checkpointing=True)
+        walked = walk(ev, self.min_gain, checkpointing=True)
         if walked is not None:
             return walked
         if ev.best is not None:
-            return steps.neighbour(ev, ev.best.config, scored)
-        return steps.approach(ev, scored, self.min_gain) or (
-            steps.verdict_guard(ev, scored) if scored else None
+            return neighbour(ev, ev.best.config, scored)
+        return approach(ev, scored, self.min_gain) or (
+            verdict_guard(ev, scored) if scored else None
         )
