@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from tests.workers.helpers import tiny
+from tests.workers.spawn import spawn_ranks
 from workers.distributed import find_free_port
 from workers.harness import Harness
 
@@ -50,7 +50,7 @@ def _rank_main(rank: int, ports: tuple[int, int], out: Path) -> None:
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     out = tmp_path_factory.mktemp("ddp")
-    mp.spawn(_rank_main, args=((find_free_port(), find_free_port()), out), nprocs=WORLD)
+    spawn_ranks(_rank_main, args=((find_free_port(), find_free_port()), out), nprocs=WORLD)
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)] + [
         {"ckpt_files": sorted(p.name for p in (out / "ckpt").iterdir())}
     ]

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from torch.utils.data import Dataset
 
+from tests.workers.spawn import spawn_ranks
 from workers.distributed import find_free_port
 from workers.errors import HarnessConfigError
 from workers.harness import Harness, HarnessConfig
@@ -222,7 +222,7 @@ def test_a_dataset_run_resumed_on_another_world_size_ends_as_an_uninterrupted_on
 ) -> None:
     whole = Harness(images(tmp_path)).run()
     # the first three steps on two ranks (micro-batch 2 x accumulation 2 each), then one rank
-    mp.spawn(_rank_main, args=(find_free_port(), tmp_path), nprocs=2)
+    spawn_ranks(_rank_main, args=(find_free_port(), tmp_path), nprocs=2)
     resized = Harness(images(tmp_path), checkpoint_dir=tmp_path / "resized").run()
     assert resized.resumed_from_step == 3
     assert resized.param_fingerprint == pytest.approx(whole.param_fingerprint, rel=1e-5)

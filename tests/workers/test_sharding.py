@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torch.distributed.fsdp import FSDPModule
 
 from tests.workers.helpers import tiny
+from tests.workers.spawn import spawn_ranks
 from workers.checkpoint import load_checkpoint
 from workers.config import HarnessConfig
 from workers.harness import Harness
@@ -120,7 +120,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]]
         _one_process(_resumable("ddp")), checkpoint_dir=out / "12", should_stop=_stop_after(STOP_AT)
     ).run()
     assert (one.status, one.steps_done) == ("stopped", STOP_AT)
-    mp.spawn(_rank_main, args=(out,), nprocs=WORLD)
+    spawn_ranks(_rank_main, args=(out,), nprocs=WORLD)
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)], out
 
 

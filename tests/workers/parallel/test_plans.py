@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from orchestrator.tuner.planmodel import state_bytes
 from orchestrator.tuner.space import Config
+from tests.workers.spawn import spawn_ranks
 from workers import distributed
 from workers.config import HarnessConfig
 from workers.harness import Harness
@@ -183,7 +183,7 @@ def _rank_main(rank: int, out: Path) -> None:
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     out = tmp_path_factory.mktemp("plans")
-    mp.spawn(_rank_main, args=(out,), nprocs=WORLD)
+    spawn_ranks(_rank_main, args=(out,), nprocs=WORLD)
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 
