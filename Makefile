@@ -52,7 +52,7 @@ sandbox: $(STAMP)
 	@bash .ci/open-python.sh $(BIN)/python
 
 test: lint typecheck browser sandbox
-	$(BIN)/python -m pytest -q -rs --durations=15 -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -rs --durations=15 -n 2 --dist load
 
 clean:
 	rm -rf $(VENV) .orch-data .pytest_cache .mypy_cache .ruff_cache

@@ -1,6 +1,14 @@
 """Fixtures shared by the whole suite: a real Redis server, a job store per test, and one
 multi-node Ray cluster with virtual GPUs for the session (started by the first test that
-asks for it: the end-to-end tests and the runtime contract share it)."""
+asks for it: the end-to-end tests and the runtime contract share it).
+
+`make test` runs the suite on two workers (pytest-xdist, ``--dist load``); each worker is a
+session of its own, so each starts its own cluster when one of its tests asks for one: at
+most two at once, in session folders of their own (``/tmp/ray/session_*``; every test
+connects to its cluster by address, never to "the current" one). Most of those tests wait on
+jobs rather than compute, which is why two of them side by side take less time than one after
+the other.
+"""
 
 from __future__ import annotations
 
@@ -31,24 +39,6 @@ if TYPE_CHECKING:
     import redis
 
     from orchestrator.store import JobStore
-
-
-_RAY_FOLDERS = ("e2e", "multihost")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """`make test` runs the suite on two workers (pytest-xdist, ``--dist loadgroup``): every
-    test of a Ray cluster (the session's ``ray_cluster``, an ``orch up`` or the namespace
-    hosts' own) is in one group, so one worker runs them all, one after another, while the
-    other runs the rest: never two Ray clusters of the suite at once (they would share
-    ``~/.ray``). Most of those tests wait on jobs rather than compute, so the other worker's
-    tests fill the CPU they leave."""
-    for item in items:
-        path = str(item.path)
-        if "ray_cluster" in getattr(item, "fixturenames", ()) or any(
-            f"/tests/{folder}/" in path for folder in _RAY_FOLDERS
-        ):
-            item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 @pytest.fixture(scope="session")
