@@ -49,13 +49,20 @@ def split_batch(batch: int, gpus: int, max_micro: int) -> tuple[int, int] | None
 
 
 def resized_spec(spec: JobSpec, gpus: int) -> JobSpec | None:
-    """The job's spec for a run on ``gpus`` GPUs, keeping its global batch; ``None`` when that
-    size is outside its range or cannot keep the batch."""
+    """The job's spec for a run on ``gpus`` GPUs, keeping its global batch (a service: its
+    max batch per replica); ``None`` when that size is outside its range or cannot keep the
+    batch."""
     lo, hi = spec.resources.gpus.min, spec.resources.gpus.upper
     if gpus == spec.gpus:
         return spec
     if not lo <= gpus <= hi:
         return None
+    if spec.serve is not None:
+        # a service has no global batch: its replicas (one per GPU) follow the size, each
+        # keeping its own max batch (accumulation is for training: an inference step is one
+        # forward pass)
+        run = spec.run.model_copy(update={"data_parallel": gpus, "grad_accum": 1})
+        return spec.model_copy(update={"run": run})
     plan = spec.run.plan
     # a plan keeps its tensor and pipeline degrees: the replicas follow the size
     model_ranks = plan.tp * plan.pp if plan is not None else 1

@@ -32,6 +32,28 @@ def test_resize_keeps_the_global_batch(gpus: int, micro: int, accum: int) -> Non
     assert got.steps_for() == spec.steps_for()
 
 
+def test_a_service_resized_changes_its_replicas_never_its_batch() -> None:
+    """A service tuned to 2 replicas of max batch 16 and placed on 1 GPU runs one replica of
+    max batch 16 (it used to become accumulation 2, which no inference step takes)."""
+    spec = parse_spec(
+        {
+            "name": "s",
+            "team": "t",
+            "class": "interactive",
+            "workload": {"name": "infer", "args": {"model": "mlp"}},
+            "sla": {"latency": {"percentile": 99, "max_ms": 20}},
+            "resources": {"gpus": {"min": 1, "max": 3}},
+            "run": {"duration_s": 5, "micro_batch": 16, "data_parallel": 2},
+            "serve": {"rate_rps": 100},
+        }
+    )
+    for gpus in (1, 3):
+        got = elastic.resized_spec(spec, gpus)
+        assert got is not None
+        assert (got.run.micro_batch, got.run.grad_accum, got.gpus) == (16, 1, gpus)
+    assert elastic.resized_spec(spec, 4) is None  # outside its range
+
+
 def test_sizes_that_cannot_keep_the_batch_are_not_used() -> None:
     spec = _spec(lo=1, hi=4)  # global batch 16: 3 GPUs cannot split it
     assert elastic.resized_spec(spec, 3) is None
