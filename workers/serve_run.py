@@ -174,20 +174,20 @@ def load_test_run(h: Replica) -> RunResult:
         refused = err.error
     s = [t.summary() for t in traces]
 
-    def worst(key: str) -> Any:
+    def extreme(key: str, pick: Callable[[list[float]], float]) -> float | None:
         values = [x[key] for x in s]
-        return None if not values or any(v is None for v in values) else max(values)
+        numbers = [float(v) for v in values if v is not None]
+        return pick(numbers) if numbers and len(numbers) == len(values) else None
 
-    rates = [x["served_rps"] for x in s]
     return RunResult(
         status="finished" if refused is None else "refused",
         steps_done=sum(len(t.batches) for t in traces),
         resumed_from_step=None,
         loss=None,
-        p50_ms=worst("request_p50_ms"),
-        p95_ms=worst("request_p95_ms"),
-        p99_ms=worst("request_p99_ms"),
-        samples_per_s=None if not rates or None in rates else min(rates),
+        p50_ms=extreme("request_p50_ms", max),
+        p95_ms=extreme("request_p95_ms", max),
+        p99_ms=extreme("request_p99_ms", max),
+        samples_per_s=extreme("served_rps", min),
         tokens_per_s=None,
         peak_mem_mb=0.0,
         measured_steps=sum(len(t.latency_ms) for t in traces),
