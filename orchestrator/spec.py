@@ -584,11 +584,15 @@ class JobSpec(_Model):
             problems.append("serve needs run.duration_s (how long the service runs)")
         if self.workload.name is not None and self.workload.name != "infer":
             problems.append(
-                f"serve needs a forward-only workload: the built-in {self.workload.name!r} "
-                "trains (use infer, or an entry whose Workload has train=False)"
+                f"workload.name: serve needs a forward-only workload: the built-in "
+                f"{self.workload.name!r} trains (allowed: infer, or an entry: "
+                "'package.module:function' whose Workload has train=False)"
             )
         if self.workload.command is not None:
-            problems.append("serve needs a workload the worker batches for: not a command")
+            problems.append(
+                "workload.command: serve needs a workload the worker batches for (name: infer, "
+                "or an entry: whose Workload has train=False), not a command"
+            )
         if self.run.micro_batch > MAX_SERVE_BATCH:
             problems.append(
                 f"run.micro_batch is the service's largest batch: at most {MAX_SERVE_BATCH}, "

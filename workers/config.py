@@ -63,7 +63,10 @@ class HarnessConfig:
         serve: a live service instead of a training or inference loop (see
             :class:`workers.serve_run.ServeRun`): its arrivals (``rate_rps`` or ``trace``) and
             batcher (``max_delay_s``, ``timeout_s``), ``quantize`` (``none``/``int8``) and
-            ``quant_tolerance``; ``micro_batch`` is its largest batch.
+            ``quant_tolerance``; ``micro_batch`` is its largest batch. With ``load_test``
+            (``{"streams": k, "replicas": g}``) it is a tuning trial instead: ``k`` seeded
+            streams of ``duration_s`` seconds served on the virtual clock by ``g`` replicas
+            (:func:`workers.serve_run.load_test_run`).
         base_global_batch: the global batch ``lr`` is set for (``None``: this run's own).
         loader: the data loader's knobs for a workload that gives a dataset
             (:class:`workers.loader_settings.LoaderSettings` as a dict; empty: its defaults);
@@ -197,7 +200,15 @@ def _serve_problems(serve: dict[str, Any], duration_s: float | None) -> list[str
     or ``trace`` (arrival times), ``max_delay_s`` (>= 0, or ``None``: a fixed batch),
     ``timeout_s`` (> 0 or ``None``); a service runs for ``duration_s``."""
     p: list[str] = []
-    known = {"rate_rps", "trace", "max_delay_s", "timeout_s", "quantize", "quant_tolerance"}
+    known = {
+        "rate_rps",
+        "trace",
+        "max_delay_s",
+        "timeout_s",
+        "quantize",
+        "quant_tolerance",
+        "load_test",
+    }
     unknown = sorted(set(serve) - known)
     if unknown:
         p.append(f"serve: unknown keys {unknown}")
@@ -219,4 +230,13 @@ def _serve_problems(serve: dict[str, Any], duration_s: float | None) -> list[str
         p.append(f"serve.quant_tolerance must be a finite number > 0, got {tol!r}")
     if duration_s is None:
         p.append("a service runs for duration_s (not steps or work_tokens)")
+    trial = serve.get("load_test")
+    if trial is not None:
+        if not isinstance(trial, dict) or set(trial) != {"streams", "replicas"}:
+            p.append(f"serve.load_test must be a mapping of streams and replicas, got {trial!r}")
+        else:
+            for key in ("streams", "replicas"):
+                v = trial[key]
+                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                    p.append(f"serve.load_test.{key} must be an integer >= 1, got {v!r}")
     return p

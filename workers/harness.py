@@ -204,8 +204,10 @@ class Harness:
             raise RuntimeError("Harness.run() can be called once; build a new Harness to resume")
         self._ran = True
         if self.config.serve is not None:
-            from workers.serve_run import ServeRun
+            from workers.serve_run import ServeRun, load_test_run
 
+            if self.config.serve.get("load_test") is not None:  # a tuning trial
+                return load_test_run(self)
             return ServeRun(self).execute()
         run = _Run(self)
         try:

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from workers.errors import HarnessConfigError
-from workers.workloads.base import Workload
+from workers.workloads.base import Workload, WorkloadError
 
 __all__ = [
     "CHECK_SAMPLES",
@@ -81,10 +81,20 @@ def output_error(
     workload: Workload, reference: nn.Module, candidate: nn.Module, seed: int
 ) -> float:
     """Relative L2 error of ``candidate``'s outputs against ``reference``'s, on
-    :data:`CHECK_SAMPLES` seeded samples of ``workload`` (on the CPU)."""
+    :data:`CHECK_SAMPLES` seeded samples of ``workload`` (on the CPU).
+
+    Raises:
+        WorkloadError: the workload's ``loss`` (its forward pass) returns no single tensor.
+    """
     batch = workload.make_batch(seed, CHECK_SAMPLES)
-    want = workload.loss(reference, batch).float()
-    got = workload.loss(candidate, batch).float()
+    want, got = workload.loss(reference, batch), workload.loss(candidate, batch)
+    if not (isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor)):
+        # a user's loss may return anything; the check compares one output tensor
+        raise WorkloadError(
+            "serve.quantize: a served workload's loss must return the model's output as one "
+            f"tensor (the accuracy check compares it with fp32's), got {type(want).__name__}"
+        )
+    want, got = want.float(), got.float()
     norm = float(torch.linalg.vector_norm(want))
     diff = float(torch.linalg.vector_norm(got - want))
     if not math.isfinite(diff):

@@ -98,6 +98,8 @@ class RunResult:
             probe reads it to know whether the loader's knobs can matter.
         quant_error: a service serving an int8 model: its outputs' relative L2 error against
             fp32's on seeded inputs (``workers.quantize``); ``None`` otherwise.
+        offered, dropped: a service's requests that arrived, and those that waited past its
+            timeout (``None`` for a run that is not a service).
     """
 
     status: str
@@ -131,6 +133,8 @@ class RunResult:
     gpu_busy_share: float | None = None
     energy_per_sample_j: float | None = None
     quant_error: float | None = None
+    offered: int | None = None
+    dropped: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict of every field."""

@@ -100,6 +100,22 @@ def _forward_only(evaluator: Evaluator) -> bool:
         return False
 
 
+def _check_servable(spec: JobSpec, evaluator: Evaluator) -> None:
+    """A service answers with forward passes: a workload whose ``Workload`` trains is refused
+    before any trial (the spec cannot tell for a team's ``entry:``, whose code the control
+    plane never imports; the evaluator's probe runs it where its trials run).
+
+    Raises:
+        TuneError: the workload trains.
+    """
+    if not evaluator.forward_only():
+        field = "workload.entry" if spec.workload.entry is not None else "workload.name"
+        raise TuneError(
+            f"{field}: {spec.workload.ref!r} is a training workload (its Workload has "
+            "train=True); a service (serve:) needs a forward-only one (train=False)"
+        )
+
+
 def _reads_dataset(evaluator: Evaluator) -> bool:
     """Whether the workload reads a dataset through the loader (the probe's answer; a failed
     probe says no: the loader's knobs are then left as the job set them)."""
@@ -111,9 +127,11 @@ def _reads_dataset(evaluator: Evaluator) -> bool:
         return False
 
 
-def default_evaluator(spec: JobSpec, caps: DeviceCaps | None = None) -> Evaluator:
-    """In-process trials: a service's load tests (``ServeEvaluator``), else harness runs
-    (3 warm-up + 10 measured steps); one CPU thread."""
+def default_evaluator(
+    spec: JobSpec, caps: DeviceCaps | None = None, *, job: str | None = None
+) -> Evaluator:
+    """In-process trials: a service's load tests (``ServeEvaluator``: a team's model in a
+    sandboxed child), else harness runs (3 warm-up + 10 measured steps); one CPU thread."""
     if spec.serve is not None:
         from orchestrator.tuner.evaluators.serve import ServeEvaluator
 
@@ -123,6 +141,7 @@ def default_evaluator(spec: JobSpec, caps: DeviceCaps | None = None) -> Evaluato
             spec.serve.harness(),
             caps=caps,
             seed=spec.run.seed,
+            job_id=job or spec.name,
         )
     from orchestrator.tuner.evaluators.harness import HarnessEvaluator
 
@@ -192,10 +211,11 @@ def tune_spec(
                 measured=measured,
             )
     if evaluator is None:
-        evaluator = default_evaluator(spec, caps)
+        evaluator = default_evaluator(spec, caps, job=job)
     caps = caps or evaluator.caps
     warm_start: list[Config] = []
     if spec.serve is not None:
+        _check_servable(spec, evaluator)
         # load tests (see tuner.serving); the sla strategy's model is one of step time, so a
         # service's study is Optuna's own sampler (TPE), and a load test's figures hold at its
         # offered load only, so the cache (keyed by workload and device) is not used

@@ -83,3 +83,34 @@ def slow_data(args: dict[str, Any], seed: int) -> Workload:
 
     built.make_batch = make_batch
     return built
+
+
+class _Difference(nn.Module):
+    """``a(x) - b(x)`` of two nearly equal linear layers: the outputs are small differences of
+    large numbers, which int8 weights (about 1% apart from fp32's) cannot resolve."""
+
+    def __init__(self, features: int) -> None:
+        super().__init__()
+        self.a = nn.Linear(features, features)
+        self.b = nn.Linear(features, features)
+        with torch.no_grad():
+            self.b.weight.copy_(self.a.weight + 1e-3 * torch.randn_like(self.a.weight))
+            self.b.bias.copy_(self.a.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x) - self.b(x)
+
+
+def build_fragile_inference(args: dict[str, Any], seed: int) -> Workload:
+    """A user's forward-only model that int8 quantization ruins (its outputs are differences
+    that quantization error swamps): a service must refuse to serve it quantized."""
+    features = int(args.get("features", 8))
+    inputs = build(args, seed).make_batch
+
+    def forward(m: nn.Module, batch: Batch) -> torch.Tensor:
+        x, _ = batch
+        return m(x)
+
+    return Workload(
+        model=_Difference(features).eval(), loss=forward, make_batch=inputs, train=False
+    )

@@ -10,6 +10,12 @@ request), what was offered and dropped, and a quantized model's output error aga
 A quantization over the tolerance is not load-tested: the trial fails with its error recorded,
 and the goal's ``accuracy`` constraint marks it infeasible.
 
+A trial is a harness run (``HarnessConfig.serve["load_test"]``,
+``workers.serve_run.load_test_run``), so it runs where a job's run would: a built-in model in
+this process, a team's model (an ``entry:``) in a sandboxed child (``workers.sandbox.
+run_sandboxed``, as a worker actor runs it: its own uid, a scrubbed environment, pipes only),
+so the tuner's process, which holds the store's URL, never imports the team's code.
+
 Each trial serves ``streams`` independent seeded arrival streams (seeds ``seed``,
 ``seed + 1``, ...), and its figures are the worst of them (the highest percentiles, the lowest
 rate, the drops added up): a config must meet the ceiling on each. One short load test of a
@@ -20,10 +26,12 @@ on 3 replicas met p99 at 19 ms in its trial and missed at 103 ms on a re-run
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
-from orchestrator.tuner.evaluators.base import Evaluator
+from orchestrator.runtime.harness_config import harness_config
+from orchestrator.tuner.evaluators.base import Evaluator, probe_config
 from orchestrator.tuner.objective import Measurement
 from orchestrator.tuner.space import Config, DeviceCaps
 
@@ -34,7 +42,7 @@ MAX_REPLICAS = 1024
 
 
 class ServeEvaluator(Evaluator):
-    """Load-tests service configs in this process (imports torch).
+    """Load-tests service configs as harness runs (see the module doc; imports torch).
 
     Args:
         workload: built-in name or ``module:function`` entry point (forward-only).
@@ -48,6 +56,7 @@ class ServeEvaluator(Evaluator):
             (replicas are copies of the measured server).
         num_threads: torch CPU threads (1 = one virtual GPU slot's worth).
         seed: the job's seed (arrivals and the accuracy check's inputs).
+        job_id: the job tuned (a sandboxed trial runs under this job's uid on a root host).
     """
 
     def __init__(
@@ -61,38 +70,37 @@ class ServeEvaluator(Evaluator):
         caps: DeviceCaps | None = None,
         num_threads: int | None = 1,
         seed: int = 0,
+        job_id: str = "tune",
     ) -> None:
         import dataclasses
-
-        from workers.serve_run import serve_arrivals
 
         base = caps if caps is not None else DeviceCaps.detect(max_gpus=1)
         self.caps = dataclasses.replace(base, max_gpus=MAX_REPLICAS)
         self.workload = workload
         self.workload_args = dict(workload_args or {})
-        self.serve = dict(serve)
+        self.serve = {k: v for k, v in serve.items() if k != "load_test"}
         self.seed = seed
         self.num_threads = num_threads
+        self.job_id = job_id
         if streams < 1:
             raise ValueError(f"streams must be >= 1, got {streams}")
-        self.streams = [serve_arrivals(self.serve, trial_s, seed + k) for k in range(streams)]
-        self._built: Any = None
-
-    def _workload(self) -> Any:
-        if self._built is None:
-            import torch
-
-            from workers.workloads.registry import build_workload
-
-            if self.num_threads is not None:
-                torch.set_num_threads(self.num_threads)
-            torch.manual_seed(self.seed)  # as the harness builds it
-            self._built = build_workload(self.workload, self.workload_args, self.seed)
-        return self._built
+        if not trial_s > 0:
+            raise ValueError(f"trial_s must be > 0, got {trial_s}")
+        self.trial_s = trial_s
+        self.streams = streams
+        self._forward_only: bool | None = None
 
     def forward_only(self) -> bool:
-        """Whether the workload is forward-only (a service's must be)."""
-        return not self._workload().train
+        """Whether the workload is forward-only (a service's must be): a one-step probe run
+        as a trial runs (sandboxed for a team's model; once).
+
+        Raises:
+            the workload's own error when it cannot be built or its probe step fails.
+        """
+        if self._forward_only is None:
+            probe = probe_config(self.workload, self.workload_args, self.seed)
+            self._forward_only = bool(self._run(probe)["forward_only"])
+        return self._forward_only
 
     def evaluate(self, config: Config) -> Measurement:
         """Load-test ``config`` (see the module doc).
@@ -100,56 +108,72 @@ class ServeEvaluator(Evaluator):
         Raises:
             whatever the workload raises (the tuner classifies OOM and crashes).
         """
-        from workers.quantize import QuantizationRefused
+        from workers.quantize import DEFAULT_TOLERANCE
 
         t0 = time.perf_counter()
-        try:
-            traces = [self._load_test(config, arrivals) for arrivals in self.streams]
-        except QuantizationRefused as err:
+        result = self._run(self.trial_config(config))
+        cost = time.perf_counter() - t0
+        if result["status"] == "refused":
+            error = float(result.get("quant_error") or math.nan)
+            tolerance = self.serve.get("quant_tolerance") or DEFAULT_TOLERANCE
             return Measurement(
                 "error",
-                cost_s=time.perf_counter() - t0,
-                message=str(err)[:300],
-                quant_error=err.error,
+                cost_s=cost,
+                message=f"serve.quantize {config.quantize}: outputs are {error:.4f} (relative "
+                f"L2) from fp32's, over serve.quant_tolerance {tolerance:g}",
+                quant_error=error,
             )
-        s = [t.summary() for t in traces]
-
-        def worst(key: str) -> float | None:
-            values = [x[key] for x in s]
-            return None if any(v is None for v in values) else max(values)
-
-        rates = [x["served_rps"] for x in s]
         return Measurement(
             "ok",
-            p50_ms=worst("request_p50_ms"),
-            p95_ms=worst("request_p95_ms"),
-            p99_ms=worst("request_p99_ms"),
-            samples_per_s=None if any(r is None for r in rates) else min(rates),
-            cost_s=time.perf_counter() - t0,
-            offered=sum(t.offered for t in traces),
-            dropped=sum(t.dropped for t in traces),
-            quant_error=traces[0].quant_error,
+            p50_ms=result.get("p50_ms"),
+            p95_ms=result.get("p95_ms"),
+            p99_ms=result.get("p99_ms"),
+            samples_per_s=result.get("samples_per_s"),
+            cost_s=cost,
+            offered=result.get("offered"),
+            dropped=result.get("dropped"),
+            quant_error=result.get("quant_error"),
         )
 
-    def _load_test(self, config: Config, arrivals: list[float]) -> Any:
-        """One stream's load test of ``config`` (a ``workers.serving.ServeTrace``)."""
-        import torch
-
-        from workers.quantize import DEFAULT_TOLERANCE
-        from workers.serve_run import load_test
-
-        device = torch.device("cuda" if self.caps.kind == "cuda" else "cpu")
-        return load_test(
-            self._workload(),
-            arrivals,
-            max_batch=config.micro_batch,
-            max_delay_s=(config.max_delay_ms or 0.0) / 1000.0,
-            replicas=config.gpus,
-            timeout_s=self.serve.get("timeout_s"),
-            device=device,
-            precision=config.precision,
-            quantize=config.quantize,
-            tolerance=float(self.serve.get("quant_tolerance") or DEFAULT_TOLERANCE),
-            compile=config.compile,
+    def trial_config(self, config: Config) -> dict[str, Any]:
+        """The harness configuration of ``config``'s load test."""
+        serve = {
+            **self.serve,
+            "max_delay_s": (config.max_delay_ms or 0.0) / 1000.0,
+            "quantize": config.quantize,
+            "load_test": {"streams": self.streams, "replicas": config.gpus},
+        }
+        return harness_config(
+            self.workload,
+            self.workload_args,
+            config,
+            duration_s=self.trial_s,
+            warmup_steps=0,
             seed=self.seed,
+            serve=serve,
         )
+
+    def _run(self, hc: dict[str, Any]) -> dict[str, Any]:
+        """Run ``hc`` where a job's run of this workload would run; its ``RunResult`` dict."""
+        from workers.sandbox import needs_sandbox, run_sandboxed
+
+        if needs_sandbox(self.workload):
+            return run_sandboxed(
+                hc,
+                job_id=self.job_id,
+                rank=0,
+                world_size=1,
+                init_method=None,
+                checkpoint_dir=None,
+                report=None,
+                report_every_s=3600.0,
+                should_stop=lambda: False,
+                fence=lambda: True,
+                num_threads=self.num_threads,
+            )
+        from workers.config import HarnessConfig
+        from workers.harness import Harness
+
+        device = "cpu" if self.caps.kind == "cpu" else None
+        harness = Harness(HarnessConfig.from_dict(hc), device=device, num_threads=self.num_threads)
+        return harness.run().to_dict()

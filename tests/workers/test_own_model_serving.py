@@ -1,0 +1,117 @@
+"""A team's own model served (issue 24, part 4): the example ``examples/own_model`` (an
+``entry:`` whose Workload has ``train=False``) answers an open-loop stream through the batcher,
+with request percentiles reported; int8 keeps its outputs within the
+tolerance of fp32's, a model that int8 ruins is refused, and a training entry is refused as a
+service naming the field."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from orchestrator.runtime.harness_config import job_harness_config
+from orchestrator.spec import load_spec
+from workers.config import HarnessConfig
+from workers.errors import HarnessConfigError
+from workers.harness import Harness
+from workers.quantize import DEFAULT_TOLERANCE, QuantizationRefused, quantized
+from workers.serve_run import load_test
+from workers.serving import poisson_arrivals
+from workers.workloads.registry import build_workload
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own_model"
+RANKER = "ranker:build"
+FRAGILE = "tests.workers.sample_workload:build_fragile_inference"
+
+
+@pytest.fixture
+def ranker_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example's folder on the import path, as the team's package is on a worker's."""
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    monkeypatch.delitem(sys.modules, "ranker", raising=False)
+
+
+@pytest.mark.usefixtures("ranker_importable")
+def test_the_example_model_is_served_at_a_rate_with_request_percentiles() -> None:
+    spec = load_spec(EXAMPLE / "job.yaml")
+    assert spec.workload.entry == RANKER and spec.serve is not None
+    config = job_harness_config(spec)  # the job's run, as a worker actor gets it
+    config["duration_s"] = 1.0  # the job file's 60 s, shortened
+    reports: list[dict[str, Any]] = []
+    # a worker actor runs an entry in its sandboxed child (workers.sandbox; the tuner's trials
+    # in tests/tuner/test_serve_own_model.py go through it); the harness is the same here
+    result = Harness(HarnessConfig.from_dict(config), report=reports.append).run()
+    offered = len(poisson_arrivals(spec.serve.rate_rps or 0, 1.0, seed=spec.run.seed))
+    assert result.status == "finished" and result.forward_only
+    assert result.measured_steps == offered and result.dropped == 0  # every request answered
+    assert result.p99_ms is not None and result.p50_ms is not None
+    assert result.p99_ms >= result.p50_ms > 0
+    last = reports[-1]
+    assert last["status"] == "finished" and last["offered_rps"] == pytest.approx(offered)
+    assert 1 <= last["mean_batch"] <= spec.run.micro_batch and last["queue_p95_ms"] is not None
+
+
+@pytest.mark.usefixtures("ranker_importable")
+def test_the_example_model_quantized_stays_within_the_tolerance_and_reports_its_error() -> None:
+    ranker = build_workload(RANKER, {}, 0)
+    served, error = quantized(ranker, "int8", seed=0)
+    assert error is not None and 0 < error <= DEFAULT_TOLERANCE
+    assert any("quantized" in type(m).__module__ for m in served.modules())
+    trace = load_test(
+        ranker, poisson_arrivals(200.0, 0.3, 0), max_batch=8, max_delay_s=0.002, quantize="int8"
+    )
+    assert trace.quant_error == error and trace.summary()["requests"] == trace.offered
+
+
+def _trial(workload: str, quantize: str) -> HarnessConfig:
+    """A tuning trial's config (``ServeEvaluator.trial_config``'s shape) for ``workload``."""
+    return HarnessConfig(
+        workload=workload,
+        micro_batch=8,
+        duration_s=0.3,
+        serve={
+            "rate_rps": 100.0,
+            "max_delay_s": 0.0,
+            "quantize": quantize,
+            "quant_tolerance": DEFAULT_TOLERANCE,
+            "load_test": {"streams": 2, "replicas": 1},
+        },
+    )
+
+
+def test_a_model_that_int8_ruins_is_refused_as_a_service_and_as_a_trial() -> None:
+    torch.manual_seed(0)  # as the harness seeds before it builds
+    fragile = build_workload(FRAGILE, {}, 0)
+    with pytest.raises(QuantizationRefused, match=r"serve\.quant_tolerance") as info:
+        quantized(fragile, "int8")
+    assert info.value.error > DEFAULT_TOLERANCE
+    service = dataclasses.replace(
+        _trial(FRAGILE, "int8"), serve={"rate_rps": 50.0, "quantize": "int8"}
+    )
+    with pytest.raises(QuantizationRefused):
+        Harness(service).run()  # refused before its first request
+    refused = Harness(_trial(FRAGILE, "int8")).run()  # a trial: a refusal is its result
+    assert refused.status == "refused" and refused.quant_error == pytest.approx(info.value.error)
+    assert refused.measured_steps == 0
+    fp32 = Harness(_trial(FRAGILE, "none")).run()  # unquantized it serves: two streams
+    assert fp32.status == "finished" and fp32.quant_error is None and fp32.dropped == 0
+    assert fp32.offered == sum(len(poisson_arrivals(100.0, 0.3, k)) for k in (0, 1))
+    assert fp32.measured_steps == fp32.offered and fp32.p99_ms is not None
+
+
+def test_a_training_entry_is_refused_as_a_service_naming_the_field() -> None:
+    trains = _trial("tests.workers.sample_workload:build", "none")
+    with pytest.raises(HarnessConfigError, match=r"workload: a load test needs a forward-only"):
+        Harness(trains).run()
+    live = dataclasses.replace(trains, serve={"rate_rps": 50.0})
+    with pytest.raises(HarnessConfigError, match=r"workload: .* is a training workload"):
+        Harness(live).run()
+    with pytest.raises(HarnessConfigError, match=r"serve\.load_test\.replicas must be"):
+        dataclasses.replace(
+            trains, serve={"rate_rps": 1.0, "load_test": {"streams": 1, "replicas": 0}}
+        )
