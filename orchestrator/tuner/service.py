@@ -116,6 +116,15 @@ def _check_servable(spec: JobSpec, evaluator: Evaluator) -> None:
         )
 
 
+def _sandbox_key(spec: JobSpec, job: str | None) -> str:
+    """Whose sandbox uid a team's code runs under while it is tuned: the job's, or for a
+    tuning with no job (``orch tune``) one of its own: a name is not unique (two teams' jobs
+    named alike tuned at once on a host must not share a uid)."""
+    import uuid
+
+    return job or f"tune-{spec.team}-{spec.name}-{uuid.uuid4().hex[:8]}"
+
+
 def _reads_dataset(evaluator: Evaluator) -> bool:
     """Whether the workload reads a dataset through the loader (the probe's answer; a failed
     probe says no: the loader's knobs are then left as the job set them)."""
@@ -141,7 +150,7 @@ def default_evaluator(
             spec.serve.harness(),
             caps=caps,
             seed=spec.run.seed,
-            job_id=job or spec.name,
+            job_id=_sandbox_key(spec, job),
         )
     from orchestrator.tuner.evaluators.harness import HarnessEvaluator
 
@@ -345,6 +354,6 @@ def command_evaluator(
         spec.workload.args,
         folder,
         caps=caps,
-        job_id=job or spec.name,
+        job_id=_sandbox_key(spec, job),
         seed=spec.run.seed,
     )
