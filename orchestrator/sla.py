@@ -56,6 +56,23 @@ def _num(metrics: dict[str, Any], key: str) -> float | None:
         return None
 
 
+def wall_share(metrics: dict[str, Any]) -> float | None:
+    """The share of a run's time spent waiting for its data, when that data is the job's own
+    (``reads_dataset``: the harness's loader), else ``None``.
+
+    A run's ``samples_per_s`` counts its timed steps alone: what its tuning trades (micro-batch,
+    GPUs, precision) changes it, the data wait beside it does not. A throughput SLA is about
+    the rate the job's work goes at, ``samples_per_s x (1 - share)``, so a job that waits on
+    its loader is judged at the wall clock. The batches the harness generates for a workload
+    without a dataset are its stand-in for a loader (not the job's cost), so their wait is not
+    counted; a command job's step times are the script's own and already hold its loading.
+    """
+    if metrics.get("reads_dataset") is not True:
+        return None
+    share = _num(metrics, "data_wait_share")
+    return share if share is not None and 0.0 <= share < 1.0 else None
+
+
 def evaluate_sla(
     spec: JobSpec,
     metrics: dict[str, Any],
@@ -87,6 +104,10 @@ def evaluate_sla(
                 else ("tokens_per_s", tp.min_tokens_per_s, "tokens/s")
             )
             value = _num(metrics, key)
+            share = wall_share(metrics)
+            if value is not None and share is not None:
+                value *= 1.0 - share
+                unit = f"{unit} at the wall clock ({share:.0%} waiting for data)"
             verdicts.append(None if value is None else value >= (floor or 0))
             measured.append("-" if value is None else f"{value:,.1f} {unit}")
         elif tp.deadline_s is not None:

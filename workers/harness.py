@@ -480,6 +480,9 @@ class _Run:
             "p99_ms": lat.quantile(0.99),
             "samples_per_s": sps,
             "tokens_per_s": tps,
+            # the data wait is the loader's (the job's own data), not the harness's generator:
+            # what the job's work goes at is then samples_per_s x (1 - data_wait_share)
+            "reads_dataset": self.loader is not None,
             "measured_steps": lat.count,
             **self.meter.summary(time.perf_counter()),
             **self.recent.summary(time.perf_counter()),

@@ -33,6 +33,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.sla import wall_share
+
 __all__ = [
     "GUARD_KEYS",
     "SLA_CHECKS",
@@ -60,6 +62,8 @@ GUARD_KEYS: tuple[str, ...] = (
     "global_batch",
     "tokens_per_s",
     "samples_per_s",
+    "reads_dataset",
+    "data_wait_share",
 )
 """The worker's report fields the guard reads for each running job."""
 
@@ -129,8 +133,12 @@ class Reading:
         at: the round's clock.
         steps: measured steps in the window.
         latency_ms: the window's latency at the SLA's (or prediction's) percentile.
-        samples_per_s, tokens_per_s: the window's throughput.
+        samples_per_s, tokens_per_s: the window's throughput (its steps' own rate).
         remaining_samples: work left (steps left x global batch; ``None``: unknown).
+        wait_share: the share of the run's time it waits for its own data
+            (``orchestrator.sla.wall_share``; ``None``: none counted). The SLA checks judge
+            the rate at the wall clock, ``x (1 - wait_share)``; the profile check the steps'
+            own rate, which is what the tuner predicted.
     """
 
     at: float
@@ -139,6 +147,13 @@ class Reading:
     samples_per_s: float | None = None
     tokens_per_s: float | None = None
     remaining_samples: float | None = None
+    wait_share: float | None = None
+
+    def wall(self, rate: float | None) -> float | None:
+        """``rate`` at the wall clock (see ``wait_share``)."""
+        if rate is None or self.wait_share is None:
+            return rate
+        return rate * (1.0 - self.wait_share)
 
 
 @dataclass(frozen=True)
@@ -199,6 +214,7 @@ def reading_of(report: dict[str, Any], targets: Targets, now: float) -> Reading:
         rate,
         tokens,
         None if left is None else max(0.0, left),
+        wall_share(report),
     )
 
 
@@ -217,7 +233,7 @@ def _status(check: Check, t: Targets, r: Reading, band: float, margin: float) ->
             f"p{t.percentile} <= {cap:g} ms",
         )
     if check is Check.THROUGHPUT:
-        rate = r.tokens_per_s if t.floor_unit == "tokens" else r.samples_per_s
+        rate = r.wall(r.tokens_per_s if t.floor_unit == "tokens" else r.samples_per_s)
         if t.floor is None or rate is None:
             return None
         unit = f"{t.floor_unit}/s"
@@ -229,16 +245,17 @@ def _status(check: Check, t: Targets, r: Reading, band: float, margin: float) ->
             f">= {t.floor:g} {unit}",
         )
     if check is Check.DEADLINE:
-        if t.deadline_at is None or r.remaining_samples is None or not r.samples_per_s:
+        wall = r.wall(r.samples_per_s)
+        if t.deadline_at is None or r.remaining_samples is None or not wall:
             return None
-        left_s = r.remaining_samples / r.samples_per_s
+        left_s = r.remaining_samples / wall
         end = r.at + left_s
         severity = "violated" if r.at > t.deadline_at else "at-risk"
         return _Status(
             end > t.deadline_at,
             end <= t.deadline_at - band * left_s,
             severity,
-            f"ends in {left_s:,.0f} s at {r.samples_per_s:,.1f} samples/s",
+            f"ends in {left_s:,.0f} s at {wall:,.1f} samples/s",
             f"due in {t.deadline_at - r.at:,.0f} s",
         )
     # PROFILE: the rate against the prediction, and the latency when one was predicted

@@ -169,6 +169,33 @@ def test_reading_of_a_worker_report() -> None:
     assert reading_of({}, Targets(), 0.0).steps == 0
 
 
+def test_a_loader_bound_job_is_judged_at_the_wall_clock_and_its_profile_by_its_steps() -> None:
+    """Steps at 150 samples/s, 40% of the time waiting on the job's loader: 90/s of work
+    against a floor of 100 trips the floor; the profile predicted the steps' 150, which holds."""
+    report = {
+        "window_samples_per_s": 150.0,
+        "window_steps": 40,
+        "data_wait_share": 0.4,
+        "reads_dataset": True,
+        "step": 100,
+        "total_steps": 300,
+        "global_batch": 10,
+    }
+    targets = Targets(floor=100.0, predicted_rate=150.0, deadline_at=10.0)
+    watch, found = Watch(), []
+    for t in range(0, 12):
+        r = reading_of(report, targets, now=float(t))
+        watch, new = assess(targets, r, watch, CFG)
+        found += [(f.check, f.tripped, f.measured) for f in new]
+    assert (Check.THROUGHPUT, True, "90.0 samples/s") in found
+    assert not any(check is Check.PROFILE for check, _, _ in found)
+    # its 2,000 samples left take 22 s at 90/s: due at 10 s, the deadline is judged on that
+    assert (Check.DEADLINE, True, "ends in 22 s at 90.0 samples/s") in found
+    # the harness's own generated batches: judged by the steps' rate, the floor holds
+    generated = reading_of({**report, "reads_dataset": False}, targets, now=0.0)
+    assert generated.wall(generated.samples_per_s) == 150.0
+
+
 def test_a_retune_stop_requeues_without_the_tuned_settings() -> None:
     t = run_ended(
         JobState.RUNNING,

@@ -30,6 +30,19 @@ def test_throughput_floor() -> None:
     assert describe_sla(s) == ">= 100 samples/s"
 
 
+def test_a_job_reading_its_own_data_is_judged_at_the_wall_clock() -> None:
+    """Its steps run at 150 samples/s but it waits on its loader 40% of the time: 90/s."""
+    s = spec({"throughput": {"min_samples_per_s": 100}})
+    loader_bound = {"samples_per_s": 150.0, "data_wait_share": 0.4, "reads_dataset": True}
+    v = evaluate_sla(s, loader_bound)
+    assert v.met is False
+    assert v.measured == "90.0 samples/s at the wall clock (40% waiting for data)"
+    # the batches the harness generates for a workload without a dataset are not the job's
+    assert evaluate_sla(s, {**loader_bound, "reads_dataset": False}).met is True
+    # a command job reports no share: its step times already hold its loading
+    assert evaluate_sla(s, {"samples_per_s": 150.0, "data_wait_share": None}).met is True
+
+
 def test_tokens_floor() -> None:
     s = spec({"throughput": {"min_tokens_per_s": 1000}})
     assert evaluate_sla(s, {"tokens_per_s": "1500"}).met is True

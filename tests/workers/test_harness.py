@@ -118,6 +118,7 @@ def test_report_is_called_with_the_documented_keys() -> None:
         json.dumps(r, allow_nan=False)
     assert [r["step"] for r in reports] == [1, 2, 3, 4, 4]
     assert reports[0]["status"] == "running"
+    assert all(r["reads_dataset"] is False for r in reports)  # gpt generates its batches
     final = reports[-1]
     assert final["status"] == "finished"
     assert final["total_steps"] == 4
