@@ -31,9 +31,9 @@ def check_decisions(
 
     Applying them in order against the snapshot: a ``START`` is for a queued job not started
     yet, a ``PREEMPT`` or ``RESIZE`` for a running job, sizes within the job's range (or
-    between a service's size and its ``want_gpus``), every GPU taken is free after the releases before it, and no GPU
-    is newly taken on a node whose GPUs have less memory than the job needs
-    (``Snapshot.too_small``; a resize keeps what it holds).
+    between a service's size and its ``want_gpus``), every GPU taken is free after the
+    releases before it, and no GPU is newly taken on a node whose GPUs have less memory than
+    the job needs (``Snapshot.too_small``; a resize keeps what it holds).
 
     Returns:
         ``(kept, broken)``, ``broken`` pairing each bad decision with what is wrong with it.
