@@ -185,7 +185,11 @@ def scale_replicas(
         return ScaleWatch(), Scale(
             n - 1,
             f"scaling {n} -> {n - 1} replicas: {said} under {cfg.margin:g}x ceiling "
-            f"{ceiling:g} ms; offered {r.offered_rps or 0:,.0f} req/s keeps {n - 1} "
-            f"{fewer:.0%} busy",
+            f"{ceiling:g} ms; offered {r.offered_rps or 0:,.0f} req/s keeps "
+            f"{_replicas(n - 1)} {fewer:.0%} busy",
         )
     return ScaleWatch(up_since, down_since), None
+
+
+def _replicas(k: int) -> str:
+    return "1 replica" if k == 1 else f"{k} replicas each"

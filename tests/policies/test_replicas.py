@@ -85,7 +85,7 @@ def test_margin_on_both_signals_removes_one_replica_after_the_longer_hold() -> N
     assert [(at, s.replicas) for at, s in got] == [(20, 2)]
     assert got[0][1].reason == (
         "scaling 3 -> 2 replicas: p99 6.0 ms under 0.5x ceiling 20 ms; offered 100 req/s "
-        "keeps 2 30% busy"
+        "keeps 2 replicas each 30% busy"
     )
 
 
