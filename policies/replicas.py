@@ -181,12 +181,15 @@ def scale_replicas(
             return ScaleWatch(), Scale(n, f"stays at {n} replicas ({bound}): " + "; ".join(ups))
         return ScaleWatch(), Scale(want, f"scaling {n} -> {want} replicas: " + "; ".join(ups))
     if down_since is not None and fewer is not None and now - down_since >= cfg.down_hold_s:
-        said = f"p{limits.percentile} {tail:.1f} ms" if tail is not None else "few requests"
+        if tail is None:
+            said = "too few requests in its window to judge its tail"
+        else:
+            pct = limits.percentile
+            said = f"p{pct} {tail:.1f} ms under {cfg.margin:g}x ceiling {ceiling:g} ms"
         return ScaleWatch(), Scale(
             n - 1,
-            f"scaling {n} -> {n - 1} replicas: {said} under {cfg.margin:g}x ceiling "
-            f"{ceiling:g} ms; offered {r.offered_rps or 0:,.0f} req/s keeps "
-            f"{_replicas(n - 1)} {fewer:.0%} busy",
+            f"scaling {n} -> {n - 1} replicas: offered {r.offered_rps or 0:,.0f} req/s keeps "
+            f"{_replicas(n - 1)} {fewer:.0%} busy; {said}",
         )
     return ScaleWatch(up_since, down_since), None
 

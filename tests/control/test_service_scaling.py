@@ -116,6 +116,9 @@ def test_the_loop_scales_a_service_up_on_load_and_down_with_margin(
         assert store.get(bulk).state is JobState.RUNNING
         assert rt.stops.count(svc) == 2
         said = [e["message"] for e in store.events(svc) if e["event"] == "guard"]
-        assert said[-1].startswith("guard: scaling 3 -> 2 replicas: p99 4.0 ms under 0.5x")
+        assert said[-1] == (
+            "guard: scaling 3 -> 2 replicas: offered 90 req/s keeps 2 replicas each 15% busy; "
+            "p99 4.0 ms under 0.5x ceiling 20 ms"
+        )
     finally:
         loop.release(grace_s=5)

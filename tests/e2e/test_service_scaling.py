@@ -18,11 +18,11 @@ from tests.e2e.conftest import Orch, start_orch
 
 REQUEST_MS = 25.0  # each request's cost (tests/e2e/paced_service.py): 16 req/s keep one
 RATE = 16.0  # replica 40% busy, under the 60% it is sized for; 32 req/s 80%: it scales up
-PHASES = ((6.0, RATE), (24.0, 2 * RATE), (50.0, RATE / 4))  # (until, req/s) in stream time
+PHASES = ((4.0, RATE), (18.0, 2 * RATE), (60.0, RATE / 4))  # (until, req/s) in stream time
 
 
 def _trace() -> list[float]:
-    """Seeded Poisson arrivals at each phase's rate: the load doubles at 6 s, falls at 24 s."""
+    """Seeded Poisson arrivals at each phase's rate: the load doubles at 4 s, falls at 18 s."""
     rng, out, start = random.Random(0), [], 0.0
     for until, rate in PHASES:
         t = start + rng.expovariate(rate)
@@ -81,8 +81,9 @@ def test_a_service_scales_up_when_its_load_doubles_and_down_when_it_falls(scaled
                 "args": {"request_ms": REQUEST_MS, "hidden": 16, "n_layer": 1},
             },
             # a loose ceiling: the load is what this test moves (the tail's own trigger is
-            # covered by tests/policies/test_replicas.py)
-            "sla": {"latency": {"percentile": 99, "max_ms": 5000}},
+            # covered by tests/policies/test_replicas.py); on a loaded test machine a queue's
+            # tail can reach seconds, and a tail over half the ceiling holds a scale-down back
+            "sla": {"latency": {"percentile": 99, "max_ms": 60000}},
             "resources": {"gpus": {"min": 1, "max": 3}},
             "run": {"micro_batch": 1, "duration_s": PHASES[-1][0]},
             "serve": {"trace": _trace(), "max_delay_ms": 0},
@@ -100,7 +101,8 @@ def test_a_service_scales_up_when_its_load_doubles_and_down_when_it_falls(scaled
     _running_on(scaled, job_id, n)
 
     down = _scaled(scaled, job_id, f"guard: scaling {n} -> {n - 1} replicas")
-    assert "p99" in down, down
+    offered = float(down.split("offered ")[1].split()[0].replace(",", ""))
+    assert offered < RATE, down  # on the fallen load
     _running_on(scaled, job_id, n - 1)
     # each relaunch went on with the stream that began with the first run (not a new one)
     assert _reported(scaled, job_id, "stream_started_at") == began
