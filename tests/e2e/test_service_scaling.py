@@ -91,7 +91,7 @@ def test_a_service_scales_up_when_its_load_doubles_and_down_when_it_falls(scaled
     )
     job_id = scaled.store.submit(spec).id
     _running_on(scaled, job_id, 1)
-    began = _reported(scaled, job_id, "stream_started_at")
+    began = _this_runs(scaled, job_id, "stream_started_at")
 
     up = _scaled(scaled, job_id, "guard: scaling 1 -> ")
     n = int(up.split(" -> ")[1].split()[0])
@@ -99,13 +99,13 @@ def test_a_service_scales_up_when_its_load_doubles_and_down_when_it_falls(scaled
     offered = float(up.split("offered ")[1].split()[0].replace(",", ""))
     assert offered >= 1.5 * RATE, up  # it scaled on the doubled load, not on the first phase
     _running_on(scaled, job_id, n)
+    # the relaunch went on with the stream that began with the first run (not a new one)
+    assert _this_runs(scaled, job_id, "stream_started_at") == began
 
     down = _scaled(scaled, job_id, f"guard: scaling {n} -> {n - 1} replicas")
     offered = float(down.split("offered ")[1].split()[0].replace(",", ""))
     assert offered < RATE, down  # on the fallen load
     _running_on(scaled, job_id, n - 1)
-    # each relaunch went on with the stream that began with the first run (not a new one)
-    assert _reported(scaled, job_id, "stream_started_at") == began
     scaled.store.cancel(job_id)
     scaled.wait(job_id, {JobState.CANCELLED, JobState.FINISHED}, timeout_s=60)
     said = [e["message"] for e in scaled.store.events(job_id)]
@@ -113,12 +113,13 @@ def test_a_service_scales_up_when_its_load_doubles_and_down_when_it_falls(scaled
     assert any(m.startswith(f"resized from {n} to {n - 1} GPUs") for m in said), said
 
 
-def _reported(orch: Orch, job_id: str, key: str, timeout_s: float = 60) -> Any:
-    """The job's latest reported ``key`` (waits for a report of its current run)."""
+def _this_runs(orch: Orch, job_id: str, key: str, timeout_s: float = 60) -> Any:
+    """``key`` as the job's current run reports it (waits for that run's first report)."""
+    started = float(orch.store.get(job_id).fields.get("started_at") or 0)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        value = orch.store.latest_metrics([job_id], (key,)).get(job_id, {}).get(key)
-        if value is not None:
-            return value
+        got = orch.store.latest_metrics([job_id], ("first_step_at", key)).get(job_id, {})
+        if got.get(key) is not None and float(got.get("first_step_at") or 0) >= started - 1:
+            return got[key]
         time.sleep(0.2)
-    pytest.fail(f"{job_id} never reported {key}")
+    pytest.fail(f"{job_id}'s run never reported {key}")
