@@ -296,11 +296,12 @@ class ServeRun:
         now = time.perf_counter()
         elapsed = now - self.started
         window = self.recent.summary(now)
-        # the window's rate is requests answered over the window's span, not over their
-        # latencies (which overlap while requests queue)
-        span = min(self.recent.window_s, elapsed)
-        answered = int(window["window_steps"] or 0)
-        window["window_samples_per_s"] = answered / span if span > 0 else None
+        load = self._load(now, elapsed)
+        # the window's rate is this replica's requests answered per second of the load window,
+        # not over their latencies (which overlap while requests queue), nor the latency
+        # window's count over its 30 s (it keeps at most 512 requests: 17/s at most)
+        served = load["window_served_rps"]
+        window["window_samples_per_s"] = None if served is None else served / self.h.world_size
         return {
             "p50_ms": self.latency.quantile(0.50),
             "p95_ms": self.latency.quantile(0.95),
@@ -315,7 +316,7 @@ class ServeRun:
             "quant_error": self.quant_error,
             "stream_started_at": self.start_at,
             **window,
-            **self._load(now, elapsed),
+            **load,
         }
 
     def _load(self, now: float, elapsed: float) -> dict[str, float | None]:

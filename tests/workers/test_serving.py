@@ -186,3 +186,5 @@ def test_a_resized_service_goes_on_where_its_stream_is_and_reports_its_load() ->
     assert last["window_offered_rps"] == pytest.approx(200.0, rel=0.35)
     assert 0 < last["window_served_rps"] <= last["window_offered_rps"] * 1.2
     assert 0 < last["window_busy"] <= 1.0
+    # one replica: its own rate is the service's (not a count capped by the latency window)
+    assert last["window_samples_per_s"] == last["window_served_rps"]
