@@ -7,6 +7,11 @@ so the training (and its step count) is the same as on the requested size. Sizes
 global batch cannot be kept with a micro-batch no larger than the requested one (so no new
 out-of-memory risk) are not used.
 
+A service (a job with ``serve:``, issue 24) whose ``resources.gpus`` is a range is resizable
+too: its GPUs are its replicas, each with its own batcher, so every size in the range is usable
+and nothing is re-derived (``run.micro_batch`` is each replica's largest batch). Its size is
+chosen by the SLA guard's scaling decision (``policies.replicas``), not by a speedup curve.
+
 What a size is worth (the ``speedup`` curve the elastic policy maximises) comes from the job's
 profile: the tuner's one-GPU measurement and every throughput the job has shown while running
 on some number of GPUs (kept per job by ``orchestrator.store.ScalingStore``). Between known
@@ -25,6 +30,7 @@ __all__ = [
     "feasible_sizes",
     "global_batch",
     "gpu_range",
+    "resizable",
     "resized_spec",
     "speedup_curve",
     "split_batch",
@@ -46,6 +52,13 @@ def split_batch(batch: int, gpus: int, max_micro: int) -> tuple[int, int] | None
         if per_gpu % accum == 0:
             return per_gpu // accum, accum
     return None
+
+
+def resizable(spec: JobSpec) -> bool:
+    """Whether the scheduler may run the job on other sizes than its requested one: a bulk
+    job or a service, with a GPU range."""
+    ranged = spec.resources.gpus.min != spec.resources.gpus.upper
+    return ranged and (spec.job_class == "bulk" or spec.serve is not None)
 
 
 def resized_spec(spec: JobSpec, gpus: int) -> JobSpec | None:
@@ -91,9 +104,9 @@ def feasible_sizes(spec: JobSpec) -> list[int]:
 
 
 def gpu_range(spec: JobSpec) -> tuple[int, int]:
-    """Fewest and most GPUs the scheduler may give the job: an elastic bulk job's sizes that
-    keep its global batch; exactly its size for any other."""
-    if spec.job_class == "bulk" and spec.resources.gpus.min != spec.resources.gpus.upper:
+    """Fewest and most GPUs the scheduler may give the job: a resizable job's sizes that
+    keep its global batch (a service's range); exactly its size for any other."""
+    if resizable(spec):
         sizes = feasible_sizes(spec)
         return sizes[0], sizes[-1]
     return spec.gpus, spec.gpus

@@ -331,6 +331,15 @@ class ServeSpec(_Model):
     (CPU kernels), once its outputs on seeded inputs are within ``quant_tolerance`` (relative
     L2 error) of fp32's: a model further off is refused, and the error is reported
     (``quant_error``).
+
+    The offered load may change while the service runs: a ``trace`` is its arrival times, so
+    a trace whose gaps halve then grow again is a load that doubles then falls (the trace
+    repeats to cover ``run.duration_s``). With ``resources.gpus`` a range, the SLA guard scales
+    the replicas within it as the load and the tail move (``policies.replicas``); a resize
+    relaunches the service, and ``start_at`` (the wall-clock time, Unix seconds, of the
+    stream's time 0; ``null``: when the run starts) lets the new run go on where the stream is:
+    the scheduler sets it on a service it resizes. Requests due while it restarts are not
+    offered to it; ``run.duration_s`` counts from the stream's start.
     """
 
     rate_rps: float | None = Field(default=None, gt=0, le=1e6)
@@ -339,6 +348,7 @@ class ServeSpec(_Model):
     timeout_ms: float | None = Field(default=None, gt=0, le=3_600_000)
     quantize: Literal["none", "int8"] = "none"
     quant_tolerance: float = Field(default=0.05, gt=0, le=1)
+    start_at: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _one_source(self) -> Self:
@@ -363,6 +373,7 @@ class ServeSpec(_Model):
             "timeout_s": None if self.timeout_ms is None else self.timeout_ms / 1000.0,
             "quantize": self.quantize,
             "quant_tolerance": self.quant_tolerance,
+            "start_at": self.start_at,
         }
 
 

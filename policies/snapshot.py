@@ -198,6 +198,11 @@ class RunningJob(_JobSizes):
             elastic job the policy should grow first when GPUs are spare.
         restarts, most_gpus: as for :class:`QueuedJob` (``most_gpus`` counts ended runs only,
             not the GPUs it holds now).
+        want_gpus: a service's replica count the SLA guard asks for (issue 24:
+            ``policies.replicas``), within its GPU range and its team's quota; ``0``: none
+            asked, it keeps what it holds. A policy that honours it resizes the service to
+            exactly that many GPUs as interactive work (``shared``: first, making room from
+            bulk jobs as for an interactive start); the others leave it as it is.
     """
 
     job_id: str
@@ -219,6 +224,7 @@ class RunningJob(_JobSizes):
     urgent: bool = False
     restarts: int = 0
     most_gpus: int = 0
+    want_gpus: int = 0
 
     @property
     def gpus(self) -> int:

@@ -13,10 +13,12 @@ pay for allocator and kernel warm-up the rest never see.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -59,9 +61,14 @@ class Replica(Protocol):
     def model(self) -> torch.nn.Module: ...
 
 
-__all__ = ["Replica", "ServeRun", "load_test", "load_test_run", "serve_arrivals"]
+__all__ = ["LOAD_WINDOW_S", "Replica", "ServeRun", "load_test", "load_test_run", "serve_arrivals"]
 
 log = logging.getLogger(__name__)
+
+LOAD_WINDOW_S = 5.0
+"""The seconds over which a service reports its offered load, served rate and busy share
+(``window_offered_rps``, ``window_served_rps``, ``window_busy``): short, so that the SLA
+guard's scaling (``policies.replicas``) sees a load that changes within seconds."""
 
 
 def load_test(
@@ -233,11 +240,16 @@ class ServeRun:
     is a Poisson stream at the rate over the replicas: a balancer routing at random). Its
     figures are request latencies, arrival to answer; its throughput is requests answered per
     second (one request is one sample). It has nothing to checkpoint: a stopped service starts
-    again with a fresh stream. Reports carry the harness's keys (so ``orch show``, the SLA
+    again with a fresh stream, unless ``serve.start_at`` says where the stream began on the
+    wall clock (a resized service: it goes on from there, the requests due while it was
+    restarting not offered). Reports carry the harness's keys (so ``orch show``, the SLA
     verdict and the guard read a service as any job) plus ``queue_p95_ms``, ``mean_batch``,
     ``offered_rps``, ``dropped`` and ``quant_error`` (the int8 model's output error against
     fp32, when ``serve.quantize`` is ``int8``: checked against ``quant_tolerance`` before the
-    first request, and the service refused when over it).
+    first request, and the service refused when over it), and for the guard's scaling the
+    last :data:`LOAD_WINDOW_S` seconds' ``window_offered_rps`` (the whole stream's),
+    ``window_served_rps`` (this replica's times the replicas) and ``window_busy`` (the share
+    of them this replica spent serving batches), and ``stream_started_at``.
     """
 
     def __init__(self, h: Replica) -> None:
@@ -262,8 +274,13 @@ class ServeRun:
         self.timeout_s = settings.get("timeout_s")
         duration = float(cfg.duration_s or 0.0)
         every = serve_arrivals(settings, duration, cfg.seed)
+        self.stream = every  # all replicas' arrivals: the offered load is read from them
         self.arrivals = [t for i, t in enumerate(every) if i % h.world_size == h.rank]
         self.duration_s = duration
+        self.start_at: float | None = settings.get("start_at")
+        self.offset = 0.0  # where in the stream this run starts (seconds)
+        self.batch_log: deque[tuple[float, float, int]] = deque()  # (ended, took_s, requests)
+        self.busy_seen = 0.0
         self.latency = LatencySketch()
         self.queue = LatencySketch()
         self.recent = RecentSteps()  # requests answered in the last seconds: the guard's
@@ -293,6 +310,11 @@ class ServeRun:
         for n in range(1, mb + 1):  # warm-up, as a load test does
             forward(n)
         self.started = time.perf_counter()
+        if self.start_at is None:
+            self.start_at = time.time()
+        else:  # a resized service: the stream goes on where it is now
+            self.offset = min(self.duration_s, max(0.0, time.time() - self.start_at))
+        arrivals = [t - self.offset for t in self.arrivals if t >= self.offset]
 
         def clock() -> float:
             return time.perf_counter() - self.started
@@ -311,7 +333,7 @@ class ServeRun:
                 time.sleep(min(left, 0.05))
 
         serve(
-            self.arrivals,
+            arrivals,
             forward,
             max_batch=mb,
             max_delay_s=self.max_delay_s,
@@ -327,6 +349,10 @@ class ServeRun:
     def _took(self, trace: ServeTrace) -> None:
         """A batch was answered: its requests into the figures (the trace keeps none)."""
         now = time.perf_counter()
+        self.batch_log.append((now, trace.busy_s - self.busy_seen, len(trace.latency_ms)))
+        self.busy_seen = trace.busy_s
+        while self.batch_log and self.batch_log[0][0] < now - LOAD_WINDOW_S:
+            self.batch_log.popleft()
         for lat, q in zip(trace.latency_ms, trace.queue_ms, strict=True):
             self.latency.add(lat)
             self.queue.add(q)
@@ -347,11 +373,12 @@ class ServeRun:
         now = time.perf_counter()
         elapsed = now - self.started
         window = self.recent.summary(now)
-        # the window's rate is requests answered over the window's span, not over their
-        # latencies (which overlap while requests queue)
-        span = min(self.recent.window_s, elapsed)
-        answered = int(window["window_steps"] or 0)
-        window["window_samples_per_s"] = answered / span if span > 0 else None
+        load = self._load(now, elapsed)
+        # the window's rate is this replica's requests answered per second of the load window,
+        # not over their latencies (which overlap while requests queue), nor the latency
+        # window's count over its 30 s (it keeps at most 512 requests: 17/s at most)
+        served = load["window_served_rps"]
+        window["window_samples_per_s"] = None if served is None else served / self.h.world_size
         return {
             "p50_ms": self.latency.quantile(0.50),
             "p95_ms": self.latency.quantile(0.95),
@@ -364,7 +391,24 @@ class ServeRun:
             "offered_rps": len(self.arrivals) / self.duration_s if self.duration_s else None,
             "dropped": self.dropped,
             "quant_error": self.quant_error,
+            "stream_started_at": self.start_at,
             **window,
+            **load,
+        }
+
+    def _load(self, now: float, elapsed: float) -> dict[str, float | None]:
+        """The last :data:`LOAD_WINDOW_S` seconds' offered and served requests per second
+        and busy share (see the class doc)."""
+        span = min(LOAD_WINDOW_S, elapsed)
+        if span <= 0:
+            return {"window_offered_rps": None, "window_served_rps": None, "window_busy": None}
+        at = self.offset + elapsed  # the stream's clock
+        offered = bisect.bisect_left(self.stream, at) - bisect.bisect_left(self.stream, at - span)
+        recent = [b for b in self.batch_log if b[0] >= now - span]
+        return {
+            "window_offered_rps": offered / span,
+            "window_served_rps": sum(b[2] for b in recent) * self.h.world_size / span,
+            "window_busy": min(1.0, sum(b[1] for b in recent) / span),
         }
 
     def _emit(self, status: str) -> None:
@@ -384,7 +428,9 @@ class ServeRun:
             "global_batch": h.config.micro_batch,
             "warmup_steps": 0,
             "first_step_at": self.first_step_at,
-            "time_left_s": max(0.0, self.duration_s - (time.perf_counter() - self.started)),
+            "time_left_s": max(
+                0.0, self.duration_s - self.offset - (time.perf_counter() - self.started)
+            ),
             "peak_mem_mb": self.peak.peak_mb(),
             **self._figures(),
         }

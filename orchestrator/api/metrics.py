@@ -228,10 +228,11 @@ def _telemetry(t: Telemetry) -> Iterator[Metric]:
     guard = CounterMetricFamily(
         "orch_sla_guard",
         "What the SLA guard found in running jobs (at_risk, violated, recovered) or did "
-        "(retune), per check (latency, throughput, deadline, profile).",
+        "(retune; scale_up, scale_down of a service's replicas), per check (latency, "
+        "throughput, deadline, profile, replicas).",
         labels=["event", "check"],
     )
-    for event in ("at_risk", "violated", "recovered", "retune"):
+    for event in ("at_risk", "violated", "recovered", "retune", "scale_up", "scale_down"):
         for check, n in sorted(t.counter(f"guard_{event}").items()):
             guard.add_metric([event, check], n)
     yield guard

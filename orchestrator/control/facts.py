@@ -57,11 +57,12 @@ class JobFactsReader:
 
     def running(self, rec: JobRecord, kind: RunKind) -> JobFacts:
         """A job's facts while a run of it holds GPUs: an elastic job with the sizes its
-        running settings can keep their global batch on and its curve; a tuning gang rigid."""
+        running settings can keep their global batch on and its curve; a tuning gang rigid,
+        and a service too (its size moves only as the SLA guard asks: ``want_gpus``)."""
         (raw,) = self.store.queue_facts([rec.id]) or [_record_fields(rec)]
         facts = job_facts(raw)
         info = self.elastic(rec.id) if kind == "run" else None
-        if info is None or facts.min_gpus == facts.max_gpus:
+        if info is None or facts.min_gpus == facts.max_gpus or facts.job_class != "bulk":
             return dataclasses.replace(facts, min_gpus=0, max_gpus=0, speedup=())
         sizes = elastic.feasible_sizes(info[0])
         return dataclasses.replace(facts, min_gpus=sizes[0], max_gpus=sizes[-1], speedup=info[1])

@@ -30,10 +30,10 @@ def check_decisions(
     """Split decisions (in apply order) into those that keep the contract and the others.
 
     Applying them in order against the snapshot: a ``START`` is for a queued job not started
-    yet, a ``PREEMPT`` or ``RESIZE`` for a running job, sizes within the job's range, every
-    GPU taken is free after the releases before it, and no GPU is newly taken on a node whose
-    GPUs have less memory than the job needs (``Snapshot.too_small``; a resize keeps what it
-    holds).
+    yet, a ``PREEMPT`` or ``RESIZE`` for a running job, sizes within the job's range (or
+    between a service's size and its ``want_gpus``), every GPU taken is free after the
+    releases before it, and no GPU is newly taken on a node whose GPUs have less memory than
+    the job needs (``Snapshot.too_small``; a resize keeps what it holds).
 
     Returns:
         ``(kept, broken)``, ``broken`` pairing each bad decision with what is wrong with it.
@@ -91,7 +91,12 @@ def _problem(
         return f"{kind.value.upper()} for {d.job_id}, which is {state}"
     if kind is DecisionKind.RESIZE and d.job_id not in holding:
         return f"RESIZE for {d.job_id}, which was preempted in the same round"
-    if not job.lo <= len(d.nodes) <= job.hi:
+    # a service may also be resized towards the replicas the SLA guard asks for (want_gpus;
+    # the team caps may stop a grow short of them)
+    lo, hi = job.lo, job.hi
+    if isinstance(job, RunningJob) and job.want_gpus:
+        lo, hi = min(lo, job.want_gpus), max(hi, job.want_gpus)
+    if not lo <= len(d.nodes) <= hi:
         return f"{kind.value} {d.job_id} on {len(d.nodes)} GPUs; it runs on {job.lo}..{job.hi}"
     old = Counter(holding.get(d.job_id, ())) if kind is DecisionKind.RESIZE else Counter()
     need = Counter(d.nodes)

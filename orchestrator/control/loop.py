@@ -545,6 +545,7 @@ class ControlLoop:
                         checkpoint_at=at_or_after(p.get("checkpoint_at"), started),
                         first_step_at=first if run.launch.kind == "run" else started,
                         urgent=run.job_id in self.sla_guard.urgent,
+                        want_gpus=self.sla_guard.want.get(run.job_id, 0),
                     ),
                 )
             )
@@ -635,9 +636,16 @@ class ControlLoop:
         self.telemetry.placed(rec)
         self._launch(rec, nodes, d.strategy)
 
-    def _launch(self, rec: JobRecord, nodes: tuple[str, ...], strategy: str) -> None:
+    def _launch(
+        self,
+        rec: JobRecord,
+        nodes: tuple[str, ...],
+        strategy: str,
+        stream_at: float | None = None,
+    ) -> None:
         """Launch a placed job's gang (a tuning gang when it is still to be tuned); a job that
-        cannot start is requeued or failed with the reason, never left placed."""
+        cannot start is requeued or failed with the reason, never left placed. ``stream_at``:
+        where a resized service's arrival stream began (its new run goes on from there)."""
         job_id = rec.id
         try:
             spec = rec.spec
@@ -651,6 +659,9 @@ class ControlLoop:
             if not tune:
                 sized = self.facts.sized(rec, len(nodes), self._memory(nodes))
                 spec = sized.spec or spec
+                if stream_at and spec.serve is not None:
+                    serve = spec.serve.model_copy(update={"start_at": stream_at})
+                    spec = spec.model_copy(update={"serve": serve})
                 if sized.source in ("measured", "model"):  # its profile chose the plan here
                     replanned = f"on {len(nodes)} GPUs: {sized.reason}"
             self._serial += 1
@@ -702,13 +713,18 @@ class ControlLoop:
 
     def _relaunch(self, rec: JobRecord, run: Run) -> None:
         """A run stopped for a resize has ended and its job is placed on its new GPUs: go on
-        there (from its checkpoint)."""
+        there (from its checkpoint; a service from where its arrival stream is now)."""
         nodes = run.resize_to or ()
         try:
             fresh = self.store.get(rec.id)
         except JobNotFound:
             return
-        self._launch(fresh, nodes, run.launch.strategy)
+        stream_at = None
+        if run.launch.spec.serve is not None:  # a service goes on where its stream is
+            got = self.store.latest_metrics([rec.id], ("stream_started_at",)).get(rec.id, {})
+            began = got.get("stream_started_at")
+            stream_at = float(began) if isinstance(began, int | float) and began > 0 else None
+        self._launch(fresh, nodes, run.launch.strategy, stream_at)
 
     def _resize(self, d: Decision, free: dict[str, int]) -> None:
         """Restart a running elastic job on the decision's GPUs (checkpoint, stop, start the new

@@ -7,6 +7,12 @@ lists them) and a ``/metrics`` count. It keeps which elastic jobs are urgent (th
 ``RunningJob.urgent``) and returns the runs to stop for a re-tune, with the measured point the
 re-tune starts from set on the run; the loop stops them (it alone acts on runs). A re-tune a
 job's team asks for (:meth:`SLAGuard.requested`) takes the same path.
+
+A service with a GPU range is also scaled (issue 24): each round its window (tail, offered
+load, busy share) goes through the pure decision of :mod:`policies.replicas`, bounded by its
+range and what its team's quota leaves; the replicas it asks for are kept in ``want`` (the
+snapshot's ``RunningJob.want_gpus``: the policy resizes the service, the loop relaunches it)
+and said in a ``guard`` event (``orch show``), with the reason.
 """
 
 from __future__ import annotations
@@ -31,11 +37,19 @@ from orchestrator.control.guard import (
 )
 from orchestrator.control.ledger import Run
 from orchestrator.control.telemetry import LoopTelemetry
+from orchestrator.elastic import resizable
 from orchestrator.errors import JobNotFound
 from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
 from orchestrator.store.records import JobRecord
 from orchestrator.tuner.profile import expected, record_live
+from policies.replicas import (
+    ReplicaConfig,
+    ScaleWatch,
+    ServiceLimits,
+    ServiceReading,
+    scale_replicas,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +62,9 @@ in every round (rounds come every 50 ms when submissions flood in) would only re
 Retune = tuple[Run, str]
 """A run to stop for a re-tune, and why (the stop's note)."""
 
+SERVICE_KEYS: tuple[str, ...] = ("window_offered_rps", "window_served_rps", "window_busy")
+"""A service's load figures the scaling reads (``workers.serve_run``)."""
+
 
 class SLAGuard:
     """Watches running jobs against their SLA (see the module doc).
@@ -59,6 +76,9 @@ class SLAGuard:
 
     Attributes:
         urgent: elastic jobs short of their floor or deadline, as of the last check.
+        want: the replicas asked of each scaled service whose run has not been resized yet.
+        scaling: the scaling thresholds (the up hold is the guard's ``hold_s``, the down hold
+            twice that: scaling down is never urgent).
     """
 
     def __init__(self, store: JobStore, telemetry: LoopTelemetry, config: GuardConfig) -> None:
@@ -66,19 +86,33 @@ class SLAGuard:
         self.telemetry = telemetry
         self.config = config
         self.urgent: set[str] = set()
+        self.want: dict[str, int] = {}
+        self.scaling = ReplicaConfig(up_hold_s=config.hold_s, down_hold_s=2 * config.hold_s)
         self._targets: dict[str, tuple[Targets, int]] = {}  # (targets, re-tunes so far)
         self._watch: dict[str, tuple[int, Watch]] = {}  # (run serial, hysteresis state)
+        self._services: dict[str, ServiceLimits] = {}  # scaled services, as their run started
+        self._scaled: dict[str, tuple[int, ScaleWatch, bool]] = {}  # (serial, state, capped said)
         self._checked = -float("inf")  # the clock of the last check
 
     def watch(self, rec: JobRecord, spec: JobSpec, gpus: int) -> None:
         """A run of the job started on ``gpus`` GPUs with ``spec`` (its running settings)."""
         retunes = int(rec.fields.get("retunes", 0) or 0)
         self._targets[rec.id] = (self._targets_of(rec, spec, gpus), retunes)
+        self.want.pop(rec.id, None)  # the new run is the size it was asked for
+        lat = spec.sla.latency
+        if spec.serve is not None and resizable(spec) and lat is not None:
+            r = spec.resources.gpus
+            self._services[rec.id] = ServiceLimits(
+                gpus, r.min, r.upper, None, lat.percentile, lat.max_ms
+            )
 
     def forget(self, job_id: str) -> None:
         """The job's run ended."""
         self._targets.pop(job_id, None)
         self._watch.pop(job_id, None)
+        self._services.pop(job_id, None)
+        self._scaled.pop(job_id, None)
+        self.want.pop(job_id, None)
 
     def check(self, runs: Mapping[str, Run], now: float) -> list[Retune]:
         """The running jobs' latest reports judged (at most every :data:`CHECK_EVERY_S`;
@@ -94,7 +128,9 @@ class SLAGuard:
         if now - self._checked < CHECK_EVERY_S:
             return []
         self._checked = now
-        reports = self.store.latest_metrics([r.job_id for r in watched], GUARD_KEYS)
+        keys = GUARD_KEYS + SERVICE_KEYS if self._services else GUARD_KEYS
+        reports = self.store.latest_metrics([r.job_id for r in watched], keys)
+        rooms = self._quota_rooms(runs) if self._services else {}
         urgent: set[str] = set()
         retunes: list[Retune] = []
         for run in watched:
@@ -122,6 +158,8 @@ class SLAGuard:
                     retunes.append((run, why))
             elif act.note and any(f.check is Check.PROFILE and f.tripped for f in findings):
                 self.store.note_event(run.job_id, "guard", f"guard: {act.note}")
+            if run.job_id in self._services:
+                self._scale(run, report, now, rooms.get(run.launch.spec.team))
         for job_id in urgent - self.urgent:
             self.store.note_event(
                 job_id, "guard", "guard: urgent: the policy grows it first when it can"
@@ -149,6 +187,52 @@ class SLAGuard:
             if why:
                 out.append((run, why))
         return out
+
+    def _quota_rooms(self, runs: Mapping[str, Run]) -> dict[str, int]:
+        """GPUs each capped team (``max_gpus``) may still take, by what its runs hold."""
+        config = self.store.teams()
+        caps = {t.name: t.max_gpus for t in config.views()} if config is not None else {}
+        held: dict[str, int] = {}
+        for r in runs.values():
+            team = r.launch.spec.team
+            held[team] = held.get(team, 0) + len(r.nodes)
+        return {t: cap - held.get(t, 0) for t, cap in caps.items() if cap > 0}
+
+    def _scale(self, run: Run, report: dict[str, Any], now: float, room: int | None) -> None:
+        """One round of a service's scaling decision (:func:`policies.replicas.scale_replicas`):
+        a new replica count goes to ``want`` with an event saying why; a count its bounds
+        refuse is said once per run."""
+        job_id, serial = run.job_id, run.launch.serial
+        base = self._services[job_id]
+        limits = ServiceLimits(len(run.nodes), base.lo, base.hi, room, base.percentile, base.max_ms)
+        at, watch, said = self._scaled.get(job_id, (serial, ScaleWatch(), False))
+        if at != serial:
+            watch, said = ScaleWatch(), False
+
+        def num(key: str) -> float | None:
+            v = report.get(key)
+            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+        reading = ServiceReading(
+            now,
+            int(num("window_steps") or 0),
+            num(f"window_p{base.percentile}_ms"),
+            num("window_offered_rps"),
+            num("window_served_rps"),
+            num("window_busy"),
+        )
+        watch, scale = scale_replicas(limits, reading, watch, self.scaling)
+        if scale is not None and scale.replicas == limits.replicas:
+            if not said:
+                self.store.note_event(job_id, "guard", f"guard: {scale.reason}")
+            said = True
+        elif scale is not None and self.want.get(job_id) != scale.replicas:
+            self.want[job_id] = scale.replicas
+            log.info("%s: %s", job_id, scale.reason)
+            self.store.note_event(job_id, "guard", f"guard: {scale.reason}")
+            up = scale.replicas > limits.replicas
+            self.telemetry.guarded("scale-up" if up else "scale-down", "replicas")
+        self._scaled[job_id] = (serial, watch, said)
 
     def _found(self, job_id: str, f: Finding) -> None:
         """Record a check that tripped or cleared: an event, a ``/metrics`` count."""

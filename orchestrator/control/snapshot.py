@@ -76,6 +76,9 @@ class RunFacts:
         urgent: the SLA guard found it short of its throughput floor or deadline (live, from
             its measured window; the simulator's jobs run at their modelled rate and carry no
             floor, so it never sets it).
+        want_gpus: the replicas the SLA guard asks a service to run (0: none asked; live,
+            from its measured window: the simulator models no request latency, so it never
+            sets it).
     """
 
     nodes: tuple[str, ...]
@@ -83,6 +86,7 @@ class RunFacts:
     checkpoint_at: float | None = None
     first_step_at: float | None = None
     urgent: bool = False
+    want_gpus: int = 0
 
 
 def queued_view(job: JobFacts) -> QueuedJob:
@@ -131,6 +135,7 @@ def running_view(job: JobFacts, run: RunFacts) -> RunningJob:
         urgent=run.urgent,
         restarts=job.restarts,
         most_gpus=job.most_gpus,
+        want_gpus=run.want_gpus,
     )
 
 

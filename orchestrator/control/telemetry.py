@@ -85,7 +85,8 @@ class LoopTelemetry:
 
     def guarded(self, what: str, check: str) -> None:
         """The SLA guard found a check ``at-risk``, ``violated`` or ``recovered``, or acted
-        (``retune``), on ``check`` (``latency``, ``throughput``, ``deadline``, ``profile``)."""
+        (``retune``; ``scale-up``, ``scale-down`` of a service), on ``check`` (``latency``,
+        ``throughput``, ``deadline``, ``profile``; ``replicas``)."""
         self.buffer.count(f"guard_{what.replace('-', '_')}", check)
 
     def dropped(self, decisions: int) -> None:

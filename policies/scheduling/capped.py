@@ -6,7 +6,8 @@ Rather than teach every policy about it, :class:`TeamCaps` wraps one:
 1. **Before** the policy decides, a queued job whose team has no room left for its minimum is
    held (a ``WAIT`` saying so) and never shown to the policy, so no job is preempted to make room
    for a job that could not start anyway; jobs that fit are shown with their maximum narrowed to
-   the team's room, and running elastic jobs may grow only into that room.
+   the team's room, and running elastic jobs (and services the SLA guard asks to grow) may
+   grow only into that room.
 2. **After**, the decisions are replayed in apply order with each team's running total: a start
    that would still take a team over its cap (several of its jobs fitting one by one, not all
    together) becomes a ``WAIT``, and such a grow is dropped (the job keeps its GPUs).
@@ -73,6 +74,8 @@ class TeamCaps(SchedulingPolicy):
             top = r.gpus + max(0, (cap or 0) - held[r.team])
             if cap is not None and r.hi > top:
                 r = dataclasses.replace(r, min_gpus=r.lo, max_gpus=max(r.lo, top))
+            if cap is not None and r.want_gpus > top:  # a service grows only into the room
+                r = dataclasses.replace(r, want_gpus=top if top > r.gpus else 0)
             running.append(r)
         inner = dataclasses.replace(snapshot, queue=tuple(queue), running=tuple(running))
         decisions = self.inner.decide(inner)

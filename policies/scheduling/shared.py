@@ -18,6 +18,7 @@ from policies.scheduling.churn import late_window, unused_preemptions
 from policies.scheduling.deadlines import deadline_class
 from policies.scheduling.resize import drop_gpus, grow_gpus
 from policies.scheduling.room import Room
+from policies.scheduling.services import resize_services, services_to_resize
 from policies.sharing import SHARINGS, TeamSharing
 from policies.snapshot import INTERACTIVE, QueuedJob, RunningJob, Snapshot
 
@@ -28,7 +29,10 @@ class SharedSchedulingPolicy(SchedulingPolicy):
 
     One round:
 
-    1. **Interactive first.** Queued interactive jobs, earliest start deadline first, start now.
+    1. **Interactive first.** Services the SLA guard asks to run another number of replicas
+       (``RunningJob.want_gpus``, issue 24) are resized first
+       (:mod:`~policies.scheduling.services`: a grow makes room from bulk jobs as a start
+       does); then queued interactive jobs, earliest start deadline first, start now.
        When free GPUs are short, bulk capacity gives way in this order: elastic jobs shrink
        towards their minimum (the job with most to spare first: fewest jobs disturbed), then
        whole bulk jobs are preempted, borrowed capacity (teams above their entitlement) before
@@ -215,7 +219,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             gpus = len(r.nodes)
             if r.job_class == INTERACTIVE:  # r.interactive, without the property call
                 inter_held[r.team] += gpus
-                demand[r.team] = demand.get(r.team, 0) + gpus
+                demand[r.team] = demand.get(r.team, 0) + max(gpus, r.want_gpus)
             else:
                 lo, hi = _bounds(r, gpus)
                 running_bulk.append((r, lo, hi, gpus))
@@ -225,6 +229,12 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         # 1. interactive jobs start now
         inter.sort(key=lambda q: (q.submitted_at + q.wait_target_s, q.seq, q.job_id))
         room = Room(self.preemption, snapshot, hold, free, ent, preempted, touched, inter_held)
+        services = services_to_resize(snapshot)
+        if services:  # services first: they are measured at risk (or idle) now
+            starts += resize_services(
+                services, snapshot, hold, free, room, self.placement, inter_held
+            )
+            free_total = sum(free.values())
         for q in inter:
             small = snapshot.too_small(q.gpu_memory_gb)  # nodes without the memory it needs
             mine = without(free, small)

@@ -69,6 +69,18 @@ def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
             "run": {"steps": 10},
         }
     )
+    service = parse_spec(
+        {
+            "name": "svc",
+            "team": "t",
+            "class": "interactive",
+            "workload": {"name": "infer", "args": {"model": "mlp"}},
+            "sla": {"latency": {"percentile": 99, "max_ms": 50}},
+            "resources": {"gpus": {"min": 1, "max": 2}},
+            "run": {"micro_batch": 8, "duration_s": 600},
+            "serve": {"rate_rps": 100},
+        }
+    )
     settings = Settings(
         redis_url="unused", namespace=store.namespace, data_dir=tmp_path, guard_hold_s=0.01
     )
@@ -98,9 +110,14 @@ def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
         assert queued[job_id].deadline == queued[job_id].submitted_at + 3600
         assert queued[job_id].remaining_work == (125 - 5) * 8 / 80.0
 
+        svc_id = store.submit(service).id
         loop.round()  # placed again (the pool is free), then running
         loop.round()
         _report(store, job_id)
+        # the service's tail near its ceiling: the guard asks for a second replica
+        store.put_metrics(
+            svc_id, {"first_step_at": time.time(), "window_steps": 50, "window_p99_ms": 45.0}
+        )
         # its last seconds ran at 0.1 samples/s: its deadline will be missed at that rate, and
         # the SLA guard (after its hold) makes the elastic job urgent
         store.put_metrics(job_id, {"window_steps": 20, "window_samples_per_s": 0.1})
@@ -109,8 +126,10 @@ def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
         loop.sla_guard.check(loop.runs, now + 2.0)  # out of bounds for longer than its hold
         snap = loop.observe()
         (running,) = [r for r in snap.running if r.job_id == job_id]
+        (served,) = [r for r in snap.running if r.job_id == svc_id]
         for name, default in _defaults(RunningJob).items():
-            assert getattr(running, name) != default, f"running {name} left at {default!r}"
+            has = served if name == "want_gpus" else running
+            assert getattr(has, name) != default, f"running {name} left at {default!r}"
         assert running.attained_service > 0 and running.checkpoint_at >= running.started_at
     finally:
         loop.release(grace_s=5)

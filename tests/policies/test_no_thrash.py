@@ -109,14 +109,18 @@ def test_pollux_does_not_shrink_a_run_with_no_step() -> None:
 @settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=150, deadline=None)
 @given(snap=snapshots(progress=True))
 def test_no_bulk_job_takes_gpus_from_a_run_with_no_step(snap: Snapshot) -> None:
-    """Under ``shared`` such a run loses GPUs only in a round where an interactive job starts,
-    and never grows; under ``tiresias`` and ``pollux`` it is not touched at all."""
+    """Under ``shared`` such a run loses GPUs only in a round where an interactive job starts
+    (or a service grows to the replicas the SLA guard asks for), and never grows; under
+    ``tiresias`` and ``pollux`` it is not touched at all."""
     fresh = {r.job_id: r.gpus for r in snap.running if not r.interactive and not r.stepped(NOW)}
     interactive = {q.job_id for q in snap.queue if q.interactive}
+    services = {r.job_id: r.gpus for r in snap.running if r.interactive}
     for name in ("shared", "tiresias", "pollux"):
         decisions = _decide(name, snap)
         inter_starts = any(
-            d.kind is DecisionKind.START and d.job_id in interactive for d in decisions
+            (d.kind is DecisionKind.START and d.job_id in interactive)
+            or (d.kind is DecisionKind.RESIZE and len(d.nodes) > services.get(d.job_id, 1 << 30))
+            for d in decisions
         )
         for d in decisions:
             if d.job_id not in fresh or d.kind is DecisionKind.WAIT:

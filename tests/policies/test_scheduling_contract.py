@@ -65,6 +65,10 @@ def snapshots(draw: st.DrawFn, progress: bool = False) -> Snapshot:
                 first_step_at=draw(st.sampled_from([0.0, None, 995.0, 1010.0]))
                 if progress
                 else 0.0,
+                # a service the SLA guard asks to run fewer or more replicas (issue 24)
+                want_gpus=draw(st.sampled_from([0, 0, 1, gpus + 1, gpus + 3]))
+                if cls == "interactive"
+                else 0,
             )
         )
         seq += 1
@@ -246,6 +250,21 @@ class TestShared(SchedulingContract):
 
     @settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=80)
     @given(snap=snapshots())
+    def test_a_service_moves_only_to_the_replicas_asked_and_is_never_preempted(
+        self, snap: Snapshot
+    ) -> None:
+        decisions = self.make().decide(snap)
+        inter = {r.job_id: r for r in snap.running if r.interactive}
+        for d in decisions:
+            r = inter.get(d.job_id)
+            if r is not None:
+                assert d.kind is DecisionKind.RESIZE and len(d.nodes) == r.want_gpus, d
+        for r in inter.values():  # giving back needs nothing: it is always done
+            if 0 < r.want_gpus < r.gpus:
+                assert any(d.job_id == r.job_id for d in decisions)
+
+    @settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=80)
+    @given(snap=snapshots())
     def test_team_with_demand_gets_its_guarantee(self, snap: Snapshot) -> None:
         held = apply(snap, self.make().decide(snap))
         assert short_of_guarantee(snap, held) == []
@@ -376,9 +395,10 @@ def short_of_guarantee(snap: Snapshot, held: dict[str, tuple[str, ...]]) -> list
         inter = [q for q in snap.queue if q.team == t.name and q.interactive]
         inter_run = [r for r in snap.running if r.team == t.name and r.interactive]
         demand = sum(j.hi for j in bulk) + sum(q.gpus for q in inter)
-        demand += sum(r.gpus for r in inter_run)
+        # a service counts the replicas the SLA guard asks of it (services come first)
+        demand += sum(r.want_gpus or r.gpus for r in inter_run)
         interactive = sum(q.gpus for q in snap.queue if q.interactive)
-        interactive += sum(r.gpus for r in snap.running if r.interactive)
+        interactive += sum(r.want_gpus or r.gpus for r in snap.running if r.interactive)
         if interactive > snap.total_gpus - sum(x.guaranteed_gpus for x in snap.teams):
             continue  # interactive jobs start at once, even on guaranteed GPUs
         # a team gets its guarantee (or its jobs' minimums, issue 26: a guarantee protects

@@ -166,3 +166,25 @@ def test_a_service_stops_when_asked_and_refuses_a_training_workload() -> None:
 def test_a_trace_repeats_to_cover_the_service_duration() -> None:
     times = serve_arrivals({"trace": [0.0, 0.25, 0.5]}, 1.2, seed=0)
     assert times == pytest.approx([0.0, 0.25, 0.5, 0.5, 0.75, 1.0, 1.0])
+
+
+def test_a_resized_service_goes_on_where_its_stream_is_and_reports_its_load() -> None:
+    # its stream began 0.5 s ago (a run before the resize): this run serves only what is due
+    # from now on, and reports the stream's start for the next one
+    began = time.time() - 0.5
+    config = dataclasses.replace(_service(start_at=began), duration_s=3.0)
+    reports: list[dict] = []
+    result = Harness(config, report=reports.append, report_every_s=0.2).run()
+    due = [t for t in poisson_arrivals(200.0, 3.0, seed=0) if t >= 0.5]
+    assert result.status == "finished"
+    assert 0 < result.measured_steps <= len(due)
+    last = reports[-1]
+    assert last["stream_started_at"] == began
+    assert last["time_left_s"] == 0.0
+    # the last seconds' load: the stream's arrivals over them (about 200/s), what this one
+    # replica served, and the share of them it spent serving batches
+    assert last["window_offered_rps"] == pytest.approx(200.0, rel=0.35)
+    assert 0 < last["window_served_rps"] <= last["window_offered_rps"] * 1.2
+    assert 0 < last["window_busy"] <= 1.0
+    # one replica: its own rate is the service's (not a count capped by the latency window)
+    assert last["window_samples_per_s"] == last["window_served_rps"]
