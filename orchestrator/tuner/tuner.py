@@ -195,7 +195,12 @@ class Tuner:
             return "trials"
         if self.max_seconds is not None and history.cost_s >= self.max_seconds:
             return "seconds"
-        if self.patience is not None and stale >= self.patience:
+        # with nothing feasible a patience stop is an infeasible verdict: the strategy may hold it
+        if (
+            self.patience is not None
+            and stale >= self.patience
+            and (history.best is not None or self.strategy.settled(history))
+        ):
             return "patience"
         return None
 

@@ -32,6 +32,11 @@ class SLASearchStrategy(SearchStrategy):
         super().__init__(seed)
         self.min_gain = min_gain
 
+    def settled(self, history: History) -> bool:
+        """No infeasible verdict while a config the hard rules allow is predicted to meet the
+        SLA (by a family's own model or a borrowed one) and is not measured yet."""
+        return not any(p.ok for p in score(Evidence.build(history)))
+
     def next_config(self, history: History) -> Config | Ask | None:
         """The config predicted best under the SLA among those the hard rules allow."""
         ev = Evidence.build(history)
