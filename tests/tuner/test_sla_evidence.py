@@ -212,3 +212,15 @@ def test_no_wrong_infeasible_verdict_on_generated_tables(seed: int, sla: int) ->
     assert optimum(table, goal) is not None
     result = Tuner(table.space, goal, table.evaluator(), SLASearchStrategy(), patience=10).run()
     assert result.status == "feasible", result.reason
+
+
+def test_patience_is_held_while_a_config_is_predicted_to_beat_the_best() -> None:
+    """Micro-batch 1 meets the floor; the model fitted on 1, 4 and 16 predicts larger ones far
+    better: the strategy is not done, so it holds the patience. With the ladder measured to
+    its top it has nothing predicted better, and the patience may stop it."""
+    space = SearchSpace(micro_batches=LADDER)
+    goal = Goal("throughput", floor=100.0)
+    some = [Config(m) for m in (1, 4, 16)]
+    assert not SLASearchStrategy().settled(_history(space, goal, [(c, _ok(c)) for c in some]))
+    every = [Config(m) for m in LADDER]
+    assert SLASearchStrategy().settled(_history(space, goal, [(c, _ok(c)) for c in every]))

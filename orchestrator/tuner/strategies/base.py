@@ -5,7 +5,7 @@ returns a config to profile, :data:`ASK_SAMPLER` to let the study's Optuna sampl
 ``None`` when it has nothing left worth trying. A strategy may keep private state between calls
 (a line it is walking) but must be deterministic for the same history and seed. The tuner owns
 the budget, the patience rule and the study; the strategy never runs a trial itself (it may only
-hold off a patience stop that would call the SLA infeasible: :meth:`SearchStrategy.settled`).
+hold off a patience stop while it is not done: :meth:`SearchStrategy.settled`).
 
 Batches: with several GPUs free the tuner asks again before the trials already proposed have
 reported; those are in ``history.pending``. A strategy must not propose a pending config (the
@@ -58,9 +58,10 @@ class SearchStrategy(abc.ABC):
         return optuna.samplers.RandomSampler(seed=self.seed)
 
     def settled(self, history: History) -> bool:
-        """Whether the tuner's patience may end a search that has found nothing feasible: its
-        stop then reports the SLA infeasible, so a strategy whose own evidence still points to
-        a config meeting it may say no (the budget still bounds the search). Default: yes."""
+        """Whether the tuner's patience may end the search now. A strategy whose own evidence
+        says it is not done may say no: with nothing feasible the stop reports the SLA
+        infeasible, and a config predicted to meet it may be untried. The budget (trials,
+        seconds) still bounds the search. Default: yes."""
         return True
 
     @abc.abstractmethod
