@@ -10,7 +10,8 @@ so ``optuna-dashboard`` and ``study.best_trial`` see the same feasibility the tu
 Never crash, waste little: an evaluator exception becomes an infeasible trial; a config already
 measured is not measured again; with ``prune`` a config known to run out of memory or to miss
 the latency ceiling is skipped; the search stops when the best has not improved by more than
-``min_gain`` for ``patience`` trials, or at the budget.
+``min_gain`` for ``patience`` trials (unless the strategy is not done:
+``SearchStrategy.settled``), or at the budget.
 
 Parallel tuning (``free_gpus=k``): the tuner asks for proposals until a batch fills ``k`` GPUs
 (a ``g``-GPU trial takes ``g``), runs the batch at once (``Evaluator.evaluate_batch``), then
@@ -195,7 +196,8 @@ class Tuner:
             return "trials"
         if self.max_seconds is not None and history.cost_s >= self.max_seconds:
             return "seconds"
-        if self.patience is not None and stale >= self.patience:
+        # the strategy may hold a patience stop while its own evidence says it is not done
+        if self.patience is not None and stale >= self.patience and self.strategy.settled(history):
             return "patience"
         return None
 

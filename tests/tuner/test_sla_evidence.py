@@ -166,3 +166,61 @@ def test_configs_of_different_plans_are_not_pooled_in_one_family() -> None:
     assert len(ev.by_family[family_of(dp)]) == 2
     nxt = SLASearchStrategy().next_config(_history(space, goal, runs))
     assert nxt is None or space.contains(nxt)
+
+
+def test_bf16_with_checkpointing_is_scored_where_fp32s_wall_caps_bf16() -> None:
+    """fp32 runs out of memory at micro-batch 1, so bf16 without checkpointing is capped at 1
+    (autocast at best halves the activations): bf16 needs checkpointing above it, as fp32 does,
+    and the next trial is bf16 with checkpointing. (Before, only an OOM seen under bf16 itself
+    made bf16's checkpointing needed, so the memory-wall tables never measured it.)"""
+    space = SearchSpace(
+        micro_batches=LADDER, precisions=("fp32", "bf16"), activation_checkpointing=(False, True)
+    )
+    goal = Goal("throughput", floor=400.0)  # micro-batch 1 gives 167/s; 4 with recompute more
+    bf16 = Config(1, precision="bf16")
+    h = _history(space, goal, [_oom(Config(1)), (bf16, _ok(bf16))])
+    ev = Evidence.build(h)
+    ckpt = Config(2, precision="bf16", activation_checkpointing=True)
+    assert ev.half_precision_cap(Config(2, precision="bf16")) == 0
+    assert ev.needs_ckpt(ckpt) and not ev.needs_ckpt(Config(1, precision="bf16"))
+    assert any(p.ok and p.config.precision == "bf16" for p in steps.score(ev))
+    nxt = SLASearchStrategy().next_config(h)
+    assert isinstance(nxt, Config) and nxt.precision == "bf16" and nxt.activation_checkpointing
+
+
+def test_patience_gives_no_infeasible_verdict_while_a_config_is_predicted_to_meet() -> None:
+    """Nothing meets the floor yet and a config the strategy predicts to meet it is unmeasured:
+    the strategy holds off the tuner's patience stop (which would report the SLA infeasible);
+    once that config is measured and misses, the verdict may come."""
+    space = SearchSpace(micro_batches=LADDER, gpus=(1, 2))
+    goal = Goal("throughput", floor=1500.0)
+    runs = [Config(m) for m in (1, 4, 16)]
+    h = _history(space, goal, [(c, _ok(c)) for c in runs])
+    assert h.best is None and not SLASearchStrategy().settled(h)
+    far = Goal("throughput", floor=1e6)
+    assert SLASearchStrategy().settled(_history(space, far, [(c, _ok(c)) for c in runs]))
+
+
+# Generated tables where the strategy, before its patience hold and bf16's checkpointing rule,
+# was stopped by the tuner's patience with nothing feasible (a wrong infeasible verdict):
+# FSDP-only (walking bf16 on 4 GPUs while fp32 on 8 was predicted to meet the floor) and a
+# memory wall (checkpointing under bf16 never measured).
+@pytest.mark.parametrize(("seed", "sla"), [(26, 0), (26, 1), (25, 1), (53, 0)])
+def test_no_wrong_infeasible_verdict_on_generated_tables(seed: int, sla: int) -> None:
+    table = generated_table(seed)
+    _, goal = generated_slas(table)[sla]
+    assert optimum(table, goal) is not None
+    result = Tuner(table.space, goal, table.evaluator(), SLASearchStrategy(), patience=10).run()
+    assert result.status == "feasible", result.reason
+
+
+def test_patience_is_held_while_a_config_is_predicted_to_beat_the_best() -> None:
+    """Micro-batch 1 meets the floor; the model fitted on 1, 4 and 16 predicts larger ones far
+    better: the strategy is not done, so it holds the patience. With the ladder measured to
+    its top it has nothing predicted better, and the patience may stop it."""
+    space = SearchSpace(micro_batches=LADDER)
+    goal = Goal("throughput", floor=100.0)
+    some = [Config(m) for m in (1, 4, 16)]
+    assert not SLASearchStrategy().settled(_history(space, goal, [(c, _ok(c)) for c in some]))
+    every = [Config(m) for m in LADDER]
+    assert SLASearchStrategy().settled(_history(space, goal, [(c, _ok(c)) for c in every]))

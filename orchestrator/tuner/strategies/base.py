@@ -4,7 +4,8 @@ Contract: :meth:`SearchStrategy.next_config` reads the :class:`History` (never w
 returns a config to profile, :data:`ASK_SAMPLER` to let the study's Optuna sampler choose, or
 ``None`` when it has nothing left worth trying. A strategy may keep private state between calls
 (a line it is walking) but must be deterministic for the same history and seed. The tuner owns
-the budget, the patience rule and the study; the strategy never runs a trial itself.
+the budget, the patience rule and the study; the strategy never runs a trial itself (it may only
+hold off a patience stop while it is not done: :meth:`SearchStrategy.settled`).
 
 Batches: with several GPUs free the tuner asks again before the trials already proposed have
 reported; those are in ``history.pending``. A strategy must not propose a pending config (the
@@ -55,6 +56,13 @@ class SearchStrategy(abc.ABC):
         import optuna
 
         return optuna.samplers.RandomSampler(seed=self.seed)
+
+    def settled(self, history: History) -> bool:
+        """Whether the tuner's patience may end the search now. A strategy whose own evidence
+        says it is not done may say no: with nothing feasible the stop reports the SLA
+        infeasible, and a config predicted to meet it may be untried. The budget (trials,
+        seconds) still bounds the search. Default: yes."""
+        return True
 
     @abc.abstractmethod
     def next_config(self, history: History) -> Config | Ask | None:

@@ -34,6 +34,8 @@ them):
   certain at more GPUs and an OOM at fewer. A sharded family's walk starts on the fewest GPUs
   above one (on one GPU every sharding is the same run) where its smallest micro-batch may fit.
   Checkpointing only frees memory: a checkpointing family counts its sibling's fits as its own.
+  It is needed where the same settings without it run out of memory, seen or, under bf16/fp16,
+  implied by fp32's (the autocast rule above).
 - Latency: step time does not fall when the micro-batch or the accumulation grows, so a
   ceiling missed at micro-batch ``b`` beyond measurement noise (``History.latency_noise``) is
   missed at ``2b`` with the same other settings; a miss within the noise prunes nothing (where
@@ -45,6 +47,9 @@ Verdict: an SLA is reported infeasible only when no model, own or borrowed, pred
 meeting it, and after each modelled family's extreme config for the missed constraint and the
 closest config's untried neighbours have been measured and missed, so one bad prediction
 cannot hide a feasible config next to the closest, nor an unmeasured family predicted to meet.
+The tuner's patience would end such a search with the same verdict: the strategy holds that
+stop (``settled``) while a config it may try is predicted to meet the SLA, and, once something
+is feasible, while a config is predicted to beat the best by more than ``min_gain``.
 """
 
 from orchestrator.tuner.strategies.sla.evidence import Evidence, Prediction

@@ -262,9 +262,12 @@ class Evidence:
         )
 
     def needs_ckpt(self, c: Config) -> bool:
-        """Checkpointing only where the same settings without it ran out of memory."""
-        base = family_of(c)._replace(ckpt=False)
-        return self.sure_oom(base, c) <= self.space.index(c.micro_batch)
+        """Checkpointing only where the same settings without it run out of memory: they did
+        (a sure OOM), or under bf16/fp16 they must (twice fp32's OOM: :meth:`half_precision_cap`,
+        so bf16 with checkpointing is tried where fp32's wall also caps bf16 without it)."""
+        plain = dataclasses.replace(c, activation_checkpointing=False)
+        wall = min(self.sure_oom(family_of(plain), c), self.half_precision_cap(plain) + 1)
+        return wall <= self.space.index(c.micro_batch)
 
     # ---- predictions ------------------------------------------------------------------------
 

@@ -32,6 +32,19 @@ class SLASearchStrategy(SearchStrategy):
         super().__init__(seed)
         self.min_gain = min_gain
 
+    def settled(self, history: History) -> bool:
+        """Whether the tuner's patience may stop the search. With nothing feasible its stop is
+        an infeasible verdict: not while a config the hard rules allow is predicted to meet the
+        SLA (by a family's own model or a borrowed one). With a best: not while a config is
+        predicted to beat it by more than ``min_gain`` (the strategy's own stop rule; trials
+        spent walking other families or finding a memory limit gain nothing but are not what
+        the patience is for). The local search after that runs under the patience."""
+        ev = Evidence.build(history)
+        scored = score(ev)
+        if ev.best is not None:
+            return exploit(ev, scored, self.min_gain) is None
+        return not any(p.ok for p in scored)
+
     def next_config(self, history: History) -> Config | Ask | None:
         """The config predicted best under the SLA among those the hard rules allow."""
         ev = Evidence.build(history)
