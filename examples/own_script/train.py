@@ -50,6 +50,7 @@ def main() -> None:
     steps = ctx.steps or int(os.environ.get("TRAIN_STEPS", "200"))
     hidden = int(ctx.settings.get("hidden", 32))
     lr = float(ctx.settings.get("lr", 1e-2))
+    torch.set_num_threads(int(ctx.settings.get("threads", 1)))  # speed only: the tuner's to pick
     pace_s = float(ctx.args.get("pace_s", 0.0))  # stands for a bigger model (the tests' use)
     if ctx.world_size > 1:
         dist.init_process_group("gloo", ctx.init_method, rank=ctx.rank, world_size=ctx.world_size)

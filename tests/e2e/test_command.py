@@ -111,11 +111,9 @@ def test_the_example_is_preempted_and_resumes_to_the_loss_of_an_uninterrupted_ru
     job = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
     job["run"].update(steps=STEPS, checkpoint_every=20)
     job["workload"]["args"] = {"pace_s": 0.02}  # long enough to be preempted mid-run
-    # tuned on its declared settings, hidden narrowed here to two values (two trials; the full
-    # range is tests/tuner/test_command_tuning.py's: this test is the path, the tuning gang's
-    # actors running the script, the run taking the choice, preempted and resumed); lr is
-    # applied, never searched (tune: false, as the example declares it)
-    job["workload"]["settings"]["hidden"] = {"type": "choice", "values": [16, 32], "default": 32}
+    # tuned on its declared settings: threads, 1 or 2 (two trials; this test is the path, the
+    # tuning gang's actors running the script, the run taking the choice, preempted and
+    # resumed); hidden and lr are applied, never searched (tune: false, as the example says)
     bounds = {"micro_batch": {"min": 16, "max": 16}, "precision": ["fp32"]}
     job["tuning"] = {"enabled": True, "bounds": bounds}
     job_file = tmp_path / "job.yaml"
@@ -128,8 +126,9 @@ def test_the_example_is_preempted_and_resumes_to_the_loss_of_an_uninterrupted_ru
     report = o.store.tune_reports.load(own)
     assert report is not None and report["status"] == "feasible", report
     tried = {json.dumps(t["config"]["settings"], sort_keys=True) for t in report["trials_table"]}
-    assert tried == {json.dumps({"hidden": h, "lr": 0.01}, sort_keys=True) for h in (16, 32)}, tried
-    assert set(tuned["settings"]) == {"hidden", "lr"}
+    settings = [{"hidden": 32, "lr": 0.01, "threads": t} for t in (1, 2)]
+    assert tried == {json.dumps(s, sort_keys=True) for s in settings}, tried
+    assert set(tuned["settings"]) == {"hidden", "lr", "threads"}
     deadline = time.monotonic() + 120
     while _step(o, own) < 60 and time.monotonic() < deadline:
         time.sleep(0.2)

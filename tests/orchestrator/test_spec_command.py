@@ -113,7 +113,7 @@ def test_the_work_of_a_command_job_is_not_counted_in_tokens() -> None:
 def test_load_spec_gives_a_command_job_the_submitted_working_dir() -> None:
     spec = load_spec(EXAMPLE / "job.yaml", working_dir=DIGEST)
     assert spec.workload.working_dir == DIGEST
-    assert set(spec.workload.settings) == {"hidden", "lr"}
+    assert set(spec.workload.settings) == {"hidden", "lr", "threads"}
     with pytest.raises(SpecError, match="needs its working directory"):
         load_spec(EXAMPLE / "job.yaml")
 
