@@ -33,7 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from policies import SCHEDULING_POLICIES
-from policies.elastic import GeneticElastic, GoodputElastic
+from policies.elastic import GeneticElastic, GoodputElastic, SearchElastic
 from policies.scheduling import SchedulingPolicy
 
 LAS_8H: dict[str, Any] = {"las_first_gpu_s": 8 * 3600.0, "min_runtime_s": 0.0}
@@ -51,6 +51,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "shared-restart-only": ("shared", {"elastic": GoodputElastic(count_lost=False)}),
     "shared-defer": ("shared", {"defer": True}),
     "shared-plan": ("shared", {"plan": True}),
+    "shared-goodput": ("shared", {"elastic": "goodput"}),
+    "shared-search": ("shared", {"elastic": "search"}),
+    "shared-search-las8h": ("shared", {**LAS_8H, "elastic": "search"}),
+    "shared-search-priced": ("shared", {"elastic": SearchElastic(exact_cells=0)}),
     "shared-issue25": (
         "shared",
         {"edf": False, "guarantee_growth": True, "elastic": GoodputElastic(count_lost=False)},
