@@ -22,6 +22,15 @@ BENCHMARKS.md, raw figures in ``results/``:
   each LAS level in every round (by default only in rounds with a deadline at risk), issue 28.
 * ``shared-plan``: ``shared`` whose admission plan's verdict binds: a deadline job the plan
   declined runs best effort (issue 26).
+* ``shared-goodput``: ``shared`` as it was before issue 26 part 4, its spare GPUs spread by the
+  greedy goodput allocator (``elastic="goodput"``, sticky) instead of the search;
+* ``shared-search``: ``shared`` with ``elastic="search"`` named (the default since issue 26
+  part 4; the name kept for the ablation's results files);
+* ``shared-search-las8h``: that, with ``shared-las8h``'s LAS and minimum run time settings;
+* ``shared-search-priced``: ``shared`` whose search always takes the Lagrangian price, never
+  the exact program (``SearchElastic(exact_cells=0)``);
+* ``shared-search-log``, ``shared-search-sum``: ``shared`` whose search maximises the
+  geometric mean of speedups (``p=0``) or their sum (``p=1``), not the harmonic mean.
 """
 
 from __future__ import annotations
@@ -55,6 +64,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "shared-search": ("shared", {"elastic": "search"}),
     "shared-search-las8h": ("shared", {**LAS_8H, "elastic": "search"}),
     "shared-search-priced": ("shared", {"elastic": SearchElastic(exact_cells=0)}),
+    "shared-search-log": ("shared", {"elastic": SearchElastic(p=0.0)}),
+    "shared-search-sum": ("shared", {"elastic": SearchElastic(p=1.0)}),
     "shared-issue25": (
         "shared",
         {"edf": False, "guarantee_growth": True, "elastic": GoodputElastic(count_lost=False)},

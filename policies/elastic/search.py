@@ -52,8 +52,9 @@ class SearchElastic(ElasticAllocation):
     optimal for the GPUs it uses; the fill is not always. Deterministic (no randomness).
 
     Args:
-        p: the fairness exponent, ``< 0`` (``-1``: harmonic mean, Pollux's default) or
-            ``> 0`` (``1``: total goodput).
+        p: the fairness exponent, ``< 0`` (``-1``: harmonic mean, Pollux's default), ``0``
+            (the geometric mean: the sum of log speedups, ``goodput``'s ``log``) or ``> 0``
+            (``1``: total goodput).
         count_lost: count ``lost_s`` in the restart penalty (``False``: the restart alone).
         exact_cells: the largest table solved exactly (``0``: always by the price).
     """
@@ -61,8 +62,6 @@ class SearchElastic(ElasticAllocation):
     def __init__(
         self, p: float = -1.0, count_lost: bool = True, exact_cells: int = EXACT_CELLS
     ) -> None:
-        if p == 0:
-            raise ValueError("p must be non-zero (-1: harmonic mean, 1: sum of speedups)")
         if exact_cells < 0:
             raise ValueError(f"exact_cells must be >= 0, got {exact_cells}")
         self.p = p
@@ -109,50 +108,60 @@ class SearchElastic(ElasticAllocation):
         from policies.scheduling.pollux_search import EPSILON
 
         n = len(jobs)
-        curves = [self._curve(j) for j in jobs]
-        lens = np.fromiter((len(c) for c in curves), np.int64, n)
-        offsets = np.cumsum(lens) - lens
-        flat = np.concatenate(curves)
-        have = np.fromiter((size[j.job_id] for j in jobs), np.int64, n)
+        cache = self._curves
+        curves = [
+            hit[1]
+            if (hit := cache.get(id(j.speedup))) is not None and hit[0] is j.speedup
+            else self._cache(j.speedup, j.hi)[1]
+            for j in jobs
+        ]
+        lens = np.fromiter(map(len, curves), np.int64, n)
+        have_ = np.fromiter((size[j.job_id] for j in jobs), np.int64, n)
         hi = np.fromiter((j.hi for j in jobs), np.int64, n)
-        current = np.fromiter((j.current for j in jobs), np.int64, n)
-        run_s = np.fromiter((j.run_s for j in jobs), np.float64, n)
+        current_ = np.fromiter((j.current for j in jobs), np.int64, n)
+        run = np.fromiter((j.run_s for j in jobs), np.float64, n)
         lost = np.full(n, float(restart_cost_s))
         if self.reads_lost:
             lost += np.fromiter((j.lost_s for j in jobs), np.float64, n)
-        caps = np.minimum(hi - have, left)
+        offsets = np.cumsum(lens) - lens
+        flat = np.concatenate(curves)
+        caps = np.minimum(hi - have_, left)
         counts = np.arange(int(caps.max()) + 1)
         # beyond its curve a job runs at its last measured rate (``ElasticJob.rate``)
-        at = np.minimum(have[:, None] - 1 + counts[None, :], lens[:, None] - 1)
+        at = np.minimum(have_[:, None] - 1 + counts[None, :], lens[:, None] - 1)
         rates = flat[offsets[:, None] + at]
         fair_rate = flat[offsets + np.minimum(fair, lens) - 1]
-        moving = (current > 0) & (lost > 0)  # a queued job pays no restart penalty
+        moving = (current_ > 0) & (lost > 0)  # a queued job pays no restart penalty
         penalty = np.ones(n)
-        penalty[moving] = run_s[moving] / (run_s[moving] + lost[moving])
-        s = rates / np.maximum(fair_rate, 1e-12)[:, None]
-        held = np.where(current > 0, current - have, -1)
-        s = np.where(counts[None, :] == held[:, None], s, s * penalty[:, None])
-        cost = (s + EPSILON) ** self.p if self.p < 0 else -(s**self.p)
+        penalty[moving] = run[moving] / (run[moving] + lost[moving])
+        held = np.where(current_ > 0, current_ - have_, -1)
+        scale = np.where(counts[None, :] == held[:, None], 1.0, penalty[:, None])
+        s = rates * (scale / np.maximum(fair_rate, 1e-12)[:, None])
+        if self.p == -1.0:  # the default: a division, several times faster than a power
+            cost = 1.0 / (s + EPSILON)
+        elif self.p < 0:
+            cost = (s + EPSILON) ** self.p
+        elif self.p == 0:  # the power mean's limit: the geometric mean, as goodput's "log"
+            cost = -np.log(s + EPSILON)
+        else:
+            cost = -(s**self.p)
         out: NDArray[np.float64] = np.where(counts[None, :] <= caps[:, None], cost, np.inf)
         return out
 
-    def _curve(self, job: ElasticJob) -> NDArray[np.float64]:
-        """``job``'s rate on ``1..n`` GPUs as an array, cached by the speedup tuple's identity
-        (the tuple is kept with it, so the identity is not reused while cached); a job
-        without a curve is linear up to its ``hi``."""
+    def _cache(
+        self, speedup: tuple[float, ...], hi: int
+    ) -> tuple[tuple[float, ...], NDArray[np.float64]]:
+        """A curve as an array, cached by the speedup tuple's identity (the tuple is kept with
+        it, so the identity is not reused while cached); no curve: linear up to ``hi``."""
         import numpy as np
 
-        sp = job.speedup
-        if not sp:
-            return np.arange(1, max(job.hi, 1) + 1, dtype=np.float64)
-        hit = self._curves.get(id(sp))
-        if hit is not None and hit[0] is sp:
-            return hit[1]
+        if not speedup:
+            return speedup, np.arange(1, max(hi, 1) + 1, dtype=np.float64)
         if len(self._curves) >= CURVES_CACHED:
             self._curves.clear()
-        arr = np.asarray(sp, dtype=np.float64)
-        self._curves[id(sp)] = (sp, arr)
-        return arr
+        hit = speedup, np.asarray(speedup, dtype=np.float64)
+        self._curves[id(speedup)] = hit
+        return hit
 
 
 def best_counts(cost: NDArray[np.float64], gpus: int, exact_cells: int = EXACT_CELLS) -> NDArray:

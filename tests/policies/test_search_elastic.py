@@ -35,8 +35,6 @@ def _random_costs(rng: random.Random) -> tuple[np.ndarray, int]:
 
 def test_registered_and_checks_its_arguments() -> None:
     assert isinstance(ELASTIC.create("search"), SearchElastic)
-    with pytest.raises(ValueError, match="p must be non-zero"):
-        SearchElastic(p=0.0)
     with pytest.raises(ValueError, match="exact_cells must be >= 0"):
         SearchElastic(exact_cells=-1)
 
@@ -140,3 +138,13 @@ def test_both_paths_keep_the_contract_and_are_deterministic() -> None:
             assert {j.job_id for j in jobs if got[j.job_id]} == {
                 j.job_id for j in jobs if GoodputElastic().allocate(jobs, gpus, 30.0)[j.job_id]
             }
+
+
+def test_the_fairness_exponent_chooses_between_fair_and_fast() -> None:
+    # a job that scales and one that barely does share 6 spare GPUs (each admitted on 1)
+    jobs = [ElasticJob("fast", 1, 8, 1, speedup=LINEAR), ElasticJob("flat", 1, 8, 1, speedup=FLAT)]
+    total = SearchElastic(p=1.0).allocate(jobs, 8, 30.0)
+    assert total == {"fast": 7, "flat": 1}  # the sum of speedups: every GPU where it runs
+    for p in (-1.0, 0.0):  # harmonic and geometric means: the flat job gets some too
+        got = SearchElastic(p=p).allocate(jobs, 8, 30.0)
+        assert got["flat"] > 1 and got["fast"] < 7 and sum(got.values()) == 8
