@@ -24,13 +24,15 @@ BENCHMARKS.md, raw figures in ``results/``:
   declined runs best effort (issue 26).
 * ``shared-goodput``: ``shared`` as it was before issue 26 part 4, its spare GPUs spread by the
   greedy goodput allocator (``elastic="goodput"``, sticky) instead of the search;
-* ``shared-search``: ``shared`` with ``elastic="search"`` named (the default since issue 26
-  part 4; the name kept for the ablation's results files);
+* ``shared-search``: ``shared`` whose search maximises the harmonic mean of speedups
+  (``SearchElastic(p=-1)``, Pollux's and ``genetic``'s objective; the default as first
+  measured, the ``shared`` of ``results/*-issue26-part4.json``);
 * ``shared-search-las8h``: that, with ``shared-las8h``'s LAS and minimum run time settings;
 * ``shared-search-priced``: ``shared`` whose search always takes the Lagrangian price, never
   the exact program (``SearchElastic(exact_cells=0)``);
 * ``shared-search-log``, ``shared-search-sum``: ``shared`` whose search maximises the
-  geometric mean of speedups (``p=0``) or their sum (``p=1``), not the harmonic mean.
+  geometric mean of speedups (``p=0``: ``shared`` itself since it was measured) or their sum
+  (``p=1``).
 """
 
 from __future__ import annotations
@@ -61,9 +63,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "shared-defer": ("shared", {"defer": True}),
     "shared-plan": ("shared", {"plan": True}),
     "shared-goodput": ("shared", {"elastic": "goodput"}),
-    "shared-search": ("shared", {"elastic": "search"}),
-    "shared-search-las8h": ("shared", {**LAS_8H, "elastic": "search"}),
-    "shared-search-priced": ("shared", {"elastic": SearchElastic(exact_cells=0)}),
+    "shared-search": ("shared", {"elastic": SearchElastic(p=-1.0)}),
+    "shared-search-las8h": ("shared", {**LAS_8H, "elastic": SearchElastic(p=-1.0)}),
+    "shared-search-priced": ("shared", {"elastic": SearchElastic(p=-1.0, exact_cells=0)}),
     "shared-search-log": ("shared", {"elastic": SearchElastic(p=0.0)}),
     "shared-search-sum": ("shared", {"elastic": SearchElastic(p=1.0)}),
     "shared-issue25": (

@@ -99,11 +99,14 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         sharing: team sharing (default ``drf``).
         elastic: elastic allocation (default ``search``,
             :class:`~policies.elastic.SearchElastic`: Pollux's objective, the harmonic mean
-            of speedups with the restart penalty, solved exactly). Issue 26, part 4: on the
-            Pollux workloads it is 0.877x / 0.922x the published Pollux mean JCT at loads
-            0.5 / 1.0, where ``goodput`` (greedy marginal goodput, running jobs keeping their
-            GPUs first; the default before) was 1.20x / 1.21x, at about ``goodput``'s decision
-            cost (``genetic``, the same objective sampled, costs 9-18x; bench/scheduler/README).
+            of the jobs' speedups with a restart penalty that counts the work since the
+            checkpoint, optimised by a dynamic program, or a price per GPU on large tables).
+            Issue 26, part 4: on the Pollux workloads it is 0.877x / 0.922x the published
+            Pollux mean JCT at loads 0.5 / 1.0, where ``goodput`` (greedy marginal goodput,
+            running jobs keeping their GPUs first; the default before) was 1.20x / 1.21x;
+            ``genetic`` (the same objective, searched by Pollux's genetic algorithm) costs
+            9-18x ``goodput``'s decision time, ``search`` at most about 2x
+            (bench/scheduler/README.md).
         min_runtime_s: bulk jobs that started this recently are not preempted for other bulk
             (fairness or goodput).
         reclaim_min_runtime_s: bulk jobs that started this recently are not preempted for a
