@@ -22,6 +22,17 @@ BENCHMARKS.md, raw figures in ``results/``:
   each LAS level in every round (by default only in rounds with a deadline at risk), issue 28.
 * ``shared-plan``: ``shared`` whose admission plan's verdict binds: a deadline job the plan
   declined runs best effort (issue 26).
+* ``shared-goodput``: ``shared`` as it was before issue 26 part 4, its spare GPUs spread by the
+  greedy goodput allocator (``elastic="goodput"``, sticky) instead of the search;
+* ``shared-search``: ``shared`` whose search maximises the harmonic mean of speedups
+  (``SearchElastic(p=-1)``, Pollux's and ``genetic``'s objective; the default as first
+  measured, the ``shared`` of ``results/*-issue26-part4.json``);
+* ``shared-search-las8h``: that, with ``shared-las8h``'s LAS and minimum run time settings;
+* ``shared-search-priced``: ``shared`` whose search always takes the Lagrangian price, never
+  the exact program (``SearchElastic(exact_cells=0)``);
+* ``shared-search-log``, ``shared-search-sum``: ``shared`` whose search maximises the
+  geometric mean of speedups (``p=0``: ``shared`` itself since it was measured) or their sum
+  (``p=1``).
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from policies import SCHEDULING_POLICIES
-from policies.elastic import GeneticElastic, GoodputElastic
+from policies.elastic import GeneticElastic, GoodputElastic, SearchElastic
 from policies.scheduling import SchedulingPolicy
 
 LAS_8H: dict[str, Any] = {"las_first_gpu_s": 8 * 3600.0, "min_runtime_s": 0.0}
@@ -51,6 +62,12 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "shared-restart-only": ("shared", {"elastic": GoodputElastic(count_lost=False)}),
     "shared-defer": ("shared", {"defer": True}),
     "shared-plan": ("shared", {"plan": True}),
+    "shared-goodput": ("shared", {"elastic": "goodput"}),
+    "shared-search": ("shared", {"elastic": SearchElastic(p=-1.0)}),
+    "shared-search-las8h": ("shared", {**LAS_8H, "elastic": SearchElastic(p=-1.0)}),
+    "shared-search-priced": ("shared", {"elastic": SearchElastic(p=-1.0, exact_cells=0)}),
+    "shared-search-log": ("shared", {"elastic": SearchElastic(p=0.0)}),
+    "shared-search-sum": ("shared", {"elastic": SearchElastic(p=1.0)}),
     "shared-issue25": (
         "shared",
         {"edf": False, "guarantee_growth": True, "elastic": GoodputElastic(count_lost=False)},

@@ -4,6 +4,7 @@ from policies.elastic.base import ELASTIC, ElasticAllocation, ElasticJob, admit,
 from policies.elastic.fixed import FixedElastic
 from policies.elastic.genetic import GeneticElastic
 from policies.elastic.goodput import GoodputElastic
+from policies.elastic.search import SearchElastic
 
 __all__ = [
     "ELASTIC",
@@ -12,6 +13,7 @@ __all__ = [
     "FixedElastic",
     "GeneticElastic",
     "GoodputElastic",
+    "SearchElastic",
     "admit",
     "grow_urgent",
 ]

@@ -46,8 +46,10 @@ class SharedSchedulingPolicy(SchedulingPolicy):
     3. **Bulk for goodput.** Bulk jobs in discretised least-attained-service order (Tiresias
        levels: short jobs first without knowing sizes) are admitted by ``elastic``: each team's
        jobs first up to its entitlement (its guarantee is honoured before anything is lent),
-       then everyone else at their minimum, then spare GPUs by marginal goodput from the jobs'
-       speedup curves, a running job only resized when the gain pays for the restart. What
+       then everyone else at their minimum, then spare GPUs by an exact search over GPU counts
+       for Pollux's objective on the jobs' speedup curves
+       (:class:`~policies.elastic.SearchElastic`), a running job only resized when the gain
+       pays for the restart and the work since its checkpoint. What
        running bulk jobs keep against other bulk jobs:
 
        * a run that has done no step yet (``RunningJob.first_step_at``) keeps exactly its GPUs,
@@ -99,12 +101,16 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         placement: placement policy (default ``topology``: fewest nodes per job).
         preemption: victim choice (default ``cost-aware``).
         sharing: team sharing (default ``drf``).
-        elastic: elastic allocation (default ``goodput`` with the ``log`` objective).
-            ``"genetic"`` (:class:`~policies.elastic.GeneticElastic`) spreads the bulk GPUs
-            left after admission by the Pollux genetic search, without Pollux's ramp: on the
-            Pollux workloads it is 0.875x/0.928x the published Pollux mean JCT at loads
-            0.5/1.0 (``goodput``: 1.20x/1.21x), but on the mixed benchmark its bulk mean JCT
-            is 11% worse and it meets fewer deadlines, so it is not the default (issue 16).
+        elastic: elastic allocation (default ``search``,
+            :class:`~policies.elastic.SearchElastic`: Pollux's objective, the harmonic mean
+            of the jobs' speedups with a restart penalty that counts the work since the
+            checkpoint, optimised by a dynamic program, or a price per GPU on large tables).
+            Issue 26, part 4: on the Pollux workloads it is 0.877x / 0.922x the published
+            Pollux mean JCT at loads 0.5 / 1.0, where ``goodput`` (greedy marginal goodput,
+            running jobs keeping their GPUs first; the default before) was 1.20x / 1.21x;
+            ``genetic`` (the same objective, searched by Pollux's genetic algorithm) costs
+            9-18x ``goodput``'s decision time, ``search`` at most about 2x
+            (bench/scheduler/README.md).
         min_runtime_s: bulk jobs that started this recently are not preempted for other bulk
             (fairness or goodput).
         reclaim_min_runtime_s: bulk jobs that started this recently are not preempted for a
@@ -137,7 +143,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         placement: Placement | str = "topology",
         preemption: Preemption | str = "cost-aware",
         sharing: TeamSharing | str = "drf",
-        elastic: ElasticAllocation | str = "goodput",
+        elastic: ElasticAllocation | str = "search",
         min_runtime_s: float = 300.0,
         reclaim_min_runtime_s: float = 0.0,
         las_first_gpu_s: float = 3600.0,

@@ -68,6 +68,11 @@ def test_shared_neither_shrinks_nor_grows_a_run_with_no_step() -> None:
     elastic = {"min_gpus": 1, "max_gpus": 4}
     # alone with 2 free GPUs: a stepped run grows, one with no step yet does not
     alone = dataclasses.replace(_las(first_step_at=NOW - 100.0, gpus=2, **elastic), queue=())
+    # (it checkpointed 10 s ago: with its 400 s run unsaved, the search's restart penalty,
+    # 400 / (400 + 30 + 400), makes 4 GPUs worth less than the 2 it holds, and it stays)
+    assert _sizes("shared", alone) == {"r": 2}
+    saved = dataclasses.replace(alone.running[0], checkpoint_at=NOW - 10.0)
+    alone = dataclasses.replace(alone, running=(saved,))
     assert _sizes("shared", alone) == {"r": 4}
     fresh = dataclasses.replace(
         alone, running=(dataclasses.replace(alone.running[0], first_step_at=None),)
