@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -118,3 +119,20 @@ def grow_urgent(
             left -= add
             grown.add(j.job_id)
     return left, grown
+
+
+def growth_left(
+    jobs: Sequence[ElasticJob], gpus: int, size: dict[str, int]
+) -> tuple[int, list[ElasticJob], int]:
+    """The first steps of an allocator that searches how to spread growth (``search``,
+    ``genetic``): admission (:func:`admit`), then urgent jobs (:func:`grow_urgent`).
+
+    Fills ``size`` and returns the GPUs left, the jobs that may still grow (admitted, below
+    their most, not grown for urgency) and an admitted job's fair share of the pool
+    (``ceil(gpus / admitted)``, the unit Pollux's fairness term measures growth in).
+    """
+    left = admit(jobs, gpus, size)
+    left, grown = grow_urgent(jobs, size, left)
+    admitted = sum(1 for j in jobs if size[j.job_id])
+    open_ = [j for j in jobs if 0 < size[j.job_id] < j.hi and j.job_id not in grown]
+    return left, open_, math.ceil(gpus / admitted) if admitted else gpus

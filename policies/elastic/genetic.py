@@ -7,12 +7,11 @@ imports this family, and numpy stays out of ``import policies``.
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from policies.elastic.base import ELASTIC, ElasticAllocation, ElasticJob, admit, grow_urgent
+from policies.elastic.base import ELASTIC, ElasticAllocation, ElasticJob, growth_left
 
 if TYPE_CHECKING:
     from policies.scheduling.pollux_search import CountProblem
@@ -83,15 +82,12 @@ class GeneticElastic(ElasticAllocation):
     ) -> dict[str, int]:
         """See :meth:`ElasticAllocation.allocate`."""
         size: dict[str, int] = {}
-        left = admit(jobs, gpus, size)
-        left, grown = grow_urgent(jobs, size, left)
-        admitted = sum(1 for j in jobs if size[j.job_id])
-        open_ = [j for j in jobs if 0 < size[j.job_id] < j.hi and j.job_id not in grown]
+        left, open_, fair = growth_left(jobs, gpus, size)
         if left <= 0 or not open_:
             return size
         from policies.scheduling.pollux_search import genetic_search
 
-        problem = self.problem(open_, size, left, math.ceil(gpus / admitted), restart_cost_s)
+        problem = self.problem(open_, size, left, fair, restart_cost_s)
         key = zlib.crc32("\n".join(j.job_id for j in open_).encode())
         extra = genetic_search(problem, [self.seed, key], self.population, self.generations)
         for j, k in zip(open_, extra, strict=True):

@@ -11,11 +11,10 @@ numpy is imported when an allocation runs (``import policies`` stays light).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from policies.elastic.base import ELASTIC, ElasticAllocation, ElasticJob, admit, grow_urgent
+from policies.elastic.base import ELASTIC, ElasticAllocation, ElasticJob, growth_left
 
 if TYPE_CHECKING:
     import numpy as np
@@ -82,13 +81,10 @@ class SearchElastic(ElasticAllocation):
     ) -> dict[str, int]:
         """See :meth:`ElasticAllocation.allocate`."""
         size: dict[str, int] = {}
-        left = admit(jobs, gpus, size)
-        left, grown = grow_urgent(jobs, size, left)
-        admitted = sum(1 for j in jobs if size[j.job_id])
-        open_ = [j for j in jobs if 0 < size[j.job_id] < j.hi and j.job_id not in grown]
+        left, open_, fair = growth_left(jobs, gpus, size)
         if left <= 0 or not open_:
             return size
-        cost = self.costs(open_, size, left, math.ceil(gpus / admitted), restart_cost_s)
+        cost = self.costs(open_, size, left, fair, restart_cost_s)
         extra = best_counts(cost, left, self.exact_cells)
         for j, k in zip(open_, extra.tolist(), strict=True):
             size[j.job_id] += k
