@@ -37,16 +37,6 @@ def init_group(
     )
 
 
-def leave_together() -> None:
-    """Wait for every rank at the end of a run, before any leaves the group: a rank that tears
-    its group down while another still writes its checkpoint shards (rank 0 commits the
-    record last) can abort that one's Gloo threads ("terminate called without an active
-    exception", SIGABRT). Called on the way out of a run that ended normally only: after a
-    failure the peers may be gone, and a barrier would wait for the group's timeout."""
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
-
-
 def shutdown_group() -> None:
     """Leave the process group if this process is in one."""
     if dist.is_available() and dist.is_initialized():

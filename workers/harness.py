@@ -310,7 +310,6 @@ class _Run:
         if h.checkpoint_dir is not None and self.last_saved_step != self.step:
             self._save()
         self._emit(status)
-        distributed.leave_together()
         return self._result(status)
 
     def close(self) -> None:

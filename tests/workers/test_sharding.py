@@ -21,7 +21,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torch.distributed.fsdp import FSDPModule
 
 from tests.workers.helpers import tiny
-from tests.workers.spawn import spawn_ranks
+from tests.workers.spawn import spawn_fresh
 from workers.checkpoint import load_checkpoint
 from workers.config import HarnessConfig
 from workers.harness import Harness
@@ -115,12 +115,18 @@ def _rank_main(rank: int, out: Path) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], Path]:
-    out = tmp_path_factory.mktemp("fsdp")
-    one = Harness(
-        _one_process(_resumable("ddp")), checkpoint_dir=out / "12", should_stop=_stop_after(STOP_AT)
-    ).run()
-    assert (one.status, one.steps_done) == ("stopped", STOP_AT)
-    spawn_ranks(_rank_main, args=(out,), nprocs=WORLD)
+
+    def fresh() -> tuple[Path]:
+        out = tmp_path_factory.mktemp("fsdp")
+        one = Harness(
+            _one_process(_resumable("ddp")),
+            checkpoint_dir=out / "12",
+            should_stop=_stop_after(STOP_AT),
+        ).run()
+        assert (one.status, one.steps_done) == ("stopped", STOP_AT)
+        return (out,)
+
+    (out,) = spawn_fresh(_rank_main, fresh, nprocs=WORLD)
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)], out
 
 

@@ -21,7 +21,7 @@ import torch
 
 from orchestrator.tuner.planmodel import state_bytes
 from orchestrator.tuner.space import Config
-from tests.workers.spawn import spawn_ranks
+from tests.workers.spawn import spawn_fresh
 from workers import distributed
 from workers.config import HarnessConfig
 from workers.harness import Harness
@@ -182,8 +182,7 @@ def _rank_main(rank: int, out: Path) -> None:
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    out = tmp_path_factory.mktemp("plans")
-    spawn_ranks(_rank_main, args=(out,), nprocs=WORLD)
+    (out,) = spawn_fresh(_rank_main, lambda: (tmp_path_factory.mktemp("plans"),), nprocs=WORLD)
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 
