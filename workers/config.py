@@ -64,10 +64,11 @@ class HarnessConfig:
             :class:`workers.serve_run.ServeRun`): its arrivals (``rate_rps`` or ``trace``) and
             batcher (``max_delay_s``, ``timeout_s``), ``quantize`` (``none``/``int8``) and
             ``quant_tolerance``, ``start_at`` (the stream's time 0 on the wall clock: a
-            resized service goes on where its stream is); ``micro_batch`` is its largest
-            batch. With ``load_test`` (``{"streams": k, "replicas": g}``) it is a tuning trial
-            instead: ``k`` seeded streams of ``duration_s`` seconds served on the virtual clock
-            by ``g`` replicas (:func:`workers.serve_run.load_test_run`).
+            resized service goes on where its stream is) and ``stopped_at`` (when the run
+            before stopped serving: what was due since counts as dropped); ``micro_batch``
+            is its largest batch. With ``load_test`` (``{"streams": k, "replicas": g}``) it
+            is a tuning trial instead: ``k`` seeded streams of ``duration_s`` seconds served
+            on the virtual clock by ``g`` replicas (:func:`workers.serve_run.load_test_run`).
         base_global_batch: the global batch ``lr`` is set for (``None``: this run's own).
         loader: the data loader's knobs for a workload that gives a dataset
             (:class:`workers.loader_settings.LoaderSettings` as a dict; empty: its defaults);
@@ -210,6 +211,7 @@ def _serve_problems(serve: dict[str, Any], duration_s: float | None) -> list[str
         "quant_tolerance",
         "load_test",
         "start_at",
+        "stopped_at",
     }
     unknown = sorted(set(serve) - known)
     if unknown:
@@ -227,9 +229,10 @@ def _serve_problems(serve: dict[str, Any], duration_s: float | None) -> list[str
             p.append(f"serve.{key} must be a finite number >= 0, got {v!r}")
     if serve.get("quantize", "none") not in ("none", "int8", None):
         p.append(f"serve.quantize must be none or int8, got {serve.get('quantize')!r}")
-    at = serve.get("start_at")
-    if at is not None and not (isinstance(at, int | float) and math.isfinite(at) and at > 0):
-        p.append(f"serve.start_at must be a wall-clock time in seconds > 0, got {at!r}")
+    for key in ("start_at", "stopped_at"):
+        at = serve.get(key)
+        if at is not None and not (isinstance(at, int | float) and math.isfinite(at) and at > 0):
+            p.append(f"serve.{key} must be a wall-clock time in seconds > 0, got {at!r}")
     tol = serve.get("quant_tolerance")
     if tol is not None and not (isinstance(tol, int | float) and math.isfinite(tol) and tol > 0):
         p.append(f"serve.quant_tolerance must be a finite number > 0, got {tol!r}")

@@ -241,10 +241,13 @@ class ServeRun:
     figures are request latencies, arrival to answer; its throughput is requests answered per
     second (one request is one sample). It has nothing to checkpoint: a stopped service starts
     again with a fresh stream, unless ``serve.start_at`` says where the stream began on the
-    wall clock (a resized service: it goes on from there, the requests due while it was
-    restarting not offered). Reports carry the harness's keys (so ``orch show``, the SLA
-    verdict and the guard read a service as any job) plus ``queue_p95_ms``, ``mean_batch``,
-    ``offered_rps``, ``dropped`` and ``quant_error`` (the int8 model's output error against
+    wall clock (a resized service: it goes on from there). The requests due while it was
+    restarting are not offered to it: with ``serve.stopped_at`` (when the run before stopped
+    serving, its reports' ``served_until``) they count as ``dropped`` (also apart, as
+    ``relaunch_dropped``), since no replica answered them. Reports carry the harness's keys
+    (so ``orch show``, the SLA verdict and the guard read a service as any job) plus
+    ``queue_p95_ms``, ``mean_batch``, ``offered_rps``, ``dropped``, ``served_until`` (the
+    wall-clock time of the report) and ``quant_error`` (the int8 model's output error against
     fp32, when ``serve.quantize`` is ``int8``: checked against ``quant_tolerance`` before the
     first request, and the service refused when over it), and for the guard's scaling the
     last :data:`LOAD_WINDOW_S` seconds' ``window_offered_rps`` (the whole stream's),
@@ -278,7 +281,9 @@ class ServeRun:
         self.arrivals = [t for i, t in enumerate(every) if i % h.world_size == h.rank]
         self.duration_s = duration
         self.start_at: float | None = settings.get("start_at")
+        self.stopped_at: float | None = settings.get("stopped_at")
         self.offset = 0.0  # where in the stream this run starts (seconds)
+        self.relaunch_dropped = 0  # this replica's requests due while no run served them
         self.batch_log: deque[tuple[float, float, int]] = deque()  # (ended, took_s, requests)
         self.busy_seen = 0.0
         self.latency = LatencySketch()
@@ -314,6 +319,10 @@ class ServeRun:
             self.start_at = time.time()
         else:  # a resized service: the stream goes on where it is now
             self.offset = min(self.duration_s, max(0.0, time.time() - self.start_at))
+            if self.stopped_at is not None:  # nobody answered what was due since the stop
+                since = max(0.0, self.stopped_at - self.start_at)
+                due = bisect.bisect_left(self.arrivals, self.offset)
+                self.relaunch_dropped = max(0, due - bisect.bisect_left(self.arrivals, since))
         arrivals = [t - self.offset for t in self.arrivals if t >= self.offset]
 
         def clock() -> float:
@@ -389,9 +398,11 @@ class ServeRun:
             "queue_p95_ms": self.queue.quantile(0.95),
             "mean_batch": self.batched / self.batches if self.batches else None,
             "offered_rps": len(self.arrivals) / self.duration_s if self.duration_s else None,
-            "dropped": self.dropped,
+            "dropped": self.dropped + self.relaunch_dropped,
+            "relaunch_dropped": self.relaunch_dropped,
             "quant_error": self.quant_error,
             "stream_started_at": self.start_at,
+            "served_until": time.time(),
             **window,
             **load,
         }

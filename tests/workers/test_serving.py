@@ -188,3 +188,26 @@ def test_a_resized_service_goes_on_where_its_stream_is_and_reports_its_load() ->
     assert 0 < last["window_busy"] <= 1.0
     # one replica: its own rate is the service's (not a count capped by the latency window)
     assert last["window_samples_per_s"] == last["window_served_rps"]
+
+
+def test_a_relaunched_service_counts_what_was_due_while_it_restarted_as_dropped() -> None:
+    # its stream began 0.5 s ago and the run before stopped serving 0.4 s ago: the requests
+    # due in between reached no replica, so this run reports them dropped (and apart)
+    now = time.time()
+    began, stopped = now - 0.5, now - 0.4
+    config = dataclasses.replace(_service(start_at=began, stopped_at=stopped), duration_s=1.0)
+    reports: list[dict] = []
+    result = Harness(config, report=reports.append, report_every_s=0.2).run()
+    assert result.status == "finished"
+    last = reports[-1]
+    arrivals = poisson_arrivals(200.0, 1.0, seed=0)
+    # at least those due from the stop to the launch; at most those due until the end
+    least = len([t for t in arrivals if 0.1 <= t < 0.5])
+    most = len([t for t in arrivals if t >= 0.1])
+    assert 0 < least <= last["relaunch_dropped"] <= most
+    # what this run served it was offered from where the stream was: none of the gap
+    assert result.measured_steps + last["relaunch_dropped"] <= most
+    assert last["dropped"] >= last["relaunch_dropped"]
+    assert last["served_until"] >= now
+    with pytest.raises(HarnessConfigError, match=r"serve.stopped_at must be a wall-clock"):
+        _service(stopped_at=-1.0)
