@@ -295,7 +295,8 @@ class ControlLoop(ReapSteps):
     # ---- 1. reap ---------------------------------------------------------------------------
 
     def reap(self, events: list[RunEvent]) -> None:
-        """Turn the runtime's events into job transitions, in the order they happened."""
+        """Turn the runtime's events into job transitions, in the order they happened (the
+        steps: :class:`~orchestrator.control.reap.ReapSteps`)."""
         for event in events:
             run = self.runs.get(event.job_id)
             if run is None or run.launch.serial != event.launch:
@@ -422,7 +423,8 @@ class ControlLoop(ReapSteps):
     # ---- 4. reserve and bind ---------------------------------------------------------------
 
     def bind(self, d: Decision, free: dict[str, int]) -> None:
-        """Apply one decision: reserve its GPUs in the ledger (``free``), then act."""
+        """Apply one decision: reserve its GPUs in the ledger (``free``), then act (the
+        actions: :class:`~orchestrator.control.gangs.GangActions`)."""
         if d.kind is DecisionKind.PREEMPT:
             run = self.runs.get(d.job_id)
             if run is not None and not run.leaving:
