@@ -16,7 +16,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator import elastic
-from orchestrator.control.snapshot import JobFacts
+from orchestrator.control.ledger import Run
+from orchestrator.control.snapshot import JobFacts, RunFacts, running_view
 from orchestrator.errors import JobNotFound
 from orchestrator.runtime.base import RunKind
 from orchestrator.runtime.harness_config import run_spec
@@ -25,8 +26,16 @@ from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
 from orchestrator.store.records import JobRecord
 from orchestrator.tuner.replan import Replan, replanned_spec
+from policies import RunningJob
 
-__all__ = ["PROGRESS", "JobFactsReader", "at_or_after", "remaining_s", "tuned_of"]
+__all__ = [
+    "PROGRESS",
+    "JobFactsReader",
+    "at_or_after",
+    "remaining_s",
+    "running_views",
+    "tuned_of",
+]
 
 PROGRESS: tuple[str, ...] = ("first_step_at", "checkpoint_at", "step", "total_steps")
 PROGRESS += ("global_batch", "samples_per_s", "data_wait_share", "time_left_s")
@@ -202,3 +211,51 @@ def at_or_after(value: Any, start: float) -> float | None:
     if isinstance(value, int | float) and value >= start - 1.0:
         return float(value)
     return None
+
+
+def running_views(
+    runs: list[Run],
+    facts: dict[str, JobFacts],
+    progress: dict[str, dict[str, Any]],
+    urgent: set[str],
+    want: dict[str, int],
+) -> list[RunningJob]:
+    """Running jobs' views: their facts (read at start) and their current run's progress as
+    their workers last reported it; a run whose first step is reported is marked ``stepped``.
+
+    Args:
+        runs: the runs that stay (not leaving).
+        facts: each running job's facts, read when its run started (a job with none is left
+            out).
+        progress: each bulk run's last ``PROGRESS`` reports.
+        urgent, want: the SLA guard's urgent jobs and the replicas it asks for.
+    """
+    views = []
+    for run in runs:
+        job = facts.get(run.job_id)
+        if job is None:
+            continue
+        p = progress.get(run.job_id, {})
+        started = run.launched_at
+        first = at_or_after(p.get("first_step_at"), started)
+        run.stepped = run.stepped or first is not None
+        views.append(
+            running_view(
+                _with_remaining(job, remaining_s(p)),
+                RunFacts(
+                    run.policy_nodes,
+                    started_at=started,
+                    checkpoint_at=at_or_after(p.get("checkpoint_at"), started),
+                    first_step_at=first if run.launch.kind == "run" else started,
+                    urgent=run.job_id in urgent,
+                    want_gpus=want.get(run.job_id, 0),
+                ),
+            )
+        )
+    return views
+
+
+def _with_remaining(facts: JobFacts, remaining: float | None) -> JobFacts:
+    if remaining is None or remaining == facts.remaining_s:
+        return facts
+    return dataclasses.replace(facts, remaining_s=remaining)

@@ -16,9 +16,13 @@ from typing import Any
 from orchestrator.control.transitions import StopReason
 from orchestrator.pool import NodeInfo
 from orchestrator.runtime.base import Launch
+from orchestrator.store.states import JobState
 from policies import NodeView
 
-__all__ = ["Run", "physically_free", "policy_nodes", "reserve"]
+__all__ = ["ACTIVE", "Run", "physically_free", "policy_nodes", "reserve"]
+
+ACTIVE = (JobState.PLACED, JobState.TUNING, JobState.RUNNING, JobState.CANCELLING)
+"""States of a job that a loop holds GPUs for."""
 
 
 @dataclass

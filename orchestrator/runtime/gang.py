@@ -1,7 +1,8 @@
 """Worker actors on a placement group: shared by job runs and the tuner's gang evaluator.
 
-Kept apart from :mod:`orchestrator.runtime.ray_gang` so that the tuner, which the Ray runtime
-starts for a tuning run, can use the same actors without importing the runtime back.
+Kept apart from the Ray runtime (:mod:`orchestrator.runtime.ray_gang` and the runs of
+:mod:`orchestrator.runtime.gang_run`) so that the tuner, which the Ray runtime starts for a
+tuning run, can use the same actors without importing the runtime back.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
 
 class JobStore(Protocol):
-    """What resolving dependencies reads of the job store (``store.jobs.JobStore``, which
-    calls in here: a protocol, not an import back)."""
+    """What resolving dependencies reads of the job store (``store.jobs.JobStore``, whose
+    submission steps, ``store.submission``, call in here: a protocol, not an import back)."""
 
     client: redis.Redis
     keys: Keys

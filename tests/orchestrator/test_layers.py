@@ -96,8 +96,8 @@ def test_every_module_has_a_layer() -> None:
 KNOWN = {
     "orchestrator.runtime.harness_config -> orchestrator.tuner.space",
     "orchestrator.runtime.harness_config -> orchestrator.tuner.space.Config",
-    "orchestrator.runtime.ray_gang -> orchestrator.tuner.remote",
-    "orchestrator.runtime.ray_gang -> orchestrator.tuner.remote.tune_job",
+    "orchestrator.runtime.gang_run -> orchestrator.tuner.remote",
+    "orchestrator.runtime.gang_run -> orchestrator.tuner.remote.tune_job",
 }
 
 

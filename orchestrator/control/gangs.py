@@ -1,0 +1,263 @@
+"""Acting on gangs, for the loop's bind phase: start a queued job (place, launch, or requeue or
+fail one that cannot start), resize a running elastic job and relaunch it on its new GPUs, stop
+a run, tell a queued job why it waits.
+
+:class:`GangActions` holds these steps for :class:`~orchestrator.control.loop.ControlLoop`,
+whose state they act on (its runs, the store, the runtime); the sizing rules they apply
+(:func:`fit`, :func:`smallest_memory`, :func:`all_virtual`) are pure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from orchestrator import elastic
+from orchestrator.config import Settings
+from orchestrator.control.facts import JobFactsReader
+from orchestrator.control.ledger import Run, reserve
+from orchestrator.control.sla_guard import SLAGuard
+from orchestrator.control.snapshot import JobFacts
+from orchestrator.control.telemetry import LoopTelemetry
+from orchestrator.control.transitions import StopReason
+from orchestrator.errors import IllegalTransition, JobNotFound
+from orchestrator.pool import NodeInfo
+from orchestrator.runtime.base import Launch, Runtime
+from orchestrator.spec import JobSpec
+from orchestrator.store import JobStore
+from orchestrator.store.lease import Lease
+from orchestrator.store.records import JobRecord
+from orchestrator.store.states import TERMINAL, JobState
+from policies import Decision, QueuedJob
+from policies.scheduling.resize import drop_gpus
+
+log = logging.getLogger(__name__)
+
+__all__ = ["GangActions", "all_virtual", "fit", "is_bulk_run", "smallest_memory", "where"]
+
+
+class GangActions:
+    """The loop's actions on gangs (see the module doc); the loop's ``__init__`` sets the state
+    declared here."""
+
+    settings: Settings
+    store: JobStore
+    runtime: Runtime
+    lease: Lease
+    clock: Callable[[], float]
+    runs: dict[str, Run]
+    facts: JobFactsReader
+    telemetry: LoopTelemetry
+    sla_guard: SLAGuard
+    _serial: int
+    _waits: dict[str, str]
+    _queued: dict[str, QueuedJob]
+    _facts: dict[str, JobFacts]
+    _nodes: list[NodeInfo]
+
+    def _stop(self, run: Run, reason: StopReason, note: str) -> None:
+        """Ask a run to stop, remembering why (a cancel or shutdown overrides a preemption or
+        resize: the job is not restarted then)."""
+        if run.stop in (StopReason.CANCEL, StopReason.SHUTDOWN):
+            return
+        if reason is not StopReason.RESIZE:
+            run.resize_to = None
+        run.stop, run.stop_note = reason, note
+        # a bulk run with no step reported is killed: nothing to save, and its set-up would
+        # hold the GPUs for seconds (interactive runs' progress is not read: they checkpoint)
+        self.runtime.stop(run.job_id, at_once=not run.stepped and is_bulk_run(run))
+
+    def _wait(self, job_id: str, reason: str) -> None:
+        """Tell the user why a queued job waits (once per distinct reason)."""
+        if self._waits.get(job_id) != reason:
+            self._waits[job_id] = reason
+            try:
+                self.store.annotate(job_id, f"waiting: {reason}")
+            except JobNotFound:
+                self._waits.pop(job_id, None)
+
+    def _start(self, d: Decision, free: dict[str, int]) -> None:
+        """Place a queued job on the decision's GPUs and launch it (tuning first if it asks to
+        be tuned and is not yet)."""
+        job_id, nodes = d.job_id, tuple(d.nodes)
+        if job_id in self.runs:  # never two runs of one job
+            return
+        cached = self._queued.get(job_id)
+        if cached is not None and cached.lo != cached.hi and not cached.interactive:
+            # An elastic job runs on the largest size in what it was given that keeps its
+            # global batch (its speedup curve makes the others worth no more than that one).
+            info = self.facts.elastic(job_id)
+            if info is not None and not (nodes := fit(info[0], nodes)):
+                self._wait(job_id, "no size in its GPU range keeps its global batch here")
+                return
+        if not reserve(free, nodes):
+            self._wait(job_id, "its GPUs are being freed by a preemption")
+            return
+        try:
+            rec = self.store.transition(
+                job_id,
+                JobState.PLACED,
+                expect=JobState.QUEUED,
+                message=f"placed on {len(set(nodes))} node(s)",
+                fields={"placement": {"nodes": list(nodes), "strategy": d.strategy}},
+            )
+        except (IllegalTransition, JobNotFound):
+            for n in nodes:  # cancelled since the snapshot: its GPUs stay free
+                free[n] += 1
+            return
+        self._waits.pop(job_id, None)
+        self._queued.pop(job_id, None)
+        self.telemetry.placed(rec)
+        self._launch(rec, nodes, d.strategy)
+
+    def _launch(
+        self,
+        rec: JobRecord,
+        nodes: tuple[str, ...],
+        strategy: str,
+        stream_at: float | None = None,
+    ) -> None:
+        """Launch a placed job's gang (a tuning gang when it is still to be tuned); a job that
+        cannot start is requeued or failed with the reason, never left placed. ``stream_at``:
+        where a resized service's arrival stream began (its new run goes on from there)."""
+        job_id = rec.id
+        try:
+            spec = rec.spec
+        except ValidationError as err:  # stored under an older version, no longer valid
+            first = err.errors()[0]
+            self._fail_placed(job_id, JobState.FAILED, f"the stored job is invalid: {first}")
+            return
+        tune = spec.tuning.enabled and not rec.fields.get("tuned")  # "": being re-tuned
+        replanned = ""
+        try:
+            if not tune:
+                sized = self.facts.sized(rec, len(nodes), smallest_memory(self._nodes, nodes))
+                spec = sized.spec or spec
+                if stream_at and spec.serve is not None:
+                    serve = spec.serve.model_copy(update={"start_at": stream_at})
+                    spec = spec.model_copy(update={"serve": serve})
+                if sized.source in ("measured", "model"):  # its profile chose the plan here
+                    replanned = f"on {len(nodes)} GPUs: {sized.reason}"
+            self._serial += 1
+            launch = Launch(
+                job_id,
+                "tune" if tune else "run",
+                spec,
+                nodes,
+                strategy,
+                self._serial,
+                self.settings.checkpoint_dir / job_id,
+                all_virtual(self._nodes, nodes),
+                self.lease.generation,
+            )
+            self.runtime.launch(launch)
+        except Exception as err:  # never leave a job placed with nothing running it
+            log.exception("%s: could not start", job_id)
+            self._fail_placed(job_id, JobState.QUEUED, f"requeued: could not start: {err}")
+            return
+        self.runs[job_id] = Run(launch, self.clock())
+        self._facts[job_id] = self.facts.running(rec, launch.kind)
+        if replanned:
+            log.info("%s: %s", job_id, replanned)
+            with contextlib.suppress(JobNotFound):
+                self.store.annotate(job_id, replanned)
+        if not tune:
+            self.sla_guard.watch(rec, spec, len(nodes))
+        if tune:
+            gpus = len(nodes)
+            self.store.annotate(job_id, f"tuning: profiling configs on up to {gpus} GPU(s)")
+        if spec.job_class == "bulk" and spec.resources.gpus.min != spec.resources.gpus.upper:
+            self.facts.forget(job_id)  # re-read: tuned settings or a new profile
+            self.facts.elastic(job_id)
+        log.info("%s: %s on %s", job_id, "tuning" if tune else "placed", where(nodes))
+
+    def _fail_placed(self, job_id: str, target: JobState, message: str) -> None:
+        fields: dict[str, Any] = {"placement": ""}
+        if target in TERMINAL:
+            fields["finished_at"] = self.clock()
+        try:
+            self.store.transition(
+                job_id, target, expect=JobState.PLACED, message=message, fields=fields
+            )
+        except (IllegalTransition, JobNotFound):  # cancelled meanwhile: it is cancelled now
+            with contextlib.suppress(IllegalTransition, JobNotFound):
+                self.store.transition(
+                    job_id, JobState.CANCELLED, expect=JobState.CANCELLING, fields=fields
+                )
+
+    def _relaunch(self, rec: JobRecord, run: Run) -> None:
+        """A run stopped for a resize has ended and its job is placed on its new GPUs: go on
+        there (from its checkpoint; a service from where its arrival stream is now)."""
+        nodes = run.resize_to or ()
+        try:
+            fresh = self.store.get(rec.id)
+        except JobNotFound:
+            return
+        stream_at = None
+        if run.launch.spec.serve is not None:  # a service goes on where its stream is
+            got = self.store.latest_metrics([rec.id], ("stream_started_at",)).get(rec.id, {})
+            began = got.get("stream_started_at")
+            stream_at = float(began) if isinstance(began, int | float) and began > 0 else None
+        self._launch(fresh, nodes, run.launch.strategy, stream_at)
+
+    def _resize(self, d: Decision, free: dict[str, int]) -> None:
+        """Restart a running elastic job on the decision's GPUs (checkpoint, stop, start the new
+        gang once the old one is gone), at a size that keeps its global batch."""
+        run = self.runs.get(d.job_id)
+        base = (self.facts.cached(d.job_id) or (None, ()))[0]
+        if run is None or run.stop is not None or run.launch.kind == "tune" or base is None:
+            return
+        nodes = fit(base, tuple(d.nodes))
+        if not nodes or len(nodes) == len(run.nodes):
+            return
+        extra = [n for n in nodes]
+        for n in run.nodes:
+            if n in extra:
+                extra.remove(n)
+        if not reserve(free, extra):
+            return  # its new GPUs are still being freed: the policy asks again next round
+        note = f"resized from {len(run.nodes)} to {len(nodes)} GPUs; resumes"
+        log.info("%s: resizing %d -> %d GPUs (%s)", d.job_id, len(run.nodes), len(nodes), d.reason)
+        run.resize_to = nodes
+        self._stop(run, StopReason.RESIZE, note)
+        self.telemetry.resized()
+        self.store.annotate(d.job_id, f"resizing to {len(nodes)} GPUs: {d.reason}")
+
+
+def fit(spec: JobSpec, nodes: tuple[str, ...]) -> tuple[str, ...]:
+    """``nodes`` cut to the largest size the job can keep its global batch on (empty if
+    none fits)."""
+    sizes = [n for n in elastic.feasible_sizes(spec) if n <= len(nodes)]
+    if not sizes:
+        return ()
+    kept = list(nodes)
+    drop_gpus(kept, len(kept) - sizes[-1])
+    return tuple(kept)
+
+
+def smallest_memory(pool: Sequence[NodeInfo], nodes: tuple[str, ...]) -> float | None:
+    """Bytes of the smallest of these GPUs, when every node says (``None``: unknown)."""
+    sizes = [n.gpu_memory_gb for n in pool if n.node_id in set(nodes)]
+    if not sizes or any(s is None for s in sizes):
+        return None
+    return min(float(s or 0) for s in sizes) * 1e9
+
+
+def all_virtual(pool: Sequence[NodeInfo], nodes: tuple[str, ...]) -> bool:
+    """Whether the job's GPUs are CPU-backed slots."""
+    virtual = {n.node_id for n in pool if n.virtual}
+    return all(n in virtual for n in nodes)
+
+
+def is_bulk_run(run: Run) -> bool:
+    """A run of a bulk job (not a tuning gang): the runs whose progress the loop reads."""
+    return run.launch.kind == "run" and run.launch.spec.job_class == "bulk"
+
+
+def where(nodes: tuple[str, ...]) -> str:
+    """``"2 GPU(s) on 1a2b3c4d"`` style summary of a gang's nodes."""
+    return ", ".join(f"{nodes.count(n)} GPU(s) on {n[:8]}" for n in dict.fromkeys(nodes))

@@ -1,0 +1,188 @@
+"""The reap phase's steps: a run's workers came up (its job is running or tuning), or a run
+ended (its job's next state from the pure table in :mod:`~orchestrator.control.transitions`,
+written with the fields it ends with: attained service, restarts, remaining work, its result;
+a finished job's message says whether it met its SLA and how far the tuner's prediction was).
+
+:class:`ReapSteps` holds these steps for :class:`~orchestrator.control.loop.ControlLoop`;
+:func:`ended_fields` (what an ended run writes) is pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from orchestrator.control.facts import PROGRESS, remaining_s, tuned_of
+from orchestrator.control.gangs import GangActions
+from orchestrator.control.ledger import ACTIVE, Run
+from orchestrator.control.transitions import StopReason, Transition, run_ended
+from orchestrator.errors import IllegalTransition, JobNotFound
+from orchestrator.runtime.base import Outcome
+from orchestrator.sla import evaluate_sla
+from orchestrator.store.records import JobRecord
+from orchestrator.store.states import TERMINAL, JobState
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ReapSteps", "ended_fields", "metrics_of"]
+
+
+class ReapSteps(GangActions):
+    """What the loop does with a run's events (see the module doc)."""
+
+    def _started(self, run: Run, at: float) -> None:
+        """A run's workers are up: the job is running (or tuning); a job cancelled meanwhile
+        has its run stopped."""
+        if run.started:
+            return
+        run.started = True
+        target = JobState.TUNING if run.launch.kind == "tune" else JobState.RUNNING
+        try:
+            self.store.transition(
+                run.job_id, target, expect=JobState.PLACED, fields={"started_at": at}
+            )
+        except (IllegalTransition, JobNotFound):  # cancelled (or deleted) meanwhile
+            self._stop(run, StopReason.CANCEL, "cancelled")
+            return
+        if target is JobState.RUNNING:
+            self.store.incr_attempts(run.job_id)
+
+    def _ended(self, run: Run, outcome: Outcome, at: float) -> None:
+        """Record how a run ended: the job's next state (re-deciding if a cancel races in),
+        its attained service, metrics and measured throughput; a resized run goes on."""
+        job_id = run.job_id
+        curve = self.facts.note_throughput(job_id, outcome.result)
+        if run.launch.kind == "tune":
+            self.telemetry.tuned(outcome.result.get("trials"))
+        if curve is not None and job_id in self._facts:
+            self._facts[job_id] = dataclasses.replace(self._facts[job_id], speedup=curve)
+        if outcome.result:
+            self.store.put_metrics(job_id, metrics_of(outcome.result))
+        for _ in range(3):
+            try:
+                rec = self.store.get(job_id)
+            except JobNotFound:
+                return
+            if rec.state not in ACTIVE:
+                return
+            t = run_ended(
+                rec.state,
+                run.launch.kind,
+                outcome,
+                run.stop,
+                started=run.started,
+                losses=int(rec.fields.get("losses", 0)),
+                stop_note=run.stop_note,
+            )
+            progress = (
+                self.store.latest_metrics([rec.id], PROGRESS).get(rec.id, {})
+                if t.target is JobState.QUEUED
+                else {}
+            )
+            fields = ended_fields(rec, run, t, outcome, at, progress)
+            try:
+                self._settle(job_id, t, rec, fields, outcome)
+            except IllegalTransition:
+                continue  # the state moved (a cancel): decide again on the new one
+            held = fields["attained_gpu_s"] - float(rec.fields.get("attained_gpu_s", 0) or 0)
+            self.telemetry.used(rec.team, held)  # the team's account, kept past the job's gc
+            self._queued.pop(job_id, None)
+            self._facts.pop(job_id, None)
+            self.sla_guard.forget(job_id)
+            if t.relaunch and run.resize_to:
+                self._relaunch(rec, run)
+            return
+        log.warning("%s: could not record its outcome %s", job_id, outcome.kind.value)
+
+    def _settle(
+        self,
+        job_id: str,
+        t: Transition,
+        rec: JobRecord,
+        fields: dict[str, Any],
+        outcome: Outcome,
+    ) -> None:
+        message = t.message
+        if t.target is JobState.FINISHED:
+            message = self._sla_message(rec) + self._prediction_error(rec, outcome.result)
+        self.store.transition(job_id, t.target, expect=rec.state, message=message, fields=fields)
+        log.info("%s: %s%s", job_id, t.target.value, f" ({message})" if message else "")
+
+    def _prediction_error(self, rec: JobRecord, result: dict[str, Any]) -> str:
+        """For a tuned job that ran as tuned: how far the tuner's prediction was from what the
+        run measured (kept in its profile). A run resized to another GPU count ran another
+        config (its micro-batch was re-derived), so its figures are not compared."""
+        if not rec.fields.get("tuned") or not result:
+            return ""
+        tuned = tuned_of(rec) or {}
+        if int(tuned.get("gpus", 1)) != int(result.get("world_size", 1)):
+            return ""
+        from orchestrator.tuner.profile import record_outcome
+
+        errors = record_outcome(self.store.profiles, rec.id, result)
+        if not errors:
+            return ""
+        parts = [f"{k.removesuffix('_ms').replace('_', ' ')} {v:+.0%}" for k, v in errors.items()]
+        return f"; tuner prediction error: {', '.join(parts)}"
+
+    def _sla_message(self, rec: JobRecord) -> str:
+        verdict = evaluate_sla(
+            rec.spec,
+            self.store.metrics(rec.id),
+            elapsed_s=self.clock() - rec.submitted_at,
+            finished=True,
+        )
+        self.telemetry.finished(rec.job_class, verdict.met)
+        met = {True: "SLA met", False: "SLA missed", None: "SLA not measured"}[verdict.met]
+        return f"{met}: {verdict.measured} (target {verdict.target})"
+
+
+def ended_fields(
+    rec: JobRecord,
+    run: Run,
+    t: Transition,
+    outcome: Outcome,
+    at: float,
+    progress: dict[str, Any],
+) -> dict[str, Any]:
+    """The fields written with an ended run's transition: the pure table's, plus its
+    attained service, and for a requeued job its remaining work and preemption time.
+
+    Args:
+        progress: the run's last progress reports (``PROGRESS``), read for a requeued job.
+    """
+    fields = dict(t.fields)
+    held_s = max(0.0, at - run.launched_at) * len(run.nodes)
+    fields["attained_gpu_s"] = float(rec.fields.get("attained_gpu_s", 0) or 0) + held_s
+    if run.launch.kind == "run" and run.started:  # a training run (not a tuning one)
+        most = int(rec.fields.get("most_gpus", 0) or 0)
+        fields["most_gpus"] = max(most, len(run.nodes))
+        if t.target is JobState.QUEUED or t.relaunch:  # it goes on: its next run restarts
+            fields["restarts"] = int(rec.fields.get("restarts", 0) or 0) + 1
+    if t.target is JobState.QUEUED:
+        # a run for a set time: what is left of it, time_left_s (its run time so far is in
+        # its checkpoint, so the resumed run trains only for that; a run killed without a
+        # stop checkpoint resumes from an older one, with a little more left)
+        # (none measured: the estimate it had, from its submission; a bound, as the run
+        # may have done some of the work)
+        remaining = remaining_s(progress)
+        kept = rec.fields.get("remaining_s", "")
+        fields["remaining_s"] = kept if remaining is None else remaining
+        fields["preempted_at"] = at if run.stop is StopReason.PREEMPT else ""
+        if run.stop is StopReason.RETUNE and run.retune is not None:
+            fields["retune"] = run.retune
+            if not run.retune.get("asked"):  # the guard's bound counts its own re-tunes
+                fields["retunes"] = int(rec.fields.get("retunes", 0) or 0) + 1
+    if t.relaunch and run.resize_to:
+        fields["placement"] = {"nodes": list(run.resize_to), "strategy": run.launch.strategy}
+    if t.target in TERMINAL:
+        fields["finished_at"] = at
+        if outcome.result:
+            fields["result"] = outcome.result
+    return fields
+
+
+def metrics_of(result: dict[str, object]) -> dict[str, object]:
+    """The scalar metrics of a harness result (``p95_ms``, ``samples_per_s``...)."""
+    return {k: v for k, v in result.items() if isinstance(v, int | float | str)}
