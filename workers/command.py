@@ -2,7 +2,7 @@
 
 A job ``workload: {command: [python, train.py, ...]}`` ships its working directory with the
 submission; Ray unpacks it on every host of the gang as the worker actor's current folder
-(``runtime_env`` ``working_dir``: see ``orchestrator.runtime.ray_gang``). For each rank,
+(``runtime_env`` ``working_dir``: see ``orchestrator.runtime.gang_run``). For each rank,
 :func:`run_command`
 
 - copies that folder into a private run folder of the job's sandbox user (the uid

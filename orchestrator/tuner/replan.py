@@ -24,7 +24,8 @@ before those that miss it (then the smallest miss), and among them a throughput 
 fewest GPU-seconds per sample, a latency ceiling the highest throughput, which at one GPU count
 and one global batch is the shortest mean step. Pure: the caller reads the profile and the
 device memory and passes them in; the control loop's resize path calls it
-(``orchestrator.control.loop``), so what was measured is what runs.
+(``orchestrator.control.facts`` ``sized``, on ``control.gangs``' launch), so what was measured
+is what runs.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The same :class:`workers.harness.Harness` that runs jobs runs the trial (rule 3:
 applies precision, accumulation, checkpointing and compile the same way for every workload):
 ``warmup_steps`` excluded, then ``measured_steps`` giving p50/p95/p99 step latency, throughput
 and peak memory. In-process, so one trial uses one device; multi-GPU trials need the pool
-(placement group of worker actors, as ``orchestrator.runtime.ray_gang`` runs jobs).
+(placement group of worker actors, as ``orchestrator.runtime.gang_run`` runs jobs).
 """
 
 from __future__ import annotations
