@@ -54,14 +54,19 @@ class JobFactsReader:
     def __init__(self, store: JobStore) -> None:
         self.store = store
         self._elastic: dict[str, Elastic] = {}
+        self._sizes: dict[str, list[int]] = {}
 
     def queued(self, raw: dict[str, str]) -> JobFacts:
-        """A queued job's facts from its stored fields, an elastic one with its curve."""
+        """A queued job's facts from its stored fields, an elastic one with its curve and
+        the sizes it can run on (:meth:`sizes`)."""
         facts = job_facts(raw)
         if facts.min_gpus != facts.max_gpus and facts.job_class == "bulk":
             info = self.elastic(facts.job_id)
-            if info is not None:
-                facts = dataclasses.replace(facts, speedup=info[1])
+            sizes = self.sizes(facts.job_id)
+            if info is not None and sizes:
+                facts = dataclasses.replace(
+                    facts, min_gpus=sizes[0], max_gpus=sizes[-1], speedup=info[1]
+                )
         return facts
 
     def running(self, rec: JobRecord, kind: RunKind) -> JobFacts:
@@ -73,8 +78,33 @@ class JobFactsReader:
         info = self.elastic(rec.id) if kind == "run" else None
         if info is None or facts.min_gpus == facts.max_gpus or facts.job_class != "bulk":
             return dataclasses.replace(facts, min_gpus=0, max_gpus=0, speedup=())
-        sizes = elastic.feasible_sizes(info[0])
+        sizes = self.sizes(rec.id) or [facts.min_gpus, facts.max_gpus]
         return dataclasses.replace(facts, min_gpus=sizes[0], max_gpus=sizes[-1], speedup=info[1])
+
+    def sizes(self, job_id: str) -> list[int]:
+        """The GPU counts an elastic job can run on, ascending (empty: not one).
+
+        Without a parallel plan, those its global batch can be split on
+        (:func:`orchestrator.elastic.feasible_sizes`). With one, those on which
+        :meth:`sized` finds a plan: the rule's (tp and pp kept) and every size the job's profile
+        measured or its plan model can choose a plan for, so a ``pp 2`` job whose tuning
+        measured one GPU may shrink to one. Without the GPUs' memory (known at launch), where
+        :meth:`sized` may still leave a plan out.
+        """
+        if job_id not in self._sizes:
+            info = self.elastic(job_id)
+            if info is None:
+                return []
+            spec = info[0]
+            if spec.run.plan is None:
+                self._sizes[job_id] = elastic.feasible_sizes(spec)
+            else:
+                profile = self.store.profiles.load(job_id)
+                lo, hi = spec.resources.gpus.min, spec.resources.gpus.upper
+                self._sizes[job_id] = [
+                    n for n in range(lo, hi + 1) if replanned_spec(spec, n, profile).spec
+                ]
+        return self._sizes[job_id]
 
     def elastic(self, job_id: str) -> Elastic | None:
         """An elastic job's spec (as it runs, at its requested size) and speedup curve."""
@@ -108,10 +138,12 @@ class JobFactsReader:
     def forget(self, job_id: str) -> None:
         """Read the job afresh next time (tuned settings or a new profile)."""
         self._elastic.pop(job_id, None)
+        self._sizes.pop(job_id, None)
 
     def keep_only(self, job_ids: set[str]) -> None:
         """Forget every job not in ``job_ids`` (those that left the queue and the pool)."""
         self._elastic = {j: v for j, v in self._elastic.items() if j in job_ids}
+        self._sizes = {j: v for j, v in self._sizes.items() if j in job_ids}
 
     def note_throughput(self, job_id: str, result: dict[str, Any]) -> tuple[float, ...] | None:
         """Keep the throughput a run of an elastic job showed on its GPU count; returns its

@@ -16,7 +16,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator import elastic
 from orchestrator.config import Settings
 from orchestrator.control.facts import JobFactsReader
 from orchestrator.control.ledger import Run, reserve
@@ -27,7 +26,6 @@ from orchestrator.control.transitions import StopReason
 from orchestrator.errors import IllegalTransition, JobNotFound
 from orchestrator.pool import NodeInfo
 from orchestrator.runtime.base import Launch, Runtime
-from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
 from orchestrator.store.lease import Lease
 from orchestrator.store.records import JobRecord
@@ -91,7 +89,7 @@ class GangActions:
             # An elastic job runs on the largest size in what it was given that keeps its
             # global batch (its speedup curve makes the others worth no more than that one).
             info = self.facts.elastic(job_id)
-            if info is not None and not (nodes := fit(info[0], nodes)):
+            if info is not None and not (nodes := fit(self.facts.sizes(job_id), nodes)):
                 self._wait(job_id, "no size in its GPU range keeps its global batch here")
                 return
         if not reserve(free, nodes):
@@ -211,7 +209,7 @@ class GangActions:
         base = (self.facts.cached(d.job_id) or (None, ()))[0]
         if run is None or run.stop is not None or run.launch.kind == "tune" or base is None:
             return
-        nodes = fit(base, tuple(d.nodes))
+        nodes = fit(self.facts.sizes(d.job_id), tuple(d.nodes))
         if not nodes or len(nodes) == len(run.nodes):
             return
         extra = [n for n in nodes]
@@ -228,10 +226,10 @@ class GangActions:
         self.store.annotate(d.job_id, f"resizing to {len(nodes)} GPUs: {d.reason}")
 
 
-def fit(spec: JobSpec, nodes: tuple[str, ...]) -> tuple[str, ...]:
-    """``nodes`` cut to the largest size the job can keep its global batch on (empty if
-    none fits)."""
-    sizes = [n for n in elastic.feasible_sizes(spec) if n <= len(nodes)]
+def fit(sizes: Sequence[int], nodes: tuple[str, ...]) -> tuple[str, ...]:
+    """``nodes`` cut to the largest of the job's ``sizes`` (those it can keep its global
+    batch on: ``JobFactsReader.sizes``) that they hold (empty if none fits)."""
+    sizes = [n for n in sizes if n <= len(nodes)]
     if not sizes:
         return ()
     kept = list(nodes)

@@ -399,3 +399,32 @@ def test_a_resize_runs_the_plan_the_jobs_trials_picked_for_the_new_size(
     assert (sized.run.plan.dp, sized.run.plan.tp, sized.run.plan.pp) == (1, 1, 2)
     assert (sized.run.micro_batch, sized.run.grad_accum) == (2, 4)  # 8 a step, as on 4 GPUs
     assert store.get(job_id).message.startswith("on 2 GPUs: measured pp 2")
+
+
+def test_a_pipeline_job_shrinks_to_a_size_only_its_trials_make_possible(
+    store: JobStore, make_loop: Any
+) -> None:
+    """A gpt job under pp 2 on 2 GPUs, range 1-2: the rule (tp and pp kept) cannot run it on
+    one GPU, so with no profile its only size is 2; once its profile measured one GPU at its
+    global batch, 1 is a size too, and a shrink to one GPU runs the measured config."""
+    loop, rt = make_loop([("n0", 2)], auto_start=False)
+    gpt = {"name": "gpt", "args": {"n_layer": 2, "d_model": 32, "n_head": 4, "seq_len": 16}}
+    spec = job("piped", gpus={"min": 1, "max": 2}, workload=gpt)
+    run = {"steps": 20, "micro_batch": 4, "grad_accum": 2, "data_parallel": 2, "plan": {"pp": 2}}
+    spec = parse_spec({**spec.model_dump(by_alias=True, exclude_none=True), "run": run})
+    job_id = store.submit(spec).id
+    assert loop.facts.sizes(job_id) == [2]
+    one = {"gpus": 1, "micro_batch": 8, "grad_accum": 1, "precision": "fp32", "status": "ok"}
+    store.profiles.save(job_id, {"curves": {"fp32": [{**one, "samples_per_s": 50.0}]}})
+    loop.facts.forget(job_id)
+    assert loop.facts.sizes(job_id) == [1, 2]
+    loop.bind(Decision(DecisionKind.START, job_id, nodes=("n0", "n0")), {"n0": 2})
+    rt.start(job_id)
+    loop.round()
+    assert rt.launches[-1].nodes == ("n0", "n0")
+    loop.bind(Decision(DecisionKind.RESIZE, job_id, nodes=("n0",)), {"n0": 0})
+    loop.reap(rt.poll())
+    sized = rt.launches[-1].spec
+    assert rt.launches[-1].nodes == ("n0",) and sized.gpus == 1
+    assert (sized.run.micro_batch, sized.run.grad_accum) == (8, 1)  # 8 a step, as on 2 GPUs
+    assert sized.run.plan is None or sized.run.plan.pp == 1
