@@ -29,7 +29,7 @@ import gc
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 from orchestrator.control.invariants import check_decisions, guarded
@@ -43,6 +43,7 @@ from orchestrator.control.snapshot import (
 from orchestrator.sim.errors import PolicyViolation, StuckSimulation, UnplaceableJobs
 from orchestrator.sim.metrics import JobRecord, SimResult, Usage
 from orchestrator.sim.models import JobModel, ParametricJobModel, ProfileJobModel
+from orchestrator.sim.services import ServiceJobModel, Services, ServiceSpec, quota_room
 from orchestrator.sim.trace import TraceJob
 from orchestrator.sim.wallclock import WallClockJobModel
 from policies import Decision, DecisionKind, NodeView, QueuedJob, RunningJob, Snapshot
@@ -151,6 +152,9 @@ class Simulator:
             :class:`~orchestrator.sim.wallclock.WallClockJobModel` to replay a live run).
         gpu_memory_gb: the memory of each node's GPUs (GB) by node id, which jobs'
             ``gpu_memory_gb`` is held to as live; a node not in it: unknown (any job fits).
+        services: a :class:`~orchestrator.sim.services.ServiceSpec` per interactive job name
+            that is a service (its load, latency and scaling: :mod:`orchestrator.sim.services`;
+            its figures in :attr:`services` after the run). While one runs, every round runs.
     """
 
     def __init__(
@@ -163,8 +167,10 @@ class Simulator:
         traces_root: str | None = None,
         models: Mapping[str, ParametricJobModel] | None = None,
         gpu_memory_gb: Mapping[str, float] | None = None,
+        services: Mapping[str, ServiceSpec] | None = None,
     ) -> None:
         self.config = config or SimConfig()
+        self.services = Services(services or {})
         self.policy = guarded(policy)  # inside the team caps, as the live loop runs it
         self.node_ids = [n for n, _ in nodes]
         self.capacity = dict(nodes)
@@ -186,6 +192,8 @@ class Simulator:
             model: JobModel
             if models and spec.name in models:
                 model = models[spec.name]
+            elif spec.name in self.services.specs:
+                model = self.services.model(spec.name)
             elif spec.app:
                 model = ProfileJobModel(spec.app, spec.batch_size, traces_root)
             else:
@@ -304,7 +312,7 @@ class Simulator:
     def _next_round(self, arrivals: int) -> float:
         cfg = self.config
         step = cfg.interval_s
-        if cfg.every_round:
+        if cfg.every_round or (self.services and self._serving()):
             return self.now + step
         nxt = math.inf
         if arrivals < len(self.jobs):
@@ -329,6 +337,8 @@ class Simulator:
         demand = self._asked
         restarting = 0.0
         team_held: dict[str, int] = {}
+        if self.services:
+            self._serve(dt)
         for job in self.running.values():
             gpus = len(job.nodes)
             team_held[job.team] = team_held.get(job.team, 0) + gpus
@@ -369,6 +379,36 @@ class Simulator:
         self.now = until
         return progressed
 
+    # ---- services (orchestrator.sim.services) ---------------------------------------------
+
+    def _serving(self) -> bool:
+        """Whether a service is queued or running (its load needs every round)."""
+        specs = self.services.specs
+        return any(n in specs for n in self.running) or any(n in specs for n in self.queued)
+
+    def _serve(self, dt: float) -> None:
+        """Account the services' next ``dt`` seconds (before the jobs advance)."""
+        for name in self.services.specs:
+            job = self.by_id[name]
+            if job.state == _RUNNING and job.completed_at is None:
+                left = job.model.remaining_time(job.placement)
+                self.services.window(name, self.now, dt, len(job.nodes), job.restart_left, left)
+            elif job.state == _QUEUED:
+                self.services.window(name, self.now, dt, 0, dt, 0.0)
+
+    def _scale_services(self) -> None:
+        """The guard's scaling decision for each running service (``want_gpus``)."""
+        caps = {t.name: t.max_gpus for t in self.teams}
+        held = [(j.team, len(j.nodes)) for j in self.running.values()]
+        for name in self.services.specs:
+            job = self.by_id[name]
+            if job.state != _RUNNING:
+                continue
+            s = job.spec
+            room = quota_room(job.team, caps.get(job.team, 0), held)
+            if self.services.scale(name, self.now, len(job.nodes), s.lo, s.hi, room):
+                job.view = None
+
     def _stuck_jobs(self) -> dict[str, str]:
         """The jobs of a stuck run: each queued one with the policy's last reason, each
         running one with what it holds (it never gets past its restart)."""
@@ -380,6 +420,8 @@ class Simulator:
     # ---- one round -------------------------------------------------------------------------
 
     def _round(self) -> None:
+        if self.services:
+            self._scale_services()
         snapshot = self.snapshot()
         if self._desk is not None:  # as the live loop's ControlLoop.admit
             if self.policy.binds_admission:
@@ -469,7 +511,8 @@ class Simulator:
             return job.view
         s = job.spec
         remaining = None
-        if s.app == "":
+        service = s.name in self.services.specs
+        if s.app == "" and not service:
             m = job.model
             assert isinstance(m, ParametricJobModel)
             # at the rate of the GPUs it holds (as the live loop measures it), else asked for
@@ -508,6 +551,9 @@ class Simulator:
                 # its first step comes once the restart is paid
                 first_step_at=job.started_at + job.start_s,
             )
+            if service:  # as live: rigid, its size moves only as the guard asks
+                facts = replace(facts, min_gpus=0, max_gpus=0, speedup=())
+                run = replace(run, want_gpus=self.services.want.get(s.name, 0))
             view = running_view(facts, run)
         if job.state == _QUEUED or job.spec.checkpoint <= 0:
             job.view = view  # a running job with periodic checkpoints changes every round
@@ -594,7 +640,7 @@ class Simulator:
         model = job.model
         job.start_s = (
             model.start_s(self.config.restart_s)
-            if isinstance(model, WallClockJobModel)
+            if isinstance(model, WallClockJobModel | ServiceJobModel)
             else self.config.restart_s
         )
         job.restart_left = job.start_s
