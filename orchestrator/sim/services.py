@@ -36,13 +36,15 @@ import bisect
 import json
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.sim.models import JobModel
+from orchestrator.sim.simjob import QUEUED, RUNNING, SimJob
 from policies.replicas import ReplicaConfig, ScaleWatch, ServiceLimits, ServiceReading
 from policies.replicas import scale_replicas as _scale
+from policies.snapshot import TeamView
 
 __all__ = [
     "LatencyCurve",
@@ -385,6 +387,43 @@ class Services:
             self.want[name] = scale.replicas
             self.stats[name].scales.append((now, scale.replicas, scale.reason))
         return before != self.want.get(name, 0)
+
+    # ---- the simulator's hooks (``Simulator`` calls these while a service is in the run) ----
+
+    def active(self, queued: Collection[str], running: Collection[str]) -> bool:
+        """Whether a service is queued or running (its load needs every round)."""
+        specs = self.specs
+        return any(n in specs for n in running) or any(n in specs for n in queued)
+
+    def serve(self, jobs: Mapping[str, SimJob], now: float, dt: float) -> None:
+        """Account the services' next ``dt`` seconds from ``now`` (before the jobs advance)."""
+        for name in self.specs:
+            job = jobs[name]
+            if job.state == RUNNING and job.completed_at is None:
+                left = job.model.remaining_time(job.placement)
+                self.window(name, now, dt, len(job.nodes), job.restart_left, left)
+            elif job.state == QUEUED:
+                self.window(name, now, dt, 0, dt, 0.0)
+
+    def scale_running(
+        self,
+        jobs: Mapping[str, SimJob],
+        running: Mapping[str, SimJob],
+        teams: Sequence[TeamView],
+        now: float,
+    ) -> None:
+        """The guard's decision for each running service; a service whose ask changed has
+        its view rebuilt (the snapshot's ``want_gpus``)."""
+        caps = {t.name: t.max_gpus for t in teams}
+        held = [(j.team, len(j.nodes)) for j in running.values()]
+        for name in self.specs:
+            job = jobs[name]
+            if job.state != RUNNING:
+                continue
+            s = job.spec
+            room = quota_room(job.team, caps.get(job.team, 0), held)
+            if self.scale(name, now, len(job.nodes), s.lo, s.hi, room):
+                job.view = None
 
     def summary(self) -> dict[str, float]:
         """Over every service: SLA attainment (time-weighted), GPU-seconds, requests offered."""
