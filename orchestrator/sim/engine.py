@@ -29,7 +29,7 @@ import gc
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import cast
 
 from orchestrator.control.invariants import check_decisions, guarded
@@ -40,18 +40,18 @@ from orchestrator.control.snapshot import (
     queued_view,
     running_view,
 )
+from orchestrator.sim.apply import DecisionApplier
 from orchestrator.sim.errors import PolicyViolation, StuckSimulation, UnplaceableJobs
-from orchestrator.sim.metrics import JobRecord, SimResult, Usage
+from orchestrator.sim.metrics import SimResult, Usage
 from orchestrator.sim.models import JobModel, ParametricJobModel, ProfileJobModel
+from orchestrator.sim.services import Services, ServiceSpec
+from orchestrator.sim.simjob import DONE, QUEUED, SimJob, record_of
 from orchestrator.sim.trace import TraceJob
-from orchestrator.sim.wallclock import WallClockJobModel
 from policies import Decision, DecisionKind, NodeView, QueuedJob, RunningJob, Snapshot
 from policies.scheduling import SchedulingPolicy
 from policies.scheduling.admission import AdmissionDesk
 from policies.scheduling.plan import Verdict
 from policies.snapshot import TeamView
-
-_WAITING, _QUEUED, _RUNNING, _DONE = range(4)
 
 
 @dataclass(frozen=True)
@@ -90,54 +90,7 @@ class SimConfig:
     plan_admission: bool = False
 
 
-@dataclass(eq=False)
-class _Job:
-    spec: TraceJob
-    seq: int
-    model: JobModel
-    state: int = _WAITING
-    nodes: tuple[str, ...] = ()
-    placement: tuple[int, ...] = ()
-    restart_left: float = 0.0
-    start_s: float = 0.0  # the current run's start-up (the restart cost, or measured)
-    started_at: float = 0.0
-    since_ckpt: float = 0.0
-    ckpt: tuple[float, int] = (0.0, 0)
-    attained: float = 0.0
-    first_start: float | None = None
-    queued_since: float = 0.0  # submission, then the last preemption
-    preempted_at: float | None = None  # the last preemption, until it starts again
-    waits: list[float] = field(default_factory=list)  # every wait that ended with a start
-    wait_reason: str = ""  # the policy's last WAIT reason
-    completed_at: float | None = None
-    preemptions: int = 0
-    resizes: int = 0
-    most_gpus: int = 0  # the most GPUs of its ended runs
-    lost_gpu_s: float = 0.0
-    preempt_lost_gpu_s: float = 0.0
-    view: QueuedJob | RunningJob | None = None
-    speedup_key: object = None
-    speedup: tuple[float, ...] = ()
-    speedup_final: bool = False  # ``speedup`` cannot change any more: no need to ask again
-    lo: int = 0  # ``spec.lo``, ``spec.team`` and ``spec.checkpoint``, read every round
-    team: str = ""
-    checkpoint_s: float = 0.0
-
-
-def _placement(nodes: tuple[str, ...]) -> tuple[int, ...]:
-    """GPUs per node in allocation order (consecutive runs of the same node id)."""
-    out: list[int] = []
-    prev = None
-    for n in nodes:
-        if n == prev:
-            out[-1] += 1
-        else:
-            out.append(1)
-            prev = n
-    return tuple(out)
-
-
-class Simulator:
+class Simulator(DecisionApplier):
     """Simulate one trace on one pool under one scheduling policy.
 
     Args:
@@ -151,6 +104,9 @@ class Simulator:
             :class:`~orchestrator.sim.wallclock.WallClockJobModel` to replay a live run).
         gpu_memory_gb: the memory of each node's GPUs (GB) by node id, which jobs'
             ``gpu_memory_gb`` is held to as live; a node not in it: unknown (any job fits).
+        services: a :class:`~orchestrator.sim.services.ServiceSpec` per interactive job name
+            that is a service (its load, latency and scaling: :mod:`orchestrator.sim.services`;
+            its figures in :attr:`services` after the run). While one runs, every round runs.
     """
 
     def __init__(
@@ -163,8 +119,10 @@ class Simulator:
         traces_root: str | None = None,
         models: Mapping[str, ParametricJobModel] | None = None,
         gpu_memory_gb: Mapping[str, float] | None = None,
+        services: Mapping[str, ServiceSpec] | None = None,
     ) -> None:
         self.config = config or SimConfig()
+        self.services = Services(services or {})
         self.policy = guarded(policy)  # inside the team caps, as the live loop runs it
         self.node_ids = [n for n, _ in nodes]
         self.capacity = dict(nodes)
@@ -181,16 +139,18 @@ class Simulator:
         never.update(self._too_small(jobs))
         if never:
             raise UnplaceableJobs(never)
-        self.jobs: list[_Job] = []
+        self.jobs: list[SimJob] = []
         for seq, spec in enumerate(sorted(jobs, key=lambda j: j.submit_time)):
             model: JobModel
             if models and spec.name in models:
                 model = models[spec.name]
+            elif spec.name in self.services.specs:
+                model = self.services.model(spec.name)
             elif spec.app:
                 model = ProfileJobModel(spec.app, spec.batch_size, traces_root)
             else:
                 model = ParametricJobModel(spec.duration, spec.gpus, self.config.sigma)
-            job = _Job(
+            job = SimJob(
                 spec,
                 seq,
                 model,
@@ -202,8 +162,8 @@ class Simulator:
             self.jobs.append(job)
         self.by_id = {j.spec.name: j for j in self.jobs}
         self.now = 0.0
-        self.queued: dict[str, _Job] = {}
-        self.running: dict[str, _Job] = {}
+        self.queued: dict[str, SimJob] = {}
+        self.running: dict[str, SimJob] = {}
         self.usage = Usage(self.total_gpus)
         self.decision_s: list[tuple[int, float]] = []
         self.applied: list[tuple[float, Decision]] = []
@@ -218,7 +178,7 @@ class Simulator:
         self._node_views = {n: self._node_view(n) for n in self.node_ids}
         self._nodes = tuple(map(self._node_views.__getitem__, self.node_ids))
         self._changed: set[str] = set()  # nodes whose free GPUs changed since the last snapshot
-        self._completed: list[_Job] = []  # running jobs that completed in the last interval
+        self._completed: list[SimJob] = []  # running jobs that completed in the last interval
         self._asked = 0  # GPUs the queued and running jobs asked for
 
     def _node_view(self, node_id: str) -> NodeView:
@@ -268,13 +228,13 @@ class Simulator:
             # jobs that completed during the last interval release their GPUs
             for job in self._completed:
                 self._release(job)
-                job.state = _DONE
+                job.state = DONE
                 self._asked -= job.spec.gpus
                 done += 1
             self._completed.clear()
             while arrivals < n and self.jobs[arrivals].spec.submit_time <= self.now:
                 job = self.jobs[arrivals]
-                job.state = _QUEUED
+                job.state = QUEUED
                 self.queued[job.spec.name] = job
                 self._asked += job.spec.gpus
                 arrivals += 1
@@ -293,7 +253,7 @@ class Simulator:
                 if idle == cfg.stuck_rounds:
                     raise StuckSimulation(self._stuck_jobs(), idle, last_progress)
         return SimResult(
-            records=[self._record(j) for j in self.jobs],
+            records=[record_of(j, self.now) for j in self.jobs],
             usage=self.usage,
             rounds=self.rounds,
             end_time=self.now,
@@ -304,7 +264,7 @@ class Simulator:
     def _next_round(self, arrivals: int) -> float:
         cfg = self.config
         step = cfg.interval_s
-        if cfg.every_round:
+        if cfg.every_round or (self.services and self.services.active(self.queued, self.running)):
             return self.now + step
         nxt = math.inf
         if arrivals < len(self.jobs):
@@ -329,6 +289,8 @@ class Simulator:
         demand = self._asked
         restarting = 0.0
         team_held: dict[str, int] = {}
+        if self.services:
+            self.services.serve(self.by_id, self.now, dt)
         for job in self.running.values():
             gpus = len(job.nodes)
             team_held[job.team] = team_held.get(job.team, 0) + gpus
@@ -380,6 +342,8 @@ class Simulator:
     # ---- one round -------------------------------------------------------------------------
 
     def _round(self) -> None:
+        if self.services:
+            self.services.scale_running(self.by_id, self.running, self.teams, self.now)
         snapshot = self.snapshot()
         if self._desk is not None:  # as the live loop's ControlLoop.admit
             if self.policy.binds_admission:
@@ -448,7 +412,7 @@ class Simulator:
         self._last_round = self.now
         return self.config.interval_s if gap is None else gap
 
-    def _speedup(self, job: _Job) -> tuple[float, ...]:
+    def _speedup(self, job: SimJob) -> tuple[float, ...]:
         if job.speedup_final:
             return job.speedup
         if job.spec.lo == job.spec.hi:
@@ -461,7 +425,7 @@ class Simulator:
         job.speedup_final = not job.model.speedup_changes
         return speedup
 
-    def _view(self, job: _Job) -> QueuedJob | RunningJob:
+    def _view(self, job: SimJob) -> QueuedJob | RunningJob:
         if job.view is not None and job.speedup_final:
             return job.view
         speedup = self._speedup(job)
@@ -469,12 +433,13 @@ class Simulator:
             return job.view
         s = job.spec
         remaining = None
-        if s.app == "":
+        service = s.name in self.services.specs
+        if s.app == "" and not service:
             m = job.model
             assert isinstance(m, ParametricJobModel)
             # at the rate of the GPUs it holds (as the live loop measures it), else asked for
             remaining = (m.work - m.done) / m.rate(len(job.nodes) or s.gpus)
-        running = job.state != _QUEUED
+        running = job.state != QUEUED
         facts = JobFacts(
             s.name,
             s.job_class,
@@ -508,137 +473,21 @@ class Simulator:
                 # its first step comes once the restart is paid
                 first_step_at=job.started_at + job.start_s,
             )
+            if service:  # as live: rigid, its size moves only as the guard asks
+                facts = replace(facts, min_gpus=0, max_gpus=0, speedup=())
+                run = replace(run, want_gpus=self.services.want.get(s.name, 0))
             view = running_view(facts, run)
-        if job.state == _QUEUED or job.spec.checkpoint <= 0:
+        if job.state == QUEUED or job.spec.checkpoint <= 0:
             job.view = view  # a running job with periodic checkpoints changes every round
         return view
 
-    def _checkpoint_at(self, job: _Job) -> float:
+    def _checkpoint_at(self, job: SimJob) -> float:
         if job.spec.checkpoint <= 0:
             # no work is lost (``_lose_work``): "always checkpointed", a value that stays true
             # in the view kept for the whole run (``now`` would age with it: a stop would
             # look like it lost everything since the view was built)
             return math.inf
         return self.now - job.since_ckpt
-
-    # ---- applying decisions ----------------------------------------------------------------
-
-    def _apply(self, d: Decision) -> None:
-        job = self.by_id.get(d.job_id)
-        if job is None:
-            raise PolicyViolation(f"decision for unknown job {d.job_id!r}")
-        if d.kind is DecisionKind.WAIT:
-            job.wait_reason = d.reason
-            return
-        if d.kind is DecisionKind.START:
-            if job.state != _QUEUED:
-                raise PolicyViolation(f"START for {d.job_id}, which is not queued")
-            self._take(d, job, ())
-            job.state = _RUNNING
-            del self.queued[d.job_id]
-            self.running[d.job_id] = job
-            job.waits.append(self.now - job.queued_since)
-            job.preempted_at = None
-            if job.first_start is None:
-                job.first_start = self.now
-        elif d.kind is DecisionKind.PREEMPT:
-            if job.state != _RUNNING:
-                raise PolicyViolation(f"PREEMPT for {d.job_id}, which is not running")
-            if job.completed_at is not None:
-                return
-            before = job.lost_gpu_s
-            self._lose_work(job)
-            job.preempt_lost_gpu_s += job.lost_gpu_s - before + job.start_s * len(job.nodes)
-            self._release(job)
-            job.state = _QUEUED
-            job.queued_since = job.preempted_at = self.now
-            job.preemptions += 1
-            self.queued[d.job_id] = job
-        elif d.kind is DecisionKind.RESIZE:
-            if job.state != _RUNNING:
-                raise PolicyViolation(f"RESIZE for {d.job_id}, which is not running")
-            if tuple(d.nodes) == job.nodes:
-                return
-            self._lose_work(job)
-            old = job.nodes
-            self._release(job)
-            try:
-                self._take(d, job, old)
-            except PolicyViolation:
-                self._take(Decision(DecisionKind.START, d.job_id, old), job, ())
-                raise
-            job.state = _RUNNING
-            self.running[d.job_id] = job
-            job.resizes += 1
-
-    def _take(self, d: Decision, job: _Job, old: tuple[str, ...]) -> None:
-        s = job.spec
-        if not s.lo <= len(d.nodes) <= s.hi:
-            raise PolicyViolation(
-                f"{d.kind.value} {d.job_id} on {len(d.nodes)} GPUs; it runs on {s.lo}..{s.hi}"
-            )
-        need: dict[str, int] = {}
-        for node in d.nodes:
-            need[node] = need.get(node, 0) + 1
-        for node, count in need.items():
-            if self.free.get(node, 0) < count:
-                raise PolicyViolation(
-                    f"{d.kind.value} {d.job_id}: {count} GPUs on {node}, "
-                    f"{self.free.get(node, 0)} free"
-                )
-        for node, count in need.items():
-            self.free[node] -= count
-        self._changed.update(need)
-        job.nodes = tuple(d.nodes)
-        job.placement = _placement(job.nodes)
-        model = job.model
-        job.start_s = (
-            model.start_s(self.config.restart_s)
-            if isinstance(model, WallClockJobModel)
-            else self.config.restart_s
-        )
-        job.restart_left = job.start_s
-        job.started_at = self.now
-        job.since_ckpt = 0.0
-        job.view = None
-
-    def _release(self, job: _Job) -> None:
-        job.most_gpus = max(job.most_gpus, len(job.nodes))
-        for node in job.nodes:
-            self.free[node] += 1
-        self._changed.update(job.nodes)
-        job.nodes = ()
-        job.placement = ()
-        job.view = None
-        self.running.pop(job.spec.name, None)
-
-    def _lose_work(self, job: _Job) -> None:
-        if job.spec.checkpoint > 0 and job.since_ckpt > 0:
-            job.lost_gpu_s += job.since_ckpt * len(job.nodes)
-            job.model.restore(job.ckpt)
-            job.since_ckpt = 0.0
-
-    def _record(self, job: _Job) -> JobRecord:
-        s = job.spec
-        waits = job.waits
-        if job.state == _QUEUED and job.first_start is not None:  # preempted, not resumed
-            waits = [*waits, self.now - job.queued_since]
-        return JobRecord(
-            name=s.name,
-            job_class=s.job_class,
-            team=s.team,
-            gpus=s.gpus,
-            submit_time=s.submit_time,
-            first_start=job.first_start,
-            completed_at=job.completed_at,
-            deadline=None if s.deadline is None else s.submit_time + s.deadline,
-            wait_target=s.wait_target,
-            preemptions=job.preemptions,
-            resizes=job.resizes,
-            lost_gpu_s=job.lost_gpu_s,
-            waits=tuple(waits),
-            preempt_lost_gpu_s=job.preempt_lost_gpu_s,
-        )
 
 
 def uniform_pool(nodes: int, gpus_per_node: int) -> list[tuple[str, int]]:

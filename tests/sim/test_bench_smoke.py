@@ -33,6 +33,7 @@ def test_pollux_benchmark_smoke() -> None:
     [
         ("mixed.py", "static-partition", "mixed-smoke.json"),
         ("scale.py", "strict-priority", "scale-smoke.json"),
+        ("mixed_pool.py", "dedicated", "mixed-pool-smoke.json"),
     ],
 )
 def test_mixed_and_scale_benchmarks_smoke(script: str, expect: str, result: str) -> None:

@@ -1,0 +1,123 @@
+"""Applying a policy's decisions to the simulated pool (the :class:`Simulator`'s part that
+takes and gives back GPUs): a mixin of :class:`~orchestrator.sim.engine.Simulator`, apart so
+that the engine stays one concern per module."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from orchestrator.sim.errors import PolicyViolation
+from orchestrator.sim.services import ServiceJobModel
+from orchestrator.sim.simjob import QUEUED, RUNNING, SimJob, placement_of
+from orchestrator.sim.wallclock import WallClockJobModel
+from policies import Decision, DecisionKind
+
+if TYPE_CHECKING:
+    from orchestrator.sim.engine import SimConfig
+
+
+class DecisionApplier:
+    """Starts, preemptions and resizes applied to the pool (the simulator's state below)."""
+
+    config: SimConfig
+    now: float
+    by_id: dict[str, SimJob]
+    queued: dict[str, SimJob]
+    running: dict[str, SimJob]
+    free: dict[str, int]
+    _changed: set[str]
+
+    def _apply(self, d: Decision) -> None:
+        job = self.by_id.get(d.job_id)
+        if job is None:
+            raise PolicyViolation(f"decision for unknown job {d.job_id!r}")
+        if d.kind is DecisionKind.WAIT:
+            job.wait_reason = d.reason
+            return
+        if d.kind is DecisionKind.START:
+            if job.state != QUEUED:
+                raise PolicyViolation(f"START for {d.job_id}, which is not queued")
+            self._take(d, job, ())
+            job.state = RUNNING
+            del self.queued[d.job_id]
+            self.running[d.job_id] = job
+            job.waits.append(self.now - job.queued_since)
+            job.preempted_at = None
+            if job.first_start is None:
+                job.first_start = self.now
+        elif d.kind is DecisionKind.PREEMPT:
+            if job.state != RUNNING:
+                raise PolicyViolation(f"PREEMPT for {d.job_id}, which is not running")
+            if job.completed_at is not None:
+                return
+            before = job.lost_gpu_s
+            self._lose_work(job)
+            job.preempt_lost_gpu_s += job.lost_gpu_s - before + job.start_s * len(job.nodes)
+            self._release(job)
+            job.state = QUEUED
+            job.queued_since = job.preempted_at = self.now
+            job.preemptions += 1
+            self.queued[d.job_id] = job
+        elif d.kind is DecisionKind.RESIZE:
+            if job.state != RUNNING:
+                raise PolicyViolation(f"RESIZE for {d.job_id}, which is not running")
+            if tuple(d.nodes) == job.nodes:
+                return
+            self._lose_work(job)
+            old = job.nodes
+            self._release(job)
+            try:
+                self._take(d, job, old)
+            except PolicyViolation:
+                self._take(Decision(DecisionKind.START, d.job_id, old), job, ())
+                raise
+            job.state = RUNNING
+            self.running[d.job_id] = job
+            job.resizes += 1
+
+    def _take(self, d: Decision, job: SimJob, old: tuple[str, ...]) -> None:
+        s = job.spec
+        if not s.lo <= len(d.nodes) <= s.hi:
+            raise PolicyViolation(
+                f"{d.kind.value} {d.job_id} on {len(d.nodes)} GPUs; it runs on {s.lo}..{s.hi}"
+            )
+        need: dict[str, int] = {}
+        for node in d.nodes:
+            need[node] = need.get(node, 0) + 1
+        for node, count in need.items():
+            if self.free.get(node, 0) < count:
+                raise PolicyViolation(
+                    f"{d.kind.value} {d.job_id}: {count} GPUs on {node}, "
+                    f"{self.free.get(node, 0)} free"
+                )
+        for node, count in need.items():
+            self.free[node] -= count
+        self._changed.update(need)
+        job.nodes = tuple(d.nodes)
+        job.placement = placement_of(job.nodes)
+        model = job.model
+        job.start_s = (
+            model.start_s(self.config.restart_s)
+            if isinstance(model, WallClockJobModel | ServiceJobModel)
+            else self.config.restart_s
+        )
+        job.restart_left = job.start_s
+        job.started_at = self.now
+        job.since_ckpt = 0.0
+        job.view = None
+
+    def _release(self, job: SimJob) -> None:
+        job.most_gpus = max(job.most_gpus, len(job.nodes))
+        for node in job.nodes:
+            self.free[node] += 1
+        self._changed.update(job.nodes)
+        job.nodes = ()
+        job.placement = ()
+        job.view = None
+        self.running.pop(job.spec.name, None)
+
+    def _lose_work(self, job: SimJob) -> None:
+        if job.spec.checkpoint > 0 and job.since_ckpt > 0:
+            job.lost_gpu_s += job.since_ckpt * len(job.nodes)
+            job.model.restore(job.ckpt)
+            job.since_ckpt = 0.0

@@ -1,0 +1,86 @@
+"""A simulated job's state as the simulator keeps it (:class:`SimJob`), and its record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from orchestrator.sim.metrics import JobRecord
+from orchestrator.sim.models import JobModel
+from orchestrator.sim.trace import TraceJob
+from policies import QueuedJob, RunningJob
+
+WAITING, QUEUED, RUNNING, DONE = range(4)
+"""A job's states: not submitted yet, queued, holding GPUs, completed."""
+
+
+@dataclass(eq=False)
+class SimJob:
+    """One job of a run: its trace row, model and what happened to it so far."""
+
+    spec: TraceJob
+    seq: int
+    model: JobModel
+    state: int = WAITING
+    nodes: tuple[str, ...] = ()
+    placement: tuple[int, ...] = ()
+    restart_left: float = 0.0
+    start_s: float = 0.0  # the current run's start-up (the restart cost, or measured)
+    started_at: float = 0.0
+    since_ckpt: float = 0.0
+    ckpt: tuple[float, int] = (0.0, 0)
+    attained: float = 0.0
+    first_start: float | None = None
+    queued_since: float = 0.0  # submission, then the last preemption
+    preempted_at: float | None = None  # the last preemption, until it starts again
+    waits: list[float] = field(default_factory=list)  # every wait that ended with a start
+    wait_reason: str = ""  # the policy's last WAIT reason
+    completed_at: float | None = None
+    preemptions: int = 0
+    resizes: int = 0
+    most_gpus: int = 0  # the most GPUs of its ended runs
+    lost_gpu_s: float = 0.0
+    preempt_lost_gpu_s: float = 0.0
+    view: QueuedJob | RunningJob | None = None
+    speedup_key: object = None
+    speedup: tuple[float, ...] = ()
+    speedup_final: bool = False  # ``speedup`` cannot change any more: no need to ask again
+    lo: int = 0  # ``spec.lo``, ``spec.team`` and ``spec.checkpoint``, read every round
+    team: str = ""
+    checkpoint_s: float = 0.0
+
+
+def placement_of(nodes: tuple[str, ...]) -> tuple[int, ...]:
+    """GPUs per node in allocation order (consecutive runs of the same node id)."""
+    out: list[int] = []
+    prev = None
+    for n in nodes:
+        if n == prev:
+            out[-1] += 1
+        else:
+            out.append(1)
+            prev = n
+    return tuple(out)
+
+
+def record_of(job: SimJob, now: float) -> JobRecord:
+    """The job's record at the end of a run at ``now``."""
+    s = job.spec
+    waits = job.waits
+    if job.state == QUEUED and job.first_start is not None:  # preempted, not resumed
+        waits = [*waits, now - job.queued_since]
+    return JobRecord(
+        name=s.name,
+        job_class=s.job_class,
+        team=s.team,
+        gpus=s.gpus,
+        submit_time=s.submit_time,
+        first_start=job.first_start,
+        completed_at=job.completed_at,
+        deadline=None if s.deadline is None else s.submit_time + s.deadline,
+        wait_target=s.wait_target,
+        preemptions=job.preemptions,
+        resizes=job.resizes,
+        lost_gpu_s=job.lost_gpu_s,
+        waits=tuple(waits),
+        preempt_lost_gpu_s=job.preempt_lost_gpu_s,
+    )
