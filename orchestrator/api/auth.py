@@ -7,16 +7,25 @@ runs (and, when it carries a body, before the body is read: see
 (403 when it may not).
 
 The token is checked on the event loop, without a thread: its record is read with an asyncio
-Redis client (:class:`Authenticator`) and verified in memory (``store.tokens.verify``). It is
-read afresh on every request, never cached, so a revoked token is refused from the next
-request on, whichever process revoked it. The body-limit middleware checks the token of a
-request with a body first and hands the principal on (:data:`PRINCIPAL_KEY`), so it is read
-once per request.
+Redis client (:class:`Authenticator`) and verified in memory (``store.tokens.verify``). What a
+request may do is always decided on the token's record as stored when it acts, so a revoked
+token is refused from the next request on, whichever process revoked it.
+
+A request with a body is first checked by the body-limit middleware, before the body is read,
+which hands the principal on (:class:`Claim`, under :data:`CLAIM_KEY`) so the token is read once
+per request. To let a body be read, a token verified in the last :data:`RECENT_S` seconds is
+taken as it was (no read): the body is then held (within its size limit) for a token revoked
+within those seconds, but nothing is done with it unless the token is still live: routes read
+the token again (``Who``), except the submissions, which read it in the thread that writes the
+jobs (:func:`Claim.confirm`: the blocking client's round trip is a fraction of the asyncio
+client's).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from dataclasses import dataclass
 from typing import Annotated, Any, cast
 
 import redis
@@ -31,8 +40,10 @@ from orchestrator.store import JobStore
 from orchestrator.store.tokens import token_id_of, verify
 
 __all__ = [
-    "PRINCIPAL_KEY",
+    "CLAIM_KEY",
     "Authenticator",
+    "Claim",
+    "Claimed",
     "Store",
     "Who",
     "authenticate",
@@ -41,8 +52,15 @@ __all__ = [
     "store_of",
 ]
 
-PRINCIPAL_KEY = "orch.principal"
-"""The ASGI scope key under which the body-limit middleware leaves the principal it checked."""
+CLAIM_KEY = "orch.claim"
+"""The ASGI scope key under which the body-limit middleware leaves the :class:`Claim` it
+checked."""
+
+RECENT_S = 5.0
+"""How long a verified token lets bodies be read without being read again (see the module)."""
+
+_RECENT_MAX = 4096
+"""Most tokens remembered as recently verified (only live ones are: a full table is emptied)."""
 
 _NO_TOKEN = (
     "no API token: send `Authorization: Bearer <token>` (make one with `orch tokens create`)"
@@ -61,19 +79,62 @@ async def store_of(request: Request) -> JobStore:
     return store
 
 
-async def principal(
+@dataclass(frozen=True)
+class Claim:
+    """Who a request's token spoke for when it was checked.
+
+    Attributes:
+        token: the bearer token.
+        principal: whom it speaks for.
+        fresh: read from the store for this request; else taken from a check of the last
+            :data:`RECENT_S` seconds, to be confirmed (:meth:`confirm`) before acting.
+    """
+
+    token: str
+    principal: Principal
+    fresh: bool
+
+    def confirm(self, store: JobStore) -> Principal:
+        """The principal, read again from the store unless it was read for this request
+        (blocking: call it in a thread).
+
+        Raises:
+            Unauthenticated: the token was revoked (or removed) meanwhile.
+        """
+        return self.principal if self.fresh else authenticate(store, self.token)
+
+
+async def claimed(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Principal:
-    """The principal the request's bearer token speaks for (the one the body-limit
-    middleware checked, when it did).
+) -> Claim:
+    """The :class:`Claim` the body-limit middleware checked, or one read now (a request
+    without a body, which the middleware lets through unchecked).
 
     Raises:
         Unauthenticated: no bearer token, or one that is unknown, malformed or revoked.
     """
-    checked = request.scope.get(PRINCIPAL_KEY)
-    if isinstance(checked, Principal):
-        return checked
+    claim = request.scope.get(CLAIM_KEY)
+    if isinstance(claim, Claim):
+        return claim
+    token = None if credentials is None else credentials.credentials
+    auth: Authenticator = request.app.state.auth
+    return Claim(token or "", await auth.principal(token), fresh=True)
+
+
+async def principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """The principal the request's bearer token speaks for, as stored now (the body-limit
+    middleware's check when it read the token for this request, else read here).
+
+    Raises:
+        Unauthenticated: no bearer token, or one that is unknown, malformed or revoked.
+    """
+    claim = request.scope.get(CLAIM_KEY)
+    if isinstance(claim, Claim) and claim.fresh:
+        return claim.principal
     auth: Authenticator = request.app.state.auth
     return await auth.principal(None if credentials is None else credentials.credentials)
 
@@ -116,6 +177,26 @@ class Authenticator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: aredis.Redis | None = None
         self._mirrored = _async_pool_kwargs(store.client) is not None
+        self._recent: dict[str, tuple[float, Principal]] = {}
+
+    async def claim(self, token: str | None) -> Claim:
+        """The claim of a request with a body (see the module): a token verified in the last
+        :data:`RECENT_S` seconds as it was, else read now.
+
+        Raises:
+            Unauthenticated: no token, or one that is unknown, malformed or revoked (when
+                read now).
+            RedisError: the store failed.
+        """
+        now = time.monotonic()
+        recent = self._recent.get(token) if token is not None else None
+        if token is not None and recent is not None and now - recent[0] < RECENT_S:
+            return Claim(token, recent[1], fresh=False)
+        who = await self.principal(token)
+        if len(self._recent) >= _RECENT_MAX:
+            self._recent.clear()
+        self._recent[token or ""] = (now, who)
+        return Claim(token or "", who, fresh=True)
 
     async def principal(self, token: str | None) -> Principal:
         """The principal ``token`` speaks for (``None``: the request sent no bearer token).
@@ -191,3 +272,7 @@ Store = Annotated[JobStore, Depends(store_of)]
 
 Who = Annotated[Principal, Depends(principal)]
 """A route parameter: the authenticated principal (401 without one)."""
+
+Claimed = Annotated[Claim, Depends(claimed)]
+"""A route parameter: the principal as checked before the body was read, which the route
+confirms (:meth:`Claim.confirm`) in the thread where it acts (401 without a token)."""

@@ -8,7 +8,8 @@ sends the body.) So this middleware runs before the app, for a request that carr
 
 1. sent to ``/v1``, it needs a valid bearer token: without one the answer is 401 before a byte
    of the body is read (the token is checked on the event loop, and the principal is left in
-   the scope for the route: see :mod:`orchestrator.api.auth`);
+   the scope for the route: see :mod:`orchestrator.api.auth`, which says when a token
+   verified a moment ago is taken as it was);
 2. a ``Content-Length`` above the route's limit is answered 413 at once, unread;
 3. otherwise the body is read as it arrives, counting bytes: past the limit (a chunked upload
    declares no length) the answer is 413 and the rest is never read; within it, the body is
@@ -28,7 +29,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from orchestrator.api.auth import PRINCIPAL_KEY, Authenticator, bearer_token
+from orchestrator.api.auth import CLAIM_KEY, Authenticator, bearer_token
 from orchestrator.config import Settings
 from orchestrator.errors import Unauthenticated
 
@@ -120,7 +121,7 @@ class BodyLimit:
         whose principal is then left in ``scope`` for the route's dependency."""
         token = bearer_token(headers.get("authorization"))
         try:
-            scope[PRINCIPAL_KEY] = await self.auth.principal(token)
+            scope[CLAIM_KEY] = await self.auth.claim(token)
         except Unauthenticated as err:
             return JSONResponse(
                 {"detail": str(err)}, status_code=401, headers={"WWW-Authenticate": "Bearer"}

@@ -14,7 +14,7 @@ from pydantic import AfterValidator
 from redis.exceptions import RedisError
 
 from orchestrator.api import operations
-from orchestrator.api.auth import Store, Who
+from orchestrator.api.auth import Claim, Claimed, Store, Who
 from orchestrator.api.bodies import StrictJsonRoute
 from orchestrator.api.models import JobBatch, JobDetail, JobView, Submitted
 from orchestrator.api.params import CURSOR_RULE, MAX_LIST, MAX_REF_CHARS, check_cursor
@@ -52,8 +52,8 @@ _BLOCK_MS = 2000  # under redis-py's default socket timeout (5 s): a block that 
 
 
 # The submissions are async routes whose store work (blocking Redis calls) runs in one thread
-# hop; the token was checked on the event loop (orchestrator.api.auth), the body parsed and
-# validated there too. A sync route would cost a hop per dependency besides its own.
+# hop, the token confirmed there too (orchestrator.api.auth); the body is parsed and validated
+# on the event loop. A sync route would cost a hop per dependency besides its own.
 
 
 async def _in_thread(call: Callable[[], _T]) -> _T:
@@ -65,17 +65,21 @@ async def _in_thread(call: Callable[[], _T]) -> _T:
 
 
 @router.post("/jobs", status_code=201, response_model=Submitted)
-async def submit(spec: JobSpec, who: Who, store: Store, strict: Strict = False) -> Response:
+async def submit(spec: JobSpec, claim: Claimed, store: Store, strict: Strict = False) -> Response:
     """Queue one job (a member only for its own team: another team is refused with 403)."""
-    ids = await _in_thread(partial(operations.submit, store, who, [spec], strict=strict))
-    return _submitted(ids)
+    return _submitted(await _in_thread(partial(_submit, store, claim, [spec], strict)))
 
 
 @router.post("/jobs/batch", status_code=201, response_model=Submitted)
-async def submit_batch(batch: JobBatch, who: Who, store: Store, strict: Strict = False) -> Response:
+async def submit_batch(
+    batch: JobBatch, claim: Claimed, store: Store, strict: Strict = False
+) -> Response:
     """Queue many jobs: all, or none when one is refused."""
-    ids = await _in_thread(partial(operations.submit, store, who, batch.jobs, strict=strict))
-    return _submitted(ids)
+    return _submitted(await _in_thread(partial(_submit, store, claim, batch.jobs, strict)))
+
+
+def _submit(store: JobStore, claim: Claim, specs: list[JobSpec], strict: bool) -> list[str]:
+    return operations.submit(store, claim.confirm(store), specs, strict=strict)
 
 
 def _submitted(ids: list[str]) -> Response:
