@@ -55,7 +55,9 @@ def body() -> bytes:
 
 
 @contextmanager
-def served(tree: Path, url: str, namespace: str, site: Path | None = None) -> Iterator[str]:
+def served(
+    tree: Path, url: str, namespace: str, site: Path | None = None, workers: int = 1
+) -> Iterator[str]:
     """``orch serve`` of the code in ``tree`` (and the packages in ``site``, if given) on a
     free loopback port; yields its URL."""
     env = {
@@ -65,8 +67,9 @@ def served(tree: Path, url: str, namespace: str, site: Path | None = None) -> It
         "ORCH_NAMESPACE": namespace,
         "ORCH_API_ADDRESS": "127.0.0.1:0",
     }
+    serve = ["serve", "--workers", str(workers)]
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from orchestrator.cli import main; main()", "serve"],
+        [sys.executable, "-c", "from orchestrator.cli import main; main()", *serve],
         cwd=tree,
         env=env,
         stdout=subprocess.PIPE,
@@ -153,6 +156,10 @@ def main() -> None:
         help="packages for this tree only (pip install --target DIR): the server extra's "
         "httptools and uvloop when the environment lacks them and the baseline predates them",
     )
+    parser.add_argument(
+        "--baseline-site", type=Path, help="packages for the baseline only (as --this-site)"
+    )
+    parser.add_argument("--workers", type=int, default=1, help="server processes of each tree")
     parser.add_argument("--smoke", action="store_true", help="a tiny run")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args()
@@ -176,8 +183,8 @@ def main() -> None:
             token, _ = operations.create_token(
                 store, Principal.local("bench"), name="bench", role=Role.MEMBER, team=TEAM
             )
-            site = args.this_site if name == "this" else None
-            base = stack.enter_context(served(tree, url, store.namespace, site))
+            site = args.this_site if name == "this" else args.baseline_site
+            base = stack.enter_context(served(tree, url, store.namespace, site, args.workers))
             _ready(base, token, payload)
             bases[name] = (base, token)
         for _ in range(args.rounds):
@@ -185,7 +192,12 @@ def main() -> None:
                 found = pool.apply(clients, (base, token, payload, args.clients, args.seconds))
                 rates[name].append(len(found) / args.seconds)
                 latencies[name] += found
-    figures: dict[str, Any] = {"clients": args.clients, "seconds": args.seconds, "trees": {}}
+    figures: dict[str, Any] = {
+        "clients": args.clients,
+        "seconds": args.seconds,
+        "workers": args.workers,
+        "trees": {},
+    }
     for name in trees:
         figures["trees"][name] = {
             "rate": statistics.median(rates[name]),

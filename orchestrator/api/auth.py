@@ -258,7 +258,7 @@ def _async_pool_kwargs(client: redis.Redis) -> dict[str, Any] | None:
         return None
     if pool.connection_class is redis.connection.Connection:
         kind: type[aredis.connection.AbstractConnection] = aredis.Connection
-        where = ("host", "port")
+        where: tuple[str, ...] = ("host", "port")
     elif pool.connection_class is redis.connection.UnixDomainSocketConnection:
         kind, where = aredis.UnixDomainSocketConnection, ("path",)
     else:
