@@ -6,14 +6,16 @@ many concurrent keep-alive connections, with a member token; optionally beside a
     .venv/bin/python bench/api/singles.py --smoke               # seconds
 
 Redis is ``REDIS_URL`` (default the local server, ``redis://127.0.0.1:6379/0``); each server
-gets a fresh namespace, deleted at the end. Each tree is served by ``orch serve`` (one uvicorn
-process) started from that tree (``PYTHONPATH`` set to it), so the same Python environment
+gets a fresh namespace, deleted at the end. Each tree is served by ``orch serve`` (``--workers``
+uvicorn processes, default 1) started from that tree (``PYTHONPATH`` set to it), so the same Python environment
 serves both and only the code differs. The clients are one separate process running
 ``--clients`` connections on asyncio with a minimal HTTP/1.1 writer and reader (an HTTP
 library would cost more CPU than the server on a 2-core machine). Trees are measured in turn,
 ``--rounds`` times each for ``--seconds`` each (alternating, so a neighbour's load falls on
 both alike); the figures are the median round's rate and the latency percentiles over all of
-a tree's requests. Every answer must be 201: anything else stops the run.
+a tree's requests, with the server's CPU time per submission (its process and workers, from
+``/proc``: the figure that a neighbour's load disturbs least). Every answer must be 201:
+anything else stops the run.
 """
 
 from __future__ import annotations
@@ -57,9 +59,9 @@ def body() -> bytes:
 @contextmanager
 def served(
     tree: Path, url: str, namespace: str, site: Path | None = None, workers: int = 1
-) -> Iterator[str]:
+) -> Iterator[tuple[str, int]]:
     """``orch serve`` of the code in ``tree`` (and the packages in ``site``, if given) on a
-    free loopback port; yields its URL."""
+    free loopback port; yields its URL and process id."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(str(p) for p in (tree, site) if p is not None),
@@ -82,7 +84,7 @@ def served(
         found = re.search(r"http://[\d.]+:\d+", line)
         if found is None:
             raise SystemExit(f"orch serve did not start in {tree}: {line}{proc.stdout.read()}")
-        yield found.group(0)
+        yield found.group(0), proc.pid
     finally:
         proc.terminate()
         proc.wait(10)
@@ -139,6 +141,26 @@ def _ready(base: str, token: str, payload: bytes) -> None:
             time.sleep(0.3)
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds used so far by process ``pid`` and its children (the workers of
+    ``--workers N``), from ``/proc`` (0 where there is none)."""
+    total = 0.0
+    for each in (pid, *_children(pid)):
+        try:
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] * 1000
@@ -173,10 +195,11 @@ def main() -> None:
     stores: list[JobStore] = []
     rates: dict[str, list[float]] = {name: [] for name in trees}
     latencies: dict[str, list[float]] = {name: [] for name in trees}
+    cpu: dict[str, float] = {name: 0.0 for name in trees}
     ctx = multiprocessing.get_context("spawn")
     with ExitStack() as stack, ctx.Pool(1) as pool:
         stack.callback(lambda: [s.delete_namespace() for s in stores])
-        bases: dict[str, tuple[str, str]] = {}
+        bases: dict[str, tuple[str, str, int]] = {}
         for name, tree in trees.items():
             store = JobStore.from_url(url, f"bench-singles-{uuid.uuid4().hex[:8]}")
             stores.append(store)
@@ -184,12 +207,14 @@ def main() -> None:
                 store, Principal.local("bench"), name="bench", role=Role.MEMBER, team=TEAM
             )
             site = args.this_site if name == "this" else args.baseline_site
-            base = stack.enter_context(served(tree, url, store.namespace, site, args.workers))
+            base, pid = stack.enter_context(served(tree, url, store.namespace, site, args.workers))
             _ready(base, token, payload)
-            bases[name] = (base, token)
+            bases[name] = (base, token, pid)
         for _ in range(args.rounds):
-            for name, (base, token) in bases.items():
+            for name, (base, token, pid) in bases.items():
+                used = cpu_s(pid)
                 found = pool.apply(clients, (base, token, payload, args.clients, args.seconds))
+                cpu[name] += cpu_s(pid) - used
                 rates[name].append(len(found) / args.seconds)
                 latencies[name] += found
     figures: dict[str, Any] = {
@@ -204,11 +229,13 @@ def main() -> None:
             "rates": [round(r) for r in rates[name]],
             "p50_ms": _pct(latencies[name], 50),
             "p99_ms": _pct(latencies[name], 99),
+            "server_cpu_us": cpu[name] / len(latencies[name]) * 1e6,
         }
         shown = figures["trees"][name]
         print(
             f"{name:<9} {shown['rate']:>8,.0f} submissions/s (rounds {shown['rates']}), "
-            f"p50 {shown['p50_ms']:.2f} ms, p99 {shown['p99_ms']:.2f} ms"
+            f"p50 {shown['p50_ms']:.2f} ms, p99 {shown['p99_ms']:.2f} ms, "
+            f"server CPU {shown['server_cpu_us']:.0f} us per submission"
         )
     if "baseline" in trees:
         figures["ratio"] = figures["trees"]["this"]["rate"] / figures["trees"]["baseline"]["rate"]
