@@ -6,16 +6,17 @@ many concurrent keep-alive connections, with a member token; optionally beside a
     .venv/bin/python bench/api/singles.py --smoke               # seconds
 
 Redis is ``REDIS_URL`` (default the local server, ``redis://127.0.0.1:6379/0``); each server
-gets a fresh namespace, deleted at the end. Each tree is served by ``orch serve`` (``--workers``
-uvicorn processes, default 1) started from that tree (``PYTHONPATH`` set to it), so the same Python environment
-serves both and only the code differs. The clients are one separate process running
-``--clients`` connections on asyncio with a minimal HTTP/1.1 writer and reader (an HTTP
-library would cost more CPU than the server on a 2-core machine). Trees are measured in turn,
-``--rounds`` times each for ``--seconds`` each (alternating, so a neighbour's load falls on
-both alike); the figures are the median round's rate and the latency percentiles over all of
-a tree's requests, with the server's CPU time per submission (its process and workers, from
-``/proc``: the figure that a neighbour's load disturbs least). Every answer must be 201:
-anything else stops the run.
+gets a fresh namespace, deleted at the end. Each tree is served by ``orch serve``
+(``--workers`` uvicorn processes, default 1) started from that tree (``PYTHONPATH`` set to
+it), so the same Python environment serves both and only the code differs. The clients are
+one separate process running ``--clients`` connections on asyncio with a minimal HTTP/1.1
+writer and reader (an HTTP library would cost more CPU than the server on a 2-core machine).
+Trees are measured in turn, ``--rounds`` times each for ``--seconds`` each (alternating, so a
+neighbour's load falls on both alike); the figures are the median round's rate and the latency
+percentiles over all of a tree's requests, with the CPU time per submission of the server (its
+process and workers, from ``/proc``: the figure that a neighbour's load disturbs least), of
+Redis (``INFO cpu``, which counts the neighbours' commands too) and of the clients. Every
+answer must be 201: anything else stops the run.
 """
 
 from __future__ import annotations
@@ -109,9 +110,11 @@ async def _connection(
         writer.close()
 
 
-def clients(base: str, token: str, payload: bytes, connections: int, seconds: float) -> list[float]:
-    """``connections`` clients posting one job per request for ``seconds``; the latency of
-    each request, in seconds (run in its own process)."""
+def clients(
+    base: str, token: str, payload: bytes, connections: int, seconds: float
+) -> tuple[list[float], float]:
+    """``connections`` clients posting one job per request for ``seconds``: the latency of
+    each request and the CPU seconds the clients used (run in its own process)."""
     host, port = base.removeprefix("http://").rsplit(":", 1)
     request = (
         f"POST /v1/jobs HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
@@ -125,8 +128,9 @@ def clients(base: str, token: str, payload: bytes, connections: int, seconds: fl
             *(_connection(host, int(port), request, until, latencies) for _ in range(connections))
         )
 
+    used = time.process_time()
     asyncio.run(run())
-    return latencies
+    return latencies, time.process_time() - used
 
 
 def _ready(base: str, token: str, payload: bytes) -> None:
@@ -152,6 +156,13 @@ def cpu_s(pid: int) -> float:
             continue
         total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
+
+
+def redis_cpu_s(store: JobStore) -> float:
+    """CPU seconds the Redis server has used (``INFO cpu``: every client's work, so a
+    neighbour's too)."""
+    info = store.client.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
 def _children(pid: int) -> list[int]:
@@ -195,7 +206,9 @@ def main() -> None:
     stores: list[JobStore] = []
     rates: dict[str, list[float]] = {name: [] for name in trees}
     latencies: dict[str, list[float]] = {name: [] for name in trees}
-    cpu: dict[str, float] = {name: 0.0 for name in trees}
+    cpu: dict[str, dict[str, float]] = {
+        name: {"server": 0.0, "redis": 0.0, "clients": 0.0} for name in trees
+    }
     ctx = multiprocessing.get_context("spawn")
     with ExitStack() as stack, ctx.Pool(1) as pool:
         stack.callback(lambda: [s.delete_namespace() for s in stores])
@@ -212,9 +225,13 @@ def main() -> None:
             bases[name] = (base, token, pid)
         for _ in range(args.rounds):
             for name, (base, token, pid) in bases.items():
-                used = cpu_s(pid)
-                found = pool.apply(clients, (base, token, payload, args.clients, args.seconds))
-                cpu[name] += cpu_s(pid) - used
+                used, redis_used = cpu_s(pid), redis_cpu_s(stores[0])
+                found, client_s = pool.apply(
+                    clients, (base, token, payload, args.clients, args.seconds)
+                )
+                cpu[name]["server"] += cpu_s(pid) - used
+                cpu[name]["redis"] += redis_cpu_s(stores[0]) - redis_used
+                cpu[name]["clients"] += client_s
                 rates[name].append(len(found) / args.seconds)
                 latencies[name] += found
     figures: dict[str, Any] = {
@@ -229,13 +246,14 @@ def main() -> None:
             "rates": [round(r) for r in rates[name]],
             "p50_ms": _pct(latencies[name], 50),
             "p99_ms": _pct(latencies[name], 99),
-            "server_cpu_us": cpu[name] / len(latencies[name]) * 1e6,
+            **{f"{k}_cpu_us": v / len(latencies[name]) * 1e6 for k, v in cpu[name].items()},
         }
         shown = figures["trees"][name]
         print(
             f"{name:<9} {shown['rate']:>8,.0f} submissions/s (rounds {shown['rates']}), "
             f"p50 {shown['p50_ms']:.2f} ms, p99 {shown['p99_ms']:.2f} ms, "
-            f"server CPU {shown['server_cpu_us']:.0f} us per submission"
+            f"CPU per submission: server {shown['server_cpu_us']:.0f} us, Redis "
+            f"{shown['redis_cpu_us']:.0f} us, clients {shown['clients_cpu_us']:.0f} us"
         )
     if "baseline" in trees:
         figures["ratio"] = figures["trees"]["this"]["rate"] / figures["trees"]["baseline"]["rate"]
