@@ -11,6 +11,9 @@ refused before it is read when it has no valid token (401) or is too large (413;
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -18,6 +21,7 @@ from redis.exceptions import RedisError
 
 from orchestrator import __version__
 from orchestrator.api import metrics, routers
+from orchestrator.api.auth import Authenticator
 from orchestrator.api.bodies import validation_failed
 from orchestrator.api.limits import BodyLimit, BodyLimits
 from orchestrator.api.routers import dashboard
@@ -61,13 +65,22 @@ def create_app(
     Raises:
         ConfigError: ``body_limits`` is ``None`` and the environment's settings are invalid.
     """
+    auth = Authenticator(store)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await auth.aclose()
+
     app = FastAPI(
         title="SLA Orchestrator",
         version=__version__,
         description=DESCRIPTION,
         docs_url="/docs",
+        lifespan=lifespan,
     )
     app.state.store = store
+    app.state.auth = auth
     for router in (routers.jobs, routers.workdirs, routers.logs, routers.pool, routers.access):
         app.include_router(router)
     if metrics_public is None:
@@ -78,7 +91,7 @@ def create_app(
     dashboard.mount(app)
     if body_limits is None:
         body_limits = BodyLimits.from_settings(Settings.from_env())
-    app.add_middleware(BodyLimit, store=store, limits=body_limits)
+    app.add_middleware(BodyLimit, auth=auth, limits=body_limits)
     app.add_exception_handler(RequestValidationError, validation_failed)  # type: ignore[arg-type]
     app.add_exception_handler(OrchError, _orch_error)  # type: ignore[arg-type]
     app.add_exception_handler(RedisError, _store_down)  # type: ignore[arg-type]

@@ -5,20 +5,68 @@ token, or with one that is unknown, malformed or revoked, is answered 401 before
 runs (and, when it carries a body, before the body is read: see
 :mod:`orchestrator.api.limits`). What the principal may then do is decided by ``identity``
 (403 when it may not).
+
+The token is checked on the event loop, without a thread: its record is read with an asyncio
+Redis client (:class:`Authenticator`) and verified in memory (``store.tokens.verify``). What a
+request may do is always decided on the token's record as stored when it acts, so a revoked
+token is refused from the next request on, whichever process revoked it.
+
+A request with a body is first checked by the body-limit middleware, before the body is read,
+which hands the principal on (:class:`Claim`, under :data:`CLAIM_KEY`) so the token is read once
+per request. To let a body be read, a token verified in the last :data:`RECENT_S` seconds is
+taken as it was (no read): the body is then held (within its size limit) for a token revoked
+within those seconds, but nothing is done with it unless the token is still live: routes read
+the token again (``Who``), except the submissions, which read it in the thread that writes the
+jobs (:func:`Claim.confirm`: the blocking client's round trip is a fraction of the asyncio
+client's). So within those seconds a revoked token's submission with an invalid body is
+answered 422 (what is wrong with its own body) before the 401 it gets with a valid one.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Annotated, Any, cast
 
+import redis
+import redis.asyncio as aredis
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from orchestrator.api.identity import Principal
 from orchestrator.errors import Unauthenticated
 from orchestrator.store import JobStore
+from orchestrator.store.tokens import token_id_of, verify
 
-__all__ = ["Store", "Who", "authenticate", "bearer_token", "principal", "store_of"]
+__all__ = [
+    "CLAIM_KEY",
+    "Authenticator",
+    "Claim",
+    "Claimed",
+    "Store",
+    "Who",
+    "authenticate",
+    "bearer_token",
+    "principal",
+    "store_of",
+]
+
+CLAIM_KEY = "orch.claim"
+"""The ASGI scope key under which the body-limit middleware leaves the :class:`Claim` it
+checked."""
+
+RECENT_S = 5.0
+"""How long a verified token lets bodies be read without being read again (see the module)."""
+
+_RECENT_MAX = 4096
+"""Most tokens remembered as recently verified (only live ones are: a full table is emptied)."""
+
+_NO_TOKEN = (
+    "no API token: send `Authorization: Bearer <token>` (make one with `orch tokens create`)"
+)
+_BAD_TOKEN = "the API token is unknown, malformed or revoked"
 
 _bearer = HTTPBearer(
     auto_error=False,
@@ -26,22 +74,70 @@ _bearer = HTTPBearer(
 )
 
 
-def store_of(request: Request) -> JobStore:
+async def store_of(request: Request) -> JobStore:
     """The job store the app serves (set by ``create_app``)."""
     store: JobStore = request.app.state.store
     return store
 
 
-def principal(
+@dataclass(frozen=True)
+class Claim:
+    """Who a request's token spoke for when it was checked.
+
+    Attributes:
+        token: the bearer token.
+        principal: whom it speaks for.
+        fresh: read from the store for this request; else taken from a check of the last
+            :data:`RECENT_S` seconds, to be confirmed (:meth:`confirm`) before acting.
+    """
+
+    token: str
+    principal: Principal
+    fresh: bool
+
+    def confirm(self, store: JobStore) -> Principal:
+        """The principal, read again from the store unless it was read for this request
+        (blocking: call it in a thread).
+
+        Raises:
+            Unauthenticated: the token was revoked (or removed) meanwhile.
+        """
+        return self.principal if self.fresh else authenticate(store, self.token)
+
+
+async def claimed(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Principal:
-    """The principal the request's bearer token speaks for.
+) -> Claim:
+    """The :class:`Claim` the body-limit middleware checked, or one read now (a request
+    without a body, which the middleware lets through unchecked).
 
     Raises:
         Unauthenticated: no bearer token, or one that is unknown, malformed or revoked.
     """
-    return authenticate(store_of(request), None if credentials is None else credentials.credentials)
+    claim = request.scope.get(CLAIM_KEY)
+    if isinstance(claim, Claim):
+        return claim
+    token = None if credentials is None else credentials.credentials
+    auth: Authenticator = request.app.state.auth
+    return Claim(token or "", await auth.principal(token), fresh=True)
+
+
+async def principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """The principal the request's bearer token speaks for, as stored now (the body-limit
+    middleware's check when it read the token for this request, else read here).
+
+    Raises:
+        Unauthenticated: no bearer token, or one that is unknown, malformed or revoked.
+    """
+    claim = request.scope.get(CLAIM_KEY)
+    if isinstance(claim, Claim) and claim.fresh:
+        return claim.principal
+    auth: Authenticator = request.app.state.auth
+    return await auth.principal(None if credentials is None else credentials.credentials)
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -53,20 +149,123 @@ def bearer_token(authorization: str | None) -> str | None:
 
 
 def authenticate(store: JobStore, token: str | None) -> Principal:
-    """The principal ``token`` speaks for (``None``: the request sent no bearer token).
+    """The principal ``token`` speaks for (``None``: the request sent no bearer token), read
+    with the store's blocking client (for code already in a thread).
 
     Raises:
         Unauthenticated: no token, or one that is unknown, malformed or revoked.
     """
     if token is None:
-        raise Unauthenticated(
-            "no API token: send `Authorization: Bearer <token>` (make one with "
-            "`orch tokens create`)"
-        )
+        raise Unauthenticated(_NO_TOKEN)
     info = store.tokens.authenticate(token)
     if info is None:
-        raise Unauthenticated("the API token is unknown, malformed or revoked")
+        raise Unauthenticated(_BAD_TOKEN)
     return Principal.of_token(info)
+
+
+class Authenticator:
+    """Checks bearer tokens on the event loop: one ``HGET`` through an asyncio client over
+    the same server as the store's (made on first use, on the loop that serves; closed by
+    :meth:`aclose`). A store whose client cannot be mirrored (TLS, a credential provider)
+    is read in a thread instead, as before.
+
+    Args:
+        store: the store whose ``{ns}:tokens`` holds the tokens.
+    """
+
+    def __init__(self, store: JobStore) -> None:
+        self.store = store
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: aredis.Redis | None = None
+        self._mirrored = _async_pool_kwargs(store.client) is not None
+        self._recent: dict[str, tuple[float, Principal]] = {}
+
+    async def claim(self, token: str | None) -> Claim:
+        """The claim of a request with a body (see the module): a token verified in the last
+        :data:`RECENT_S` seconds as it was, else read now.
+
+        Raises:
+            Unauthenticated: no token, or one that is unknown, malformed or revoked (when
+                read now).
+            RedisError: the store failed.
+        """
+        now = time.monotonic()
+        recent = self._recent.get(token) if token is not None else None
+        if token is not None and recent is not None and now - recent[0] < RECENT_S:
+            return Claim(token, recent[1], fresh=False)
+        who = await self.principal(token)
+        if len(self._recent) >= _RECENT_MAX:
+            self._recent.clear()
+        self._recent[token or ""] = (now, who)
+        return Claim(token or "", who, fresh=True)
+
+    async def principal(self, token: str | None) -> Principal:
+        """The principal ``token`` speaks for (``None``: the request sent no bearer token).
+
+        Raises:
+            Unauthenticated: no token, or one that is unknown, malformed or revoked.
+            RedisError: the store failed.
+        """
+        if token is None:
+            raise Unauthenticated(_NO_TOKEN)
+        if not self._mirrored:
+            return await run_in_threadpool(authenticate, self.store, token)
+        token_id = token_id_of(token)
+        if token_id is None:
+            raise Unauthenticated(_BAD_TOKEN)
+        raw = await self._hget(self.store.keys.tokens, token_id)
+        info = verify(token, raw)
+        if info is None:
+            raise Unauthenticated(_BAD_TOKEN)
+        return Principal.of_token(info)
+
+    async def _hget(self, key: str, field: str) -> str | None:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            # A client's connections belong to the loop that opened them (one per server).
+            kwargs = _async_pool_kwargs(self.store.client)
+            assert kwargs is not None
+            self._client = aredis.Redis(connection_pool=aredis.ConnectionPool(**kwargs))
+            self._loop = loop
+        return cast(str | None, await self._client.execute_command("HGET", key, field))
+
+    async def aclose(self) -> None:
+        """Close the asyncio client's connections (the server is stopping)."""
+        if self._client is not None and self._loop is asyncio.get_running_loop():
+            await self._client.aclose()
+        self._client = self._loop = None
+
+
+_COMMON = (
+    "db",
+    "username",
+    "password",
+    "client_name",
+    "decode_responses",
+    "encoding",
+    "encoding_errors",
+    "socket_timeout",
+    "socket_connect_timeout",
+)
+"""Connection settings the blocking and asyncio clients share."""
+
+
+def _async_pool_kwargs(client: redis.Redis) -> dict[str, Any] | None:
+    """The asyncio pool's arguments reaching the server ``client`` reaches as it does, or
+    ``None`` when it connects in a way not mirrored here (TLS, a credential provider)."""
+    pool = client.connection_pool
+    kwargs = pool.connection_kwargs
+    if kwargs.get("credential_provider") is not None:
+        return None
+    if pool.connection_class is redis.connection.Connection:
+        kind: type[aredis.connection.AbstractConnection] = aredis.Connection
+        where: tuple[str, ...] = ("host", "port")
+    elif pool.connection_class is redis.connection.UnixDomainSocketConnection:
+        kind, where = aredis.UnixDomainSocketConnection, ("path",)
+    else:
+        return None
+    picked = {k: kwargs[k] for k in (*where, *_COMMON) if k in kwargs}
+    return {"connection_class": kind, "max_connections": pool.max_connections, **picked}
 
 
 Store = Annotated[JobStore, Depends(store_of)]
@@ -74,3 +273,7 @@ Store = Annotated[JobStore, Depends(store_of)]
 
 Who = Annotated[Principal, Depends(principal)]
 """A route parameter: the authenticated principal (401 without one)."""
+
+Claimed = Annotated[Claim, Depends(claimed)]
+"""A route parameter: the principal as checked before the body was read, which the route
+confirms (:meth:`Claim.confirm`) in the thread where it acts (401 without a token)."""

@@ -7,7 +7,9 @@ who reaches the port could make the server hold an upload of any size. (Starlett
 sends the body.) So this middleware runs before the app, for a request that carries a body:
 
 1. sent to ``/v1``, it needs a valid bearer token: without one the answer is 401 before a byte
-   of the body is read;
+   of the body is read (the token is checked on the event loop, and the principal is left in
+   the scope for the route: see :mod:`orchestrator.api.auth`, which says when a token
+   verified a moment ago is taken as it was);
 2. a ``Content-Length`` above the route's limit is answered 413 at once, unread;
 3. otherwise the body is read as it arrives, counting bytes: past the limit (a chunked upload
    declares no length) the answer is 413 and the rest is never read; within it, the body is
@@ -23,15 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from redis.exceptions import RedisError
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from orchestrator.api.auth import authenticate, bearer_token
+from orchestrator.api.auth import CLAIM_KEY, Authenticator, bearer_token
 from orchestrator.config import Settings
 from orchestrator.errors import Unauthenticated
-from orchestrator.store import JobStore
 
 __all__ = ["BATCH_PATH", "WORKING_DIR_PATH", "BodyLimit", "BodyLimits"]
 
@@ -76,13 +76,13 @@ class BodyLimit:
 
     Args:
         app: the application it wraps.
-        store: where tokens are checked.
+        auth: where tokens are checked.
         limits: the largest bodies.
     """
 
-    def __init__(self, app: ASGIApp, *, store: JobStore, limits: BodyLimits) -> None:
+    def __init__(self, app: ASGIApp, *, auth: Authenticator, limits: BodyLimits) -> None:
         self.app = app
-        self.store = store
+        self.auth = auth
         self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -98,7 +98,7 @@ class BodyLimit:
             return
         path: str = scope["path"]
         if path.startswith("/v1/"):
-            refusal = await self._authenticate(headers)
+            refusal = await self._authenticate(headers, scope)
             if refusal is not None:
                 await _answer(refusal, declared, scope, receive, send)
                 return
@@ -116,12 +116,12 @@ class BodyLimit:
             return
         await self.app(scope, _replay(body, receive), send)
 
-    async def _authenticate(self, headers: Headers) -> JSONResponse | None:
-        """The 401 (or 503) answer to a body without a valid token; ``None`` when it has one.
-        The token is checked in a thread: the store's client blocks."""
+    async def _authenticate(self, headers: Headers, scope: Scope) -> JSONResponse | None:
+        """The 401 (or 503) answer to a body without a valid token; ``None`` when it has one,
+        whose principal is then left in ``scope`` for the route's dependency."""
         token = bearer_token(headers.get("authorization"))
         try:
-            await run_in_threadpool(authenticate, self.store, token)
+            scope[CLAIM_KEY] = await self.auth.claim(token)
         except Unauthenticated as err:
             return JSONResponse(
                 {"detail": str(err)}, status_code=401, headers={"WWW-Authenticate": "Bearer"}

@@ -46,7 +46,6 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.security.utils import get_authorization_scheme_param
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -57,7 +56,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from orchestrator.api.auth import principal
+from orchestrator.api.auth import authenticate
 from orchestrator.store import JobStore
 from orchestrator.store.telemetry import ROUND_SECONDS, WAIT_SECONDS, Histogram, Telemetry
 
@@ -288,11 +287,7 @@ def metrics(request: Request) -> Response:
     valid token; none when the server runs with ``ORCH_METRICS_PUBLIC=1``)."""
     if not request.app.state.metrics_public:
         scheme, token = get_authorization_scheme_param(request.headers.get("Authorization"))
-        credentials = (
-            HTTPAuthorizationCredentials(scheme=scheme, credentials=token)
-            if scheme.lower() == "bearer" and token
-            else None
-        )
-        principal(request, credentials)  # 401 unless a live token
+        live = token if scheme.lower() == "bearer" and token else None
+        authenticate(request.app.state.store, live)  # 401 unless a live token
     registry: CollectorRegistry = request.app.state.metrics_registry
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

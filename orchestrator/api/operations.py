@@ -123,7 +123,10 @@ def submit(
         missed = missed or [m + advice for m in plan_declines(store, specs)]
         if missed:
             raise SpecError("deadline check (--strict)", missed)
-    ids = store.submit_many(specs, by=by or who.name)
+    if len(specs) == 1:  # one script call, not a pipeline (which first asks SCRIPT EXISTS)
+        ids = [store.submit(specs[0], by=by or who.name).id]
+    else:
+        ids = store.submit_many(specs, by=by or who.name)
     teams = sorted({s.team for s in specs})
     _audit(store, who, "submit", ids, f"team {', '.join(teams)}")
     return ids

@@ -24,7 +24,7 @@ from orchestrator.spec import NAME_PATTERN
 from orchestrator.store.keys import KeyFamily
 from orchestrator.store.roles import Role
 
-__all__ = ["TOKEN_PREFIX", "Role", "TokenInfo", "TokenStore"]
+__all__ = ["TOKEN_PREFIX", "Role", "TokenInfo", "TokenStore", "token_id_of", "verify"]
 
 TOKEN_PREFIX = "orch_"
 _ID_TRIES = 16
@@ -99,18 +99,10 @@ class TokenStore(KeyFamily):
     def authenticate(self, token: str) -> TokenInfo | None:
         """The record of a live token, or ``None`` for a malformed, unknown or revoked one
         (which of these is not said: a caller learns nothing by guessing)."""
-        prefix, _, rest = token.partition("_")
-        token_id, _, secret = rest.partition("_")
-        if f"{prefix}_" != TOKEN_PREFIX or not token_id or not secret:
+        token_id = token_id_of(token)
+        if token_id is None:
             return None
-        raw = cast(str | None, self._client.hget(self._keys.tokens, token_id))
-        if raw is None:
-            return None
-        record = json.loads(raw)
-        if not hmac.compare_digest(record.pop("sha256"), _digest(secret)):
-            return None
-        info = TokenInfo.model_validate(record)
-        return None if info.revoked else info
+        return verify(token, cast(str | None, self._client.hget(self._keys.tokens, token_id)))
 
     def get(self, token_id: str) -> TokenInfo:
         """The record of one token.
@@ -152,6 +144,32 @@ class TokenStore(KeyFamily):
                     return _info(json.dumps(record))
                 except WatchError:
                     continue
+
+
+def token_id_of(token: str) -> str | None:
+    """The id of a well-formed token (``orch_{id}_{secret}``), ``None`` for a malformed one: the
+    field of ``{ns}:tokens`` whose record :func:`verify` checks the token against."""
+    prefix, _, rest = token.partition("_")
+    token_id, _, secret = rest.partition("_")
+    if f"{prefix}_" != TOKEN_PREFIX or not token_id or not secret:
+        return None
+    return token_id
+
+
+def verify(token: str, raw: str | None) -> TokenInfo | None:
+    """The record of ``token`` if it is live: ``raw`` is its stored record (the field
+    :func:`token_id_of` names; ``None`` when there is none), whose hash must match the token's
+    secret and which must not be revoked. No I/O, so that the API can fetch ``raw`` without
+    blocking (see ``orchestrator.api.auth``)."""
+    token_id = token_id_of(token)
+    if token_id is None or raw is None:
+        return None
+    record = json.loads(raw)
+    secret = token[len(TOKEN_PREFIX) + len(token_id) + 1 :]
+    if not hmac.compare_digest(record.pop("sha256"), _digest(secret)):
+        return None
+    info = TokenInfo.model_validate(record)
+    return None if info.revoked else info
 
 
 def _digest(secret: str) -> str:

@@ -270,3 +270,41 @@ def test_a_token_for_a_team_the_config_does_not_name_is_refused(
         ok = client.post("/v1/tokens", json={"name": "eve", "role": "viewer", "team": "speech"})
         assert ok.status_code == 201, ok.text
     assert len(world.tokens.list()) == len(before) + 1
+
+
+def test_a_token_revoked_after_use_acts_no_more(
+    api: ApiServer, world: JobStore, tokens: dict[str, str]
+) -> None:
+    """A token verified a moment ago lets a body be read without reading the token again
+    (orchestrator.api.auth), but nothing is done with it once revoked: every route answers
+    401 from the next request on, and nothing is written."""
+    token = tokens["member"]
+    with http(api, token) as client:
+        assert client.post("/v1/jobs", json=spec_data()).status_code == 201
+        operations.revoke_token(world, ROOT, token.split("_")[1])
+        before = snapshot(world)
+        calls = [
+            ("POST", "/v1/jobs", spec_data()),
+            ("POST", "/v1/jobs/batch", {"jobs": [spec_data()]}),
+            ("POST", "/v1/tokens", {"name": "eve", "role": "admin"}),
+            ("GET", "/v1/jobs", None),
+        ]
+        for method, path, body in calls:
+            reply = client.request(method, path, json=body)
+            assert reply.status_code == 401, (path, reply.text)
+            assert reply.headers["www-authenticate"] == "Bearer"
+    assert snapshot(world) == before
+
+
+def test_a_recently_verified_token_is_still_held_to_its_role(
+    api: ApiServer, world: JobStore, tokens: dict[str, str]
+) -> None:
+    """The second request of a token (taken as verified before its body is read) is judged
+    exactly as the first: a viewer may not submit, a member not for another team."""
+    before = snapshot(world)
+    for role, team, status in (("viewer", "vision", 403), ("member", "speech", 403)):
+        with http(api, tokens[role]) as client:
+            for _ in range(2):
+                reply = client.post("/v1/jobs", json=spec_data(team))
+                assert reply.status_code == status, reply.text
+    assert snapshot(world) == before
