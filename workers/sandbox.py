@@ -3,8 +3,8 @@ unprivileged user, with nothing of the control plane's.
 
 A built-in workload (``workers.workloads``: code the operator installed) runs inside the worker
 actor. Anything else a team names (an ``entry:`` module) is the team's code, and the worker
-actor runs the harness for it with :func:`run_sandboxed`: a child ``python -m workers.sandbox``
-that
+actor runs the harness for it with :func:`run_sandboxed`: a child ``python -m
+workers.sandbox_child`` that
 
 - runs as a user of its own when the worker is root: a uid claimed per job on each host from
   ``ORCH_SANDBOX_UIDS`` (``first-last``, default ``61000-64999``, uids no account uses), with
@@ -40,7 +40,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -178,7 +177,7 @@ def _supervise(
     ids: dict[str, Any] = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
     try:
         child = _spawn(
-            [sys.executable, "-m", "workers.sandbox", str(msg_w)],
+            [sys.executable, "-m", "workers.sandbox_child", str(msg_w)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -451,61 +450,3 @@ def _chown_tree(folder: Path, uid: int, gid: int | None = None) -> None:
         for name in (*dirs, *files):
             with contextlib.suppress(FileNotFoundError):
                 os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)
-
-
-# -- the child's side -------------------------------------------------------------------------
-
-
-def _child_main(msg_fd: int) -> int:
-    """Run the harness as the worker asked on stdin; answer on ``msg_fd`` (see the module doc)."""
-    messages = os.fdopen(msg_fd, "w", buffering=1)
-    write_lock = threading.Lock()
-
-    def say(message: dict[str, Any]) -> None:
-        with write_lock:
-            messages.write(json.dumps(message, default=str) + "\n")
-
-    init = json.loads(sys.stdin.readline())
-    stop, deposed = threading.Event(), threading.Event()
-
-    def listen() -> None:
-        for line in sys.stdin:
-            with contextlib.suppress(ValueError):
-                message = json.loads(line)
-                if message.get("stop"):
-                    stop.set()
-                if message.get("fenced"):
-                    deposed.set()
-
-    threading.Thread(target=listen, daemon=True).start()
-    try:
-        from workers.config import HarnessConfig
-        from workers.harness import Harness
-
-        harness = Harness(
-            HarnessConfig.from_dict(init["config"]),
-            rank=init["rank"],
-            world_size=init["world_size"],
-            init_method=init["init_method"],
-            checkpoint_dir=init["checkpoint_dir"],
-            report=(lambda r: say({"report": r})) if init["report"] else None,
-            report_every_s=init["report_every_s"],
-            should_stop=stop.is_set,
-            num_threads=init["num_threads"],
-            fence=lambda: not deposed.is_set(),
-            run_tag=init["run_tag"],
-        )
-        say({"result": harness.run().to_dict()})
-    except Exception as err:
-        import traceback
-
-        traceback.print_exc()
-        say({"error": {"type": type(err).__name__, "message": f"{err}"}})
-        return 1
-    finally:
-        time.sleep(0)  # let the report writer's last line out before the pipe closes
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child_main(int(sys.argv[1])))

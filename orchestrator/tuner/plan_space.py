@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 from orchestrator.spec import JobSpec
 from orchestrator.tuner.planmodel import state_bytes
-from orchestrator.tuner.space import Config, layout_key
+from orchestrator.tuner.trial_config import Config, layout_key
 from workers.parallel.plan import Plan, split_problems
 
 __all__ = ["too_big", "unsplittable"]

@@ -23,12 +23,16 @@ from orchestrator.tuner.loader_stage import data_wait_material, tune_loader
 from orchestrator.tuner.objective import Goal, Measurement
 from orchestrator.tuner.profile import build_profile
 from orchestrator.tuner.serving import service_space, service_warm_start
-from orchestrator.tuner.space import Config, DeviceCaps
+from orchestrator.tuner.space import DeviceCaps, SearchSpace
 from orchestrator.tuner.strategies import STRATEGIES
+from orchestrator.tuner.strategies.base import SearchStrategy
 from orchestrator.tuner.study import objective_name, open_study, study_name
+from orchestrator.tuner.trial_config import Config
 from orchestrator.tuner.tuner import OnTrial, Tuner, TuneResult, summary
 
 if TYPE_CHECKING:
+    import optuna
+
     from orchestrator.store.jobs import JobStore
 
 __all__ = ["TuneReport", "command_evaluator", "local_working_dir", "tune_spec"]
@@ -201,82 +205,80 @@ def tune_spec(
         UnknownPolicyError: an unknown strategy name (lists the valid ones).
     """
     job = job or spec.name
+    options = _Options(strategy, use_cache, fresh, patience, on_trial, free_gpus, retune, measured)
     if evaluator is None and spec.workload.command is not None:
         with local_working_dir(store, spec) as folder:  # tuned with it, then removed
             evaluator = command_evaluator(spec, folder, caps=caps, job=job)
-            return tune_spec(
-                spec,
-                store,
-                redis_url,
-                job=job,
-                strategy=strategy,
-                evaluator=evaluator,
-                use_cache=use_cache,
-                fresh=fresh,
-                patience=patience,
-                on_trial=on_trial,
-                free_gpus=free_gpus,
-                retune=retune,
-                measured=measured,
-            )
+            return _tune(spec, store, redis_url, job, evaluator, evaluator.caps, options)
     if evaluator is None:
         evaluator = default_evaluator(spec, caps, job=job)
-    caps = caps or evaluator.caps
-    warm_start: list[Config] = []
-    if spec.serve is not None:
-        _check_servable(spec, evaluator)
-        # load tests (see tuner.serving); the sla strategy's model is one of step time, so a
-        # service's study is Optuna's own sampler (TPE), and a load test's figures hold at its
-        # offered load only, so the cache (keyed by workload and device) is not used
-        space = service_space(spec, caps)
-        strategy = "tpe" if strategy == "sla" else strategy
-        use_cache = False
-        warm_start = service_warm_start(space)
-    else:
-        space = space_for(spec, caps, forward_only=_forward_only(evaluator))
+    return _tune(spec, store, redis_url, job, evaluator, caps or evaluator.caps, options)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """How :func:`tune_spec` was asked to tune (its keyword arguments, see there)."""
+
+    strategy: str
+    use_cache: bool
+    fresh: bool
+    patience: int | None
+    on_trial: OnTrial | None
+    free_gpus: int
+    retune: bool
+    measured: Sequence[tuple[Config, Measurement]]
+
+
+@dataclass(frozen=True)
+class _Search:
+    """What a tuning searches (its space) and how: the strategy's name, whether the tuning
+    cache is used, and the configs tried first."""
+
+    space: SearchSpace
+    strategy: str
+    use_cache: bool
+    warm_start: list[Config]
+
+
+def _tune(
+    spec: JobSpec,
+    store: JobStore,
+    redis_url: str,
+    job: str,
+    evaluator: Evaluator,
+    caps: DeviceCaps,
+    options: _Options,
+) -> TuneReport:
+    """:func:`tune_spec` once its evaluator is known: the search, the cache, the trials, the
+    loader stage, then the stored outcome."""
+    search = _search_for(spec, evaluator, caps, options)
+    space = search.space
     for reason in space.dropped:
         log.info("tuning %s: %s", job, reason)
     goal = Goal.from_spec(spec)
-    chosen_strategy = STRATEGIES.create(strategy, seed=spec.run.seed)
+    chosen_strategy = STRATEGIES.create(search.strategy, seed=spec.run.seed)
     # a command's line says little (every team has a `python train.py`): its working
     # directory's digest names the code measured
     ref = " ".join(filter(None, (spec.workload.ref, spec.workload.working_dir)))
     descriptor = describe(ref, dict(spec.workload.args), caps, space)
-    cache = TuneCache(store.tune_cache) if use_cache and not retune else None
-    known: list[tuple[Config, Measurement]] = list(measured)
-    warm: list[Config] = list(warm_start)
-    status: CacheStatus = "off" if cache is None else "miss"
-    if cache is not None:
-        entry = cache.get(fingerprint(descriptor))
-        if entry is not None:
-            known, status = entry.trials, "hit"
-        else:
-            for other in cache.similar(descriptor):
-                warm.extend(other.best(goal, n=2))
-            status = "warm" if warm else "miss"
-    name = study_name(job) + ("-retune" if retune else "")
-    study = open_study(
-        store.study_journal(redis_url),
-        name,
-        goal.direction,
-        chosen_strategy.sampler(),
-        fresh=fresh or retune,
-        metric_name=objective_name(goal),
-    )
+    cache = TuneCache(store.tune_cache) if search.use_cache and not options.retune else None
+    known, warm, status = _from_cache(cache, descriptor, goal, options.measured, search.warm_start)
+    name = study_name(job) + ("-retune" if options.retune else "")
+    fresh = options.fresh or options.retune
     budget = spec.tuning.budget
     tuner = Tuner(
         space,
         goal,
         evaluator,
         chosen_strategy,
-        study=study,
+        study=_open_study(store, redis_url, name, goal, chosen_strategy, fresh),
         max_trials=budget.trials,
         max_seconds=budget.seconds,
-        patience=patience,
+        patience=options.patience,
         warm_start=warm,
         known=known,
-        on_trial=on_trial,
-        free_gpus=free_gpus,
+        on_trial=options.on_trial,
+        free_gpus=options.free_gpus,
     )
     result = tuner.run()
     if data_wait_material(result, _reads_dataset(evaluator)):
@@ -286,16 +288,9 @@ def tune_spec(
             goal,
             evaluator,
             # a study of its own: Optuna fixes a parameter's choices within one study
-            study=open_study(
-                store.study_journal(redis_url),
-                f"{name}-loader",
-                goal.direction,
-                chosen_strategy.sampler(),
-                fresh=fresh or retune,
-                metric_name=objective_name(goal),
-            ),
+            study=_open_study(store, redis_url, f"{name}-loader", goal, chosen_strategy, fresh),
             known=known,
-            on_trial=on_trial,
+            on_trial=options.on_trial,
             seed=spec.run.seed,
         )
     if status == "hit" and result.trials > 0:
@@ -306,6 +301,80 @@ def tune_spec(
             [(r.config, r.measurement) for r in result.history.points() if r.source == "measured"]
             + known,
         )
+    return _store_outcome(spec, store, job, result, status, name, space)
+
+
+def _search_for(
+    spec: JobSpec, evaluator: Evaluator, caps: DeviceCaps, options: _Options
+) -> _Search:
+    """A service's search (load tests: see ``tuner.serving``), or a job's (its space as the
+    evaluator's probe says: forward-only or training).
+
+    Raises:
+        TuneError: a service's workload trains, or the bounds leave nothing to search.
+    """
+    if spec.serve is None:
+        space = space_for(spec, caps, forward_only=_forward_only(evaluator))
+        return _Search(space, options.strategy, options.use_cache, [])
+    _check_servable(spec, evaluator)
+    # the sla strategy's model is one of step time, so a service's study is Optuna's own
+    # sampler (TPE), and a load test's figures hold at its offered load only, so the cache
+    # (keyed by workload and device) is not used
+    space = service_space(spec, caps)
+    strategy = "tpe" if options.strategy == "sla" else options.strategy
+    return _Search(space, strategy, False, service_warm_start(space))
+
+
+def _from_cache(
+    cache: TuneCache | None,
+    descriptor: dict[str, Any],
+    goal: Goal,
+    measured: Sequence[tuple[Config, Measurement]],
+    warm_start: list[Config],
+) -> tuple[list[tuple[Config, Measurement]], list[Config], CacheStatus]:
+    """The trials already known (a cache hit's, else a re-tune's ``measured``), the configs to
+    try first (``warm_start``, and a similar job's best two each) and the cache's status."""
+    known: list[tuple[Config, Measurement]] = list(measured)
+    warm: list[Config] = list(warm_start)
+    if cache is None:
+        return known, warm, "off"
+    entry = cache.get(fingerprint(descriptor))
+    if entry is not None:
+        return entry.trials, warm, "hit"
+    for other in cache.similar(descriptor):
+        warm.extend(other.best(goal, n=2))
+    return known, warm, "warm" if warm else "miss"
+
+
+def _open_study(
+    store: JobStore,
+    redis_url: str,
+    name: str,
+    goal: Goal,
+    strategy: SearchStrategy,
+    fresh: bool,
+) -> optuna.Study:
+    """The study ``name`` in the namespace's journal, sampled by ``strategy``."""
+    return open_study(
+        store.study_journal(redis_url),
+        name,
+        goal.direction,
+        strategy.sampler(),
+        fresh=fresh,
+        metric_name=objective_name(goal),
+    )
+
+
+def _store_outcome(
+    spec: JobSpec,
+    store: JobStore,
+    job: str,
+    result: TuneResult,
+    status: CacheStatus,
+    study: str,
+    space: SearchSpace,
+) -> TuneReport:
+    """Save the job's profile and the tuning's report, and return the report."""
     chosen = result.chosen.config if result.chosen else None
     store.profiles.save(job, build_profile(result.history, chosen))
     report = TuneReport(
@@ -313,7 +382,7 @@ def tune_spec(
         result,
         status,
         result.status == "feasible" or spec.tuning.best_effort,
-        name,
+        study,
         space.dropped,
     )
     store.tune_reports.save(job, report.to_dict())

@@ -1,0 +1,68 @@
+"""A service (``serve:``): its offered load, its batcher and its quantization."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Self
+
+from pydantic import Field, model_validator
+
+from orchestrator.spec.base import SpecModel
+
+MAX_SERVE_BATCH = 4096
+MAX_TRACE = 100_000
+
+
+class ServeSpec(SpecModel):
+    """A service: requests arrive open-loop at an offered load and are answered by the job's
+    replicas (one per GPU), each with a dynamic batcher (``workers.serving``): a batch leaves
+    when it holds ``run.micro_batch`` requests or its oldest request has waited
+    ``max_delay_ms`` (``null``: a fixed batch, which waits until full). ``sla.latency`` is then
+    about requests, arrival to answer; the service runs for ``run.duration_s``.
+    ``quantize: int8`` serves the model with int8 dynamic quantization of its linear layers
+    (CPU kernels), once its outputs on seeded inputs are within ``quant_tolerance`` (relative
+    L2 error) of fp32's: a model further off is refused, and the error is reported
+    (``quant_error``).
+
+    The offered load may change while the service runs: a ``trace`` is its arrival times, so
+    a trace whose gaps halve then grow again is a load that doubles then falls (the trace
+    repeats to cover ``run.duration_s``). With ``resources.gpus`` a range, the SLA guard scales
+    the replicas within it as the load and the tail move (``policies.replicas``); a resize
+    relaunches the service, and ``start_at`` (the wall-clock time, Unix seconds, of the
+    stream's time 0; ``null``: when the run starts) lets the new run go on where the stream is:
+    the scheduler sets it on a service it resizes. Requests due while it restarts are not
+    offered to it; ``run.duration_s`` counts from the stream's start.
+    """
+
+    rate_rps: float | None = Field(default=None, gt=0, le=1e6)
+    trace: list[float] | None = Field(default=None, min_length=1, max_length=MAX_TRACE)
+    max_delay_ms: float | None = Field(default=2.0, ge=0, le=60_000)
+    timeout_ms: float | None = Field(default=None, gt=0, le=3_600_000)
+    quantize: Literal["none", "int8"] = "none"
+    quant_tolerance: float = Field(default=0.05, gt=0, le=1)
+    start_at: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        if (self.rate_rps is None) == (self.trace is None):
+            raise ValueError(
+                "give exactly one of serve.rate_rps (requests per second) and serve.trace "
+                "(arrival times in seconds)"
+            )
+        last = 0.0
+        for i, t in enumerate(self.trace or ()):
+            if t < 0 or t < last:
+                raise ValueError(f"trace[{i}] must be >= 0 and >= the time before it, got {t:g}")
+            last = t
+        return self
+
+    def harness(self) -> dict[str, Any]:
+        """The settings as the worker's ``HarnessConfig.serve`` takes them (seconds)."""
+        return {
+            "rate_rps": self.rate_rps,
+            "trace": list(self.trace) if self.trace is not None else None,
+            "max_delay_s": None if self.max_delay_ms is None else self.max_delay_ms / 1000.0,
+            "timeout_s": None if self.timeout_ms is None else self.timeout_ms / 1000.0,
+            "quantize": self.quantize,
+            "quant_tolerance": self.quant_tolerance,
+            "start_at": self.start_at,
+        }

@@ -1,0 +1,70 @@
+"""The child's side of the sandbox (:mod:`workers.sandbox` is the worker's): ``python -m
+workers.sandbox_child FD`` runs one rank's harness as the worker asked on stdin (stop and fence
+messages follow there), and answers on the descriptor ``FD``: its reports, then its result or
+its error, one JSON message a line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+
+def _child_main(msg_fd: int) -> int:
+    """Run the harness as the worker asked on stdin; answer on ``msg_fd`` (see the module doc)."""
+    messages = os.fdopen(msg_fd, "w", buffering=1)
+    write_lock = threading.Lock()
+
+    def say(message: dict[str, Any]) -> None:
+        with write_lock:
+            messages.write(json.dumps(message, default=str) + "\n")
+
+    init = json.loads(sys.stdin.readline())
+    stop, deposed = threading.Event(), threading.Event()
+
+    def listen() -> None:
+        for line in sys.stdin:
+            with contextlib.suppress(ValueError):
+                message = json.loads(line)
+                if message.get("stop"):
+                    stop.set()
+                if message.get("fenced"):
+                    deposed.set()
+
+    threading.Thread(target=listen, daemon=True).start()
+    try:
+        from workers.config import HarnessConfig
+        from workers.harness import Harness
+
+        harness = Harness(
+            HarnessConfig.from_dict(init["config"]),
+            rank=init["rank"],
+            world_size=init["world_size"],
+            init_method=init["init_method"],
+            checkpoint_dir=init["checkpoint_dir"],
+            report=(lambda r: say({"report": r})) if init["report"] else None,
+            report_every_s=init["report_every_s"],
+            should_stop=stop.is_set,
+            num_threads=init["num_threads"],
+            fence=lambda: not deposed.is_set(),
+            run_tag=init["run_tag"],
+        )
+        say({"result": harness.run().to_dict()})
+    except Exception as err:
+        import traceback
+
+        traceback.print_exc()
+        say({"error": {"type": type(err).__name__, "message": f"{err}"}})
+        return 1
+    finally:
+        time.sleep(0)  # let the report writer's last line out before the pipe closes
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(int(sys.argv[1])))
