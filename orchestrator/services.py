@@ -77,6 +77,7 @@ def serve_in_background(settings: Settings, policy: SchedulingPolicy | None = No
     from orchestrator.pool import GPUPool
     from orchestrator.runtime.ray_gang import RayRuntime
     from orchestrator.store.lease import SchedulerBusy, holder_is_dead
+    from orchestrator.tuner.remote import tune_job
 
     store, url = open_store(settings)
     holder = store.lease_holder()
@@ -90,6 +91,7 @@ def serve_in_background(settings: Settings, policy: SchedulingPolicy | None = No
         settings.namespace,
         stop_grace_s=settings.stop_grace_s,
         warm_workers=settings.warm_workers,
+        tune=tune_job,
     )
     scheduler = ControlLoop(settings, store, runtime, policy or make_policy(settings.policy))
     stop = threading.Event()

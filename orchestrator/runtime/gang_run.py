@@ -308,28 +308,39 @@ class GangRun(threading.Thread):
 
 
 class TuneRun(GangRun):
-    """Tuning a job on a gang of pool GPUs (see ``orchestrator.tuner.remote``).
+    """Tuning a job on a gang of pool GPUs with the tuner the runtime was handed (``tune``:
+    ``orchestrator.tuner.remote.tune_job``, which the services pass in: the runtime sits below
+    the tuner and never imports it).
 
     Placed and cleaned up like a job run (a placement group on the policy's nodes); the tuner
     runs in a Ray task beside it and profiles trials on worker actors in its bundles. The
     outcome's ``result`` is the tuner's answer.
     """
 
-    def __init__(self, launch: Launch, emit: Emit, redis_url: str, namespace: str, **kw: Any):
+    def __init__(
+        self,
+        launch: Launch,
+        emit: Emit,
+        redis_url: str,
+        namespace: str,
+        tune: Callable[..., Any] | None,
+        **kw: Any,
+    ):
         super().__init__(launch, emit, None, **kw)
         self.redis_url = redis_url
         self.namespace = namespace
+        self.tune = tune
 
     def _run_gang(self, pg: Any) -> Outcome:
         import ray
         from ray.exceptions import RayError, RayTaskError
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from orchestrator.tuner.remote import tune_job
-
+        if self.tune is None:
+            return Outcome(OutcomeKind.FAILED, "this runtime was started without a tuner")
         # The driver needs no GPU of its own: the trials run in the gang's actors. It sits in
         # bundle 0 so it lives (and dies) with the gang.
-        task = ray.remote(tune_job).options(
+        task = ray.remote(self.tune).options(
             num_cpus=0,
             num_gpus=0,
             max_retries=0,

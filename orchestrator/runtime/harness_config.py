@@ -17,7 +17,7 @@ from orchestrator.loader_spec import LoaderSpec
 from orchestrator.spec import JobSpec, PlanSettings, WorkloadRef
 
 if TYPE_CHECKING:
-    from orchestrator.tuner.space import Config
+    from orchestrator.run_config import Config
 
 __all__ = [
     "Knobs",
@@ -177,7 +177,7 @@ def run_spec(spec: JobSpec, tuned: Mapping[str, Any] | None, gpus: int | None = 
         ValueError: the job cannot keep its global batch on ``gpus`` GPUs.
     """
     if tuned:
-        from orchestrator.tuner.space import Config
+        from orchestrator.run_config import Config
 
         spec = tuned_spec(spec, Config.from_dict(dict(tuned)))
     if gpus is None or gpus == spec.gpus:

@@ -47,6 +47,8 @@ class RayRuntime:
         stop_grace_s: how long a stopping run may take to checkpoint before it is killed.
         warm_workers: warm workers kept per node (``Settings.warm_workers``; 0: none). The
             pool fills after the loop's first round, and is given up by :meth:`close`.
+        tune: the task a tuning launch runs on its gang
+            (``orchestrator.tuner.remote.tune_job``; ``None``: tuning launches fail, saying so).
 
     Attributes:
         warm: the warm worker pool (:mod:`orchestrator.runtime.warm`).
@@ -61,8 +63,10 @@ class RayRuntime:
         placement_timeout_s: float = 60.0,
         stop_grace_s: float = 30.0,
         warm_workers: int = 0,
+        tune: Callable[..., Any] | None = None,
     ) -> None:
         self.pool = pool
+        self.tune = tune
         self.redis_url = redis_url
         self.namespace = namespace
         self.placement_timeout_s = placement_timeout_s
@@ -112,7 +116,7 @@ class RayRuntime:
             adopt = launch.kind == "run" and single
             warm, kw["evicted"] = self.warm.claim(launch.nodes, adopt=adopt)
             if launch.kind == "tune":
-                run = TuneRun(launch, emit, self.redis_url, self.namespace, **kw)
+                run = TuneRun(launch, emit, self.redis_url, self.namespace, self.tune, **kw)
             else:
                 sink = functools.partial(MetricsSink, self.redis_url, self.namespace, launch.job_id)
                 logs = functools.partial(LogSink, self.redis_url, self.namespace, launch.job_id)

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from orchestrator.run_config import Config, layout_key
 from orchestrator.spec import JobSpec
 from orchestrator.tuner.planmodel import state_bytes
-from orchestrator.tuner.trial_config import Config, layout_key
 from workers.parallel.plan import Plan, split_problems
 
 __all__ = ["too_big", "unsplittable"]

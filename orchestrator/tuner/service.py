@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from orchestrator.errors import TuneError
+from orchestrator.run_config import Config
 from orchestrator.spec import JobSpec
 from orchestrator.tuner.cache import TuneCache, describe, fingerprint
 from orchestrator.tuner.evaluators.base import Evaluator, EvaluatorLost
@@ -27,7 +28,6 @@ from orchestrator.tuner.space import DeviceCaps, SearchSpace
 from orchestrator.tuner.strategies import STRATEGIES
 from orchestrator.tuner.strategies.base import SearchStrategy
 from orchestrator.tuner.study import objective_name, open_study, study_name
-from orchestrator.tuner.trial_config import Config
 from orchestrator.tuner.tuner import OnTrial, Tuner, TuneResult, summary
 
 if TYPE_CHECKING:

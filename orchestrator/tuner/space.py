@@ -4,7 +4,7 @@ The space is built once from the job spec (its ``tuning.bounds`` pin or narrow a
 ``resources.gpus`` bounds the data-parallel degree) and the device's capabilities (bf16 needs a
 CPU or an Ampere-or-newer GPU, fp16 needs CUDA): ``tuner/job_space.py`` builds it
 (:func:`~orchestrator.tuner.job_space.space_for`). A :class:`Config` is one point of it
-(:mod:`orchestrator.tuner.trial_config`, with the layouts of a GPU count).
+(:mod:`orchestrator.run_config`, with the layouts of a GPU count).
 
 The global batch (micro-batch x accumulation x GPUs) is what the job learns with, so a
 training job's space keeps it (rule 3): by default every config has the job's own global batch,
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import TuneError
-from orchestrator.tuner.trial_config import Config, layout_key, layouts_of, plan_fits
+from orchestrator.run_config import Config, layout_key, layouts_of, plan_fits
 from workers.loader_settings import DEFAULT_TOKEN
 
 if TYPE_CHECKING:

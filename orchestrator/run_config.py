@@ -1,6 +1,10 @@
 """One point of a job's search space (:class:`Config`: how the harness would run the job), and
 the ways a number of GPUs may share the model (its layouts: a data-parallel sharding, or a
-parallel plan). The space itself is :mod:`orchestrator.tuner.space`."""
+parallel plan). The space itself is :mod:`orchestrator.tuner.space`.
+
+Below the runtime and the tuner, which both read it: the tuner proposes configs, the runtime
+turns a job spec with its tuned config into the harness's settings
+(``orchestrator.runtime.harness_config``), so neither imports the other for the type."""
 
 from __future__ import annotations
 
