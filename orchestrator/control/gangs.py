@@ -117,11 +117,12 @@ class GangActions:
         rec: JobRecord,
         nodes: tuple[str, ...],
         strategy: str,
-        stream_at: float | None = None,
+        stream: dict[str, float] | None = None,
     ) -> None:
         """Launch a placed job's gang (a tuning gang when it is still to be tuned); a job that
-        cannot start is requeued or failed with the reason, never left placed. ``stream_at``:
-        where a resized service's arrival stream began (its new run goes on from there)."""
+        cannot start is requeued or failed with the reason, never left placed. ``stream``: a
+        resized service's ``serve.start_at`` (where its arrival stream began: its new run goes
+        on from there) and ``serve.stopped_at`` (when the run before stopped serving)."""
         job_id = rec.id
         try:
             spec = rec.spec
@@ -135,8 +136,8 @@ class GangActions:
             if not tune:
                 sized = self.facts.sized(rec, len(nodes), smallest_memory(self._nodes, nodes))
                 spec = sized.spec or spec
-                if stream_at and spec.serve is not None:
-                    serve = spec.serve.model_copy(update={"start_at": stream_at})
+                if stream and spec.serve is not None:
+                    serve = spec.serve.model_copy(update=stream)
                     spec = spec.model_copy(update={"serve": serve})
                 if sized.source in ("measured", "model"):  # its profile chose the plan here
                     replanned = f"on {len(nodes)} GPUs: {sized.reason}"
@@ -195,12 +196,16 @@ class GangActions:
             fresh = self.store.get(rec.id)
         except JobNotFound:
             return
-        stream_at = None
+        stream: dict[str, float] | None = None
         if run.launch.spec.serve is not None:  # a service goes on where its stream is
-            got = self.store.latest_metrics([rec.id], ("stream_started_at",)).get(rec.id, {})
-            began = got.get("stream_started_at")
-            stream_at = float(began) if isinstance(began, int | float) and began > 0 else None
-        self._launch(fresh, nodes, run.launch.strategy, stream_at)
+            keys = ("stream_started_at", "served_until")
+            got = self.store.latest_metrics([rec.id], keys).get(rec.id, {})
+            began, until = got.get("stream_started_at"), got.get("served_until")
+            if isinstance(began, int | float) and began > 0:
+                stream = {"start_at": float(began)}
+                if isinstance(until, int | float) and until > 0:
+                    stream["stopped_at"] = float(until)  # due since: dropped, not lost
+        self._launch(fresh, nodes, run.launch.strategy, stream)
 
     def _resize(self, d: Decision, free: dict[str, int]) -> None:
         """Restart a running elastic job on the decision's GPUs (checkpoint, stop, start the new

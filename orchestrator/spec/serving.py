@@ -29,8 +29,10 @@ class ServeSpec(SpecModel):
     the replicas within it as the load and the tail move (``policies.replicas``); a resize
     relaunches the service, and ``start_at`` (the wall-clock time, Unix seconds, of the
     stream's time 0; ``null``: when the run starts) lets the new run go on where the stream is:
-    the scheduler sets it on a service it resizes. Requests due while it restarts are not
-    offered to it; ``run.duration_s`` counts from the stream's start.
+    the scheduler sets it on a service it resizes, with ``stopped_at`` (when the run before
+    stopped serving). Requests due while it restarts are not offered to it: the new run counts
+    those due since ``stopped_at`` as dropped. ``run.duration_s`` counts from the stream's
+    start.
     """
 
     rate_rps: float | None = Field(default=None, gt=0, le=1e6)
@@ -40,6 +42,7 @@ class ServeSpec(SpecModel):
     quantize: Literal["none", "int8"] = "none"
     quant_tolerance: float = Field(default=0.05, gt=0, le=1)
     start_at: float | None = Field(default=None, gt=0)
+    stopped_at: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _one_source(self) -> Self:
@@ -65,4 +68,5 @@ class ServeSpec(SpecModel):
             "quantize": self.quantize,
             "quant_tolerance": self.quant_tolerance,
             "start_at": self.start_at,
+            "stopped_at": self.stopped_at,
         }

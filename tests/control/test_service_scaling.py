@@ -66,6 +66,7 @@ def test_the_loop_scales_a_service_up_on_load_and_down_with_margin(
         assert store.get(svc).state is JobState.RUNNING
         assert len(rt.launches[-1].nodes) == 1  # its gpus.min
         origin = time.time() - 30.0  # where its stream began (the worker reports it)
+        served = time.time() - 1.0  # the time of its last report: when it last served
 
         # the load doubled: the one replica is busy all the time and serves 150 of 200 req/s
         _window(
@@ -76,6 +77,7 @@ def test_the_loop_scales_a_service_up_on_load_and_down_with_margin(
             window_served_rps=150.0,
             window_busy=1.0,
             stream_started_at=origin,
+            served_until=served,
         )
         _checks(loop)
         assert loop.sla_guard.want == {svc: 3}  # ceil(1.0 x 200/150 / 0.6) = 3
@@ -86,6 +88,9 @@ def test_the_loop_scales_a_service_up_on_load_and_down_with_margin(
         assert svc not in rt.killed
         assert up.spec.run.data_parallel == 3 and up.spec.serve is not None
         assert up.spec.serve.start_at == origin
+        # what was due since it last served is counted as dropped by the new run
+        assert up.spec.serve.stopped_at == served
+        assert up.spec.serve.harness()["stopped_at"] == served
         assert loop.sla_guard.want == {}  # fulfilled: the new run is the size asked for
         said = [e["message"] for e in store.events(svc) if e["event"] == "guard"]
         assert said == [
