@@ -128,17 +128,21 @@ class SearchElastic(ElasticAllocation):
         offsets = np.cumsum(lens) - lens
         flat = np.concatenate(curves)
         caps = np.minimum(hi - have_, left)
-        counts = np.arange(int(caps.max()) + 1)
+        # only the cells within each job's cap, one row after another (most jobs may take one
+        # or two more GPUs while a few may take dozens: a full table was mostly ``inf``)
+        per = np.maximum(caps + 1, 0)
+        row = np.repeat(np.arange(n), per)
+        k = np.arange(int(per.sum())) - np.repeat(np.cumsum(per) - per, per)
         # beyond its curve a job runs at its last measured rate (``ElasticJob.rate``)
-        at = np.minimum(have_[:, None] - 1 + counts[None, :], lens[:, None] - 1)
-        rates = flat[offsets[:, None] + at]
+        at = np.minimum(have_[row] - 1 + k, lens[row] - 1)
+        rates = flat[offsets[row] + at]
         fair_rate = flat[offsets + np.minimum(fair, lens) - 1]
         moving = (current_ > 0) & (lost > 0)  # a queued job pays no restart penalty
         penalty = np.ones(n)
         penalty[moving] = run[moving] / (run[moving] + lost[moving])
         held = np.where(current_ > 0, current_ - have_, -1)
-        scale = np.where(counts[None, :] == held[:, None], 1.0, penalty[:, None])
-        s = rates * (scale / np.maximum(fair_rate, 1e-12)[:, None])
+        scale = np.where(k == held[row], 1.0, penalty[row])
+        s = rates * (scale / np.maximum(fair_rate, 1e-12)[row])
         if self.p == -1.0:  # the default: a division, several times faster than a power
             cost = 1.0 / (s + EPSILON)
         elif self.p < 0:
@@ -147,7 +151,8 @@ class SearchElastic(ElasticAllocation):
             cost = -np.log(s + EPSILON)
         else:
             cost = -(s**self.p)
-        out: NDArray[np.float64] = np.where(counts[None, :] <= caps[:, None], cost, np.inf)
+        out: NDArray[np.float64] = np.full((n, max(int(caps.max()) + 1, 0)), np.inf)
+        out[row, k] = cost
         return out
 
     def _cache(
@@ -209,19 +214,17 @@ def _priced(cost: NDArray[np.float64], gpus: int, steps: int = 30) -> NDArray:
     jobs, width = cost.shape
     counts = np.arange(width, dtype=np.float64)
     rows = np.arange(jobs)
-    finite = np.where(np.isfinite(cost), cost, np.inf)
-
-    def pick(price: float) -> NDArray:
-        return np.argmin(finite + price * counts[None, :], axis=1)
-
-    x = pick(0.0)
+    ok = np.isfinite(cost)
+    finite = np.where(ok, cost, np.inf)
+    table = _Rows(finite, ok, counts)
+    x = table.pick(0.0)
     if int(x.sum()) > gpus:
         # at this price no job gains from a GPU: every job picks 0 more
-        low, high = 0.0, float(np.max(finite[:, 0] - np.min(finite, axis=1))) + 1.0
-        x = pick(high)
+        low, high = 0.0, table.spread() + 1.0
+        x = table.pick(high)
         for _ in range(steps):
             mid = (low + high) / 2
-            trial = pick(mid)
+            trial = table.pick(mid)
             used = int(trial.sum())
             if used <= gpus:
                 high, x = mid, trial
@@ -229,6 +232,7 @@ def _priced(cost: NDArray[np.float64], gpus: int, steps: int = 30) -> NDArray:
                     break
             else:
                 low = mid
+    x = table.restore(x)
     left = gpus - int(x.sum())
     while left > 0:  # the fill: any larger count, best drop per GPU added
         ahead = counts[None, :] - x[:, None]
@@ -244,3 +248,61 @@ def _priced(cost: NDArray[np.float64], gpus: int, steps: int = 30) -> NDArray:
         x[row] = col
     out: NDArray = x.astype(np.int64)
     return out
+
+
+class _Rows:
+    """The price's view of a cost table (``finite``: no NaN; ``ok``: its finite cells): each
+    row's first ``argmin`` of ``finite + price * counts``, the same choices from the same sums,
+    on two blocks of rows. The rows that may take at most one more GPU (most of them when GPUs
+    are scarce) compare their two cells; the rest use ``argmin`` (slow on short rows). The
+    price is tried up to 30 times a round. Choices come in the blocks' row order
+    (:meth:`restore` puts them back)."""
+
+    def __init__(
+        self, finite: NDArray[np.float64], ok: NDArray[np.bool_], counts: NDArray[np.float64]
+    ) -> None:
+        import numpy as np
+
+        jobs, width = finite.shape
+        one = ~ok[:, 2:].any(axis=1) if width > 2 else np.ones(jobs, dtype=bool)
+        self.finite, self.counts = finite, counts
+        self.split = width >= 2 and 4 * int(np.count_nonzero(one)) >= jobs
+        if self.split:  # else too few such rows to pay for the split: argmin on all
+            small, large = np.flatnonzero(one), np.flatnonzero(~one)
+            self.a0, self.a1, self.b = finite[small, 0], finite[small, 1], finite[large]
+            self.order = np.concatenate((small, large))
+
+    def pick(self, price: float) -> NDArray:
+        """Each row's count at ``price`` per GPU."""
+        import numpy as np
+
+        add = price * self.counts
+        if not self.split:
+            out: NDArray = np.argmin(self.finite + add[None, :], axis=1)
+            return out
+        # argmin's first minimum: 1 only when strictly lower (inf never is)
+        firsts = (self.a1 + add[1] < self.a0 + add[0]).astype(np.int64)
+        if not len(self.b):
+            return firsts
+        return np.concatenate((firsts, np.argmin(self.b + add[None, :], axis=1)))
+
+    def spread(self) -> float:
+        """The largest drop of a row's cost from 0 GPUs to its best: above it, no job gains
+        from a GPU."""
+        import numpy as np
+
+        if not self.split:
+            return float(np.max(self.finite[:, 0] - np.min(self.finite, axis=1)))
+        first = np.concatenate((self.a0, self.b[:, 0]))
+        least = np.concatenate((np.minimum(self.a0, self.a1), np.min(self.b, axis=1)))
+        return float(np.max(first - least))
+
+    def restore(self, x: NDArray) -> NDArray:
+        """Choices from :meth:`pick` in the table's row order."""
+        import numpy as np
+
+        if not self.split:
+            return x
+        out = np.empty_like(x)
+        out[self.order] = x
+        return out

@@ -23,11 +23,14 @@ def drop_gpus(nodes: list[str], count: int) -> list[str]:
 
     Returns the dropped node ids (one per GPU)."""
     dropped: list[str] = []
+    use = Counter(nodes)  # kept up to date, not recounted per GPU (a round drops hundreds)
     for _ in range(count):
-        use = Counter(nodes)
         node = min(use, key=lambda n: (use[n], -nodes.index(n)))
         nodes.remove(node)
         dropped.append(node)
+        use[node] -= 1
+        if not use[node]:
+            del use[node]
     return dropped
 
 

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from operator import itemgetter
 
 from policies.decisions import Decision, DecisionKind
 from policies.elastic import ELASTIC, ElasticAllocation
-from policies.gpu_memory import capacity, memory_note, usable
+from policies.gpu_memory import capacity, memory_note
 from policies.placement import PLACEMENTS, Placement, without
 from policies.preemption import PREEMPTIONS, Preemption, lost_work
 from policies.queue.las import las_level
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
 from policies.scheduling.bulk import BulkAdmission, Row
-from policies.scheduling.churn import late_window, unused_preemptions
+from policies.scheduling.bulk_apply import apply_sizes
+from policies.scheduling.churn import late_window
 from policies.scheduling.deadlines import deadline_class
-from policies.scheduling.resize import drop_gpus, grow_gpus
 from policies.scheduling.room import Room
 from policies.scheduling.services import resize_services, services_to_resize
 from policies.sharing import SHARINGS, TeamSharing
@@ -181,63 +182,40 @@ class SharedSchedulingPolicy(SchedulingPolicy):
     # ---- the round -------------------------------------------------------------------------
 
     def decide(self, snapshot: Snapshot) -> list[Decision]:
-        """See :meth:`SchedulingPolicy.decide`."""
-        total = snapshot.total_gpus
-        free = snapshot.free()
+        """See :meth:`SchedulingPolicy.decide`. Four phases: the jobs read once
+        (:func:`_read`), interactive jobs (:meth:`_interactive`), the bulk jobs' sizes
+        (:meth:`_bulk`), then those sizes applied (:func:`~.bulk_apply.apply_sizes`)."""
+        rnd = _read(snapshot)
+        ent = self.sharing.entitlements(rnd.demand, snapshot.teams, snapshot.total_gpus)
+        self._interactive(rnd, ent)
+        queued, kept, sizes = self._bulk(rnd, ent)
+        done = apply_sizes(
+            sizes,
+            queued,
+            kept,
+            rnd.late,
+            rnd.hold,
+            rnd.free,
+            rnd.preempted,
+            rnd.touched,
+            self.placement,
+            snapshot,
+        )
+        return done.preempts + done.shrinks + rnd.starts + done.grows + rnd.waits + done.waits
+
+    def _interactive(self, rnd: _Round, ent: dict[str, int]) -> None:
+        """Phase 1: services the SLA guard resizes, then queued interactive jobs start now,
+        earliest start deadline first, bulk jobs making room (``rnd`` updated)."""
+        snapshot, free, hold, inter_held = rnd.snapshot, rnd.free, rnd.hold, rnd.inter_held
         free_total = sum(free.values())
-        # GPUs each running job holds; a job's tuple becomes a list when it loses GPUs
-        hold: dict[str, Sequence[str]] = {r.job_id: r.nodes for r in snapshot.running}
-        preempted: list[str] = []
-        gone: set[str] = set()  # the same jobs as ``preempted``, for lookups
-        touched: set[str] = set()  # shrunk this round for an interactive job: no regrowth
-        starts: list[Decision] = []
-        waits: list[Decision] = []
-
-        # one pass over the jobs (this runs for every job every round): each team's demand,
-        # interactive jobs apart, bulk jobs with their (lo, hi); a bulk job preempted within
-        # the restart cost is held (not placed at all), one preempted since the last round is
-        # "late": the round goes as if it were not there, then it gets what is left
-        demand: dict[str, int] = {}
-        inter: list[QueuedJob] = []
-        queued_bulk: list[tuple[QueuedJob, int, int]] = []
-        late: set[str] = set()
-        now, restart = snapshot.now, snapshot.restart_cost_s
-        late_s = late_window(snapshot)
-        for q in snapshot.queue:
-            if q.interactive:
-                inter.append(q)
-                demand[q.team] = demand.get(q.team, 0) + q.gpus
-                continue
-            at = q.preempted_at
-            if at is not None and late_s and now - at <= late_s:
-                if now - at < restart:
-                    why = f"preempted {now - at:.0f} s ago: held for the restart cost"
-                    waits.append(Decision(DecisionKind.WAIT, q.job_id, reason=why))
-                    continue
-                late.add(q.job_id)
-            lo, hi = _bounds(q, q.gpus)
-            queued_bulk.append((q, lo, hi))
-            if not (late and q.job_id in late):
-                demand[q.team] = demand.get(q.team, 0) + hi
-        inter_held: Counter[str] = Counter()
-        running_bulk: list[_Running] = []
-        for r in snapshot.running:
-            gpus = len(r.nodes)
-            if r.job_class == INTERACTIVE:  # r.interactive, without the property call
-                inter_held[r.team] += gpus
-                demand[r.team] = demand.get(r.team, 0) + max(gpus, r.want_gpus)
-            else:
-                lo, hi = _bounds(r, gpus)
-                running_bulk.append((r, lo, hi, gpus))
-                demand[r.team] = demand.get(r.team, 0) + (hi if hi > gpus else gpus)
-        ent = self.sharing.entitlements(demand, snapshot.teams, total)
-
-        # 1. interactive jobs start now
+        inter = rnd.inter
         inter.sort(key=lambda q: (q.submitted_at + q.wait_target_s, q.seq, q.job_id))
-        room = Room(self.preemption, snapshot, hold, free, ent, preempted, touched, inter_held)
+        room = Room(
+            self.preemption, snapshot, hold, free, ent, rnd.preempted, rnd.touched, inter_held
+        )
         services = services_to_resize(snapshot)
         if services:  # services first: they are measured at risk (or idle) now
-            starts += resize_services(
+            rnd.starts += resize_services(
                 services, snapshot, hold, free, room, self.placement, inter_held
             )
             free_total = sum(free.values())
@@ -253,13 +231,13 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             nodes = self.placement.place(q.gpus, mine) if q.gpus <= free_total else None
             if nodes is None:
                 why = memory_note(snapshot, q) if small else "interactive jobs hold the pool"
-                waits.append(Decision(DecisionKind.WAIT, q.job_id, reason=why))
+                rnd.waits.append(Decision(DecisionKind.WAIT, q.job_id, reason=why))
                 continue
             for n in nodes:
                 free[n] -= 1
             free_total -= len(nodes)
             inter_held[q.team] += len(nodes)
-            starts.append(
+            rnd.starts.append(
                 Decision(
                     DecisionKind.START,
                     q.job_id,
@@ -269,11 +247,17 @@ class SharedSchedulingPolicy(SchedulingPolicy):
                 )
             )
 
-        # 2-3. bulk jobs share what interactive jobs leave
-        gone.update(preempted)
-        bulk_pool = total - sum(inter_held.values())
+    def _bulk(
+        self, rnd: _Round, ent: dict[str, int]
+    ) -> tuple[list[tuple[QueuedJob, int, int]], list[_Running], dict[str, int]]:
+        """Phases 2-3: the bulk jobs share what interactive jobs leave. Returns the queued
+        bulk jobs that could ever fit, the running ones still running, and GPUs per job (a
+        queued job too large for the pool waits: ``rnd.waits``)."""
+        snapshot, total = rnd.snapshot, rnd.snapshot.total_gpus
+        rnd.gone.update(rnd.preempted)
+        bulk_pool = total - sum(rnd.inter_held.values())
         queued: list[tuple[QueuedJob, int, int]] = []
-        for row in queued_bulk:
+        for row in rnd.queued_bulk:
             # GPUs it could ever have: the pool, less the nodes too small for its memory
             most = total if row[0].gpu_memory_gb is None else capacity(snapshot, row[0])
             if row[1] <= most:
@@ -282,157 +266,96 @@ class SharedSchedulingPolicy(SchedulingPolicy):
                 reason = f"needs {row[1]} GPUs; the pool has {total}"
                 if most < total:
                     reason = f"needs {row[1]} GPUs; {memory_note(snapshot, row[0])}"
-                waits.append(Decision(DecisionKind.WAIT, row[0].job_id, reason=reason))
-        kept = [row for row in running_bulk if row[0].job_id not in gone] if gone else running_bulk
-        sizes = self._bulk_sizes(
-            queued, late, kept, hold, ent, inter_held, bulk_pool, touched, snapshot
+                rnd.waits.append(Decision(DecisionKind.WAIT, row[0].job_id, reason=reason))
+        gone = rnd.gone
+        kept = (
+            [row for row in rnd.running_bulk if row[0].job_id not in gone]
+            if gone
+            else rnd.running_bulk
         )
-
-        shrinks: list[Decision] = []
-        grows: list[Decision] = []
-        for job_id in preempted:
-            for n in hold.pop(job_id):
-                free[n] += 1
-        # bulk shrinks and preemptions release first; the jobs to grow or start are noted
-        growing: list[QueuedJob | RunningJob] = [
-            q for q, _, _ in queued if sizes.get(q.job_id, 0) > 0
-        ]
-        for r, _, _, _ in kept:
-            target = sizes.get(r.job_id, 0)
-            holds = len(hold[r.job_id])
-            if target == 0:
-                preempted.append(r.job_id)
-                gone.add(r.job_id)
-                for n in hold.pop(r.job_id):
-                    free[n] += 1
-            elif target < holds:
-                smaller = hold[r.job_id] = list(hold[r.job_id])
-                for n in drop_gpus(smaller, holds - target):
-                    free[n] += 1
-                touched.add(r.job_id)
-            elif target > holds:
-                growing.append(r)
-        for r in snapshot.running if touched else ():
-            if r.job_id in touched and r.job_id in hold:
-                shrinks.append(
-                    Decision(
-                        DecisionKind.RESIZE,
-                        r.job_id,
-                        nodes=tuple(hold[r.job_id]),
-                        strategy=self.placement.ray_strategy,
-                        reason=f"shrinks to {len(hold[r.job_id])} GPUs",
-                    )
-                )
-        # grows and starts, largest first (placement quality), then priority order; then the
-        # preemptions whose GPUs nobody took are undone; jobs preempted recently last (they
-        # take only what the others leave)
-        growing.sort(key=lambda j: -sizes[j.job_id])
-        grows = self._place(
-            [j for j in growing if j.job_id not in late], sizes, hold, free, snapshot
-        )
-        if preempted:
-            undone = unused_preemptions(preempted, snapshot, free)
-            preempted = [job_id for job_id in preempted if job_id not in undone]
-        if late:
-            grows += self._place(
-                [j for j in growing if j.job_id in late], sizes, hold, free, snapshot
-            )
-        started = {d.job_id for d in grows}
-        for q, _, _ in queued:
-            if q.job_id not in started:
-                reason = (
-                    "preempted last round: takes only GPUs no other job wants"
-                    if q.job_id in late
-                    else "waiting for GPUs"
-                )
-                note = memory_note(snapshot, q) if q.gpu_memory_gb is not None else ""
-                reason = f"{reason}; {note}" if note else reason
-                waits.append(Decision(DecisionKind.WAIT, q.job_id, reason=reason))
-        preempts = [
-            Decision(DecisionKind.PREEMPT, job_id, reason="gives way") for job_id in preempted
-        ]
-        return preempts + shrinks + starts + grows + waits
+        sizes = self._bulk_sizes(rnd, queued, kept, ent, bulk_pool)
+        return queued, kept, sizes
 
     # ---- helpers ---------------------------------------------------------------------------
 
-    def _place(
-        self,
-        jobs: Sequence[QueuedJob | RunningJob],
-        sizes: dict[str, int],
-        hold: dict[str, Sequence[str]],
-        free: dict[str, int],
-        snapshot: Snapshot,
-    ) -> list[Decision]:
-        """Grow running ``jobs`` and start queued ones to their ``sizes``, in order, on ``free``
-        (updated); a job that does not fit is left out (it waits)."""
-        grows: list[Decision] = []
-        for j in jobs:
-            have = hold.get(j.job_id, ())
-            extra = sizes[j.job_id] - len(have)
-            if isinstance(j, RunningJob):
-                small = snapshot.too_small(j.gpu_memory_gb)
-                added = grow_gpus(have, extra, free, self.placement, small)
-                if added is None:
-                    continue
-                grows.append(
-                    Decision(
-                        DecisionKind.RESIZE,
-                        j.job_id,
-                        nodes=(*have, *added),
-                        strategy=self.placement.ray_strategy,
-                        reason=f"grows to {sizes[j.job_id]} GPUs for goodput",
-                    )
-                )
-            else:
-                nodes = self.placement.place(extra, usable(free, snapshot, j))
-                if nodes is None:
-                    continue
-                for n in nodes:
-                    free[n] -= 1
-                grows.append(
-                    Decision(
-                        DecisionKind.START,
-                        j.job_id,
-                        nodes=nodes,
-                        strategy=self.placement.ray_strategy,
-                        reason=f"bulk on {extra} GPUs",
-                    )
-                )
-        return grows
-
     def _bulk_sizes(
         self,
+        rnd: _Round,
         queued: Sequence[tuple[QueuedJob, int, int]],
-        late: set[str],
         running: Sequence[_Running],
-        hold: dict[str, Sequence[str]],
         ent: dict[str, int],
-        inter_held: Counter[str],
         bulk_pool: int,
-        touched: set[str],
-        snapshot: Snapshot,
     ) -> dict[str, int]:
-        """GPUs per bulk job: ``elastic`` over the jobs in admission groups, LAS order in each.
+        """GPUs per bulk job: the deadline class first (EDF, each on its share), then
+        ``elastic`` over the rest in admission groups, LAS order in each.
 
         Args:
+            rnd: the round so far (``hold``: GPUs each running job holds after the interactive
+                jobs' shrinks; ``touched``: those shrunk, not regrown; ``late``: queued jobs
+                preempted last round, which get what the others leave).
             queued: queued bulk jobs with their ``(lo, hi)``.
-            late: the queued jobs preempted last round: they get what the others leave.
             running: running bulk jobs with their ``(lo, hi)`` and snapshot GPUs.
-            hold: GPUs each running job holds now (after the interactive jobs' shrinks).
             ent: each team's entitlement.
-            inter_held: GPUs each team's interactive jobs hold (new ones included).
             bulk_pool: GPUs for bulk jobs.
-            touched: running jobs shrunk this round (not regrown).
-            snapshot: the round's snapshot.
         """
+        snapshot, inter_held = rnd.snapshot, rnd.inter_held
+        rows, running_rows, dl, nostep = self._rows(rnd, queued, running)
+        # the deadline class: admitted deadline jobs, EDF, each with its share as its floor
+        fixed = sum(row[4] for row in running_rows if row[1].job_id in nostep)
+        dl_jobs, dl_held = (
+            deadline_class(dl, bulk_pool - fixed, snapshot, self.deadline_margin, self.defer)
+            if dl
+            else ([], {})
+        )
+        if dl_jobs:
+            rows = [row for row in rows if row[1].job_id not in dl_held]
+            running_rows = [row for row in running_rows if row[1].job_id not in dl_held]
+        team_dl: Counter[str] = Counter()
+        for team, share in dl_held.values():
+            team_dl[team] += share
+        admission = BulkAdmission(
+            rows,
+            running_rows,
+            room={t: max(0, e - inter_held.get(t, 0) - team_dl[t]) for t, e in ent.items()},
+            guarantee={
+                t.name: max(0, t.guaranteed_gpus - inter_held.get(t.name, 0) - team_dl[t.name])
+                for t in snapshot.teams
+            },
+            late=rnd.late,
+            nostep=nostep,
+            touched=rnd.touched,
+            now=snapshot.now,
+            min_runtime_s=self.min_runtime_s,
+            reclaim_min_runtime_s=self.reclaim_min_runtime_s,
+            lost=self.elastic.reads_lost,
+            young_kept=self.young_kept,
+            floor_growth=self.guarantee_growth,
+        )
+        be_pool = bulk_pool - sum(team_dl.values())
+        jobs, late_jobs = admission.jobs(be_pool)
+        if dl_jobs:
+            jobs = dl_jobs + jobs
+        sizes = self.elastic.allocate(jobs, bulk_pool, snapshot.restart_cost_s)
+        if late_jobs:  # preempted recently: the GPUs the others leave
+            left = bulk_pool - sum(sizes.values())
+            sizes.update(self.elastic.allocate(late_jobs, left, snapshot.restart_cost_s))
+        return sizes
+
+    def _rows(
+        self,
+        rnd: _Round,
+        queued: Sequence[tuple[QueuedJob, int, int]],
+        running: Sequence[_Running],
+    ) -> tuple[list[Row], list[Row], list[_Deadline], set[str]]:
+        """The bulk jobs as admission rows, in LAS order (all, and the running ones apart),
+        the deadline jobs that may change size this round, and the runs with no step yet."""
+        snapshot, late, hold, touched = rnd.snapshot, rnd.late, rnd.hold, rnd.touched
         now = snapshot.now
         first, factor, fifo, level_of = self.las_first_gpu_s, self.las_factor, self.fifo, las_level
         # (LAS key, job, lo, hi, GPUs held now, GPUs asked, start), one per job; the key is
         # Tiresias's level of attained service (the current run's included), then submission
         rows: list[Row] = []
-        # bulk jobs with a deadline that may change size this round, (job, lo, hi, GPUs held,
-        # seconds of work a change throws away), for the deadline class
-        dl: list[tuple[QueuedJob | RunningJob, int, int, int, float]] = []
+        dl: list[_Deadline] = []
         edf = self.edf
         # a declined job (the plan's verdict binding) is best effort, as a late one this round
         declined = snapshot.declined if self.binds_admission else frozenset()
@@ -470,50 +393,81 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             rows.sort(key=lambda row: (row[0][0], not row[4], row[0]))
         else:
             rows.sort(key=itemgetter(0))
-        # the deadline class: admitted deadline jobs, EDF, each with its share as its floor
-        fixed = sum(row[4] for row in running_rows if row[1].job_id in nostep)
-        dl_jobs, dl_held = (
-            deadline_class(dl, bulk_pool - fixed, snapshot, self.deadline_margin, self.defer)
-            if dl
-            else ([], {})
-        )
-        if dl_jobs:
-            rows = [row for row in rows if row[1].job_id not in dl_held]
-            running_rows = [row for row in running_rows if row[1].job_id not in dl_held]
-        team_dl: Counter[str] = Counter()
-        for team, share in dl_held.values():
-            team_dl[team] += share
-        admission = BulkAdmission(
-            rows,
-            running_rows,
-            room={t: max(0, e - inter_held.get(t, 0) - team_dl[t]) for t, e in ent.items()},
-            guarantee={
-                t.name: max(0, t.guaranteed_gpus - inter_held.get(t.name, 0) - team_dl[t.name])
-                for t in snapshot.teams
-            },
-            late=late,
-            nostep=nostep,
-            touched=touched,
-            now=now,
-            min_runtime_s=self.min_runtime_s,
-            reclaim_min_runtime_s=self.reclaim_min_runtime_s,
-            lost=self.elastic.reads_lost,
-            young_kept=self.young_kept,
-            floor_growth=self.guarantee_growth,
-        )
-        be_pool = bulk_pool - sum(team_dl.values())
-        jobs, late_jobs = admission.jobs(be_pool)
-        if dl_jobs:
-            jobs = dl_jobs + jobs
-        sizes = self.elastic.allocate(jobs, bulk_pool, snapshot.restart_cost_s)
-        if late_jobs:  # preempted recently: the GPUs the others leave
-            left = bulk_pool - sum(sizes.values())
-            sizes.update(self.elastic.allocate(late_jobs, left, snapshot.restart_cost_s))
-        return sizes
+        return rows, running_rows, dl, nostep
 
 
 _Running = tuple[RunningJob, int, int, int]
 """A running bulk job with its ``lo``, ``hi`` and ``gpus``, read once per round."""
+_Deadline = tuple[QueuedJob | RunningJob, int, int, int, float]
+"""A bulk job with a deadline that may change size this round, for the deadline class: the job,
+its ``lo``, ``hi``, GPUs held and seconds of work a change throws away."""
+
+
+@dataclass(slots=True)
+class _Round:
+    """What a round of ``shared`` has read and decided so far, passed from phase to phase."""
+
+    snapshot: Snapshot
+    free: dict[str, int]
+    # GPUs each running job holds; a job's tuple becomes a list when it loses GPUs
+    hold: dict[str, Sequence[str]]
+    demand: dict[str, int]  # each team's demand, for its entitlement
+    inter: list[QueuedJob]  # queued interactive jobs
+    queued_bulk: list[tuple[QueuedJob, int, int]]  # with their (lo, hi)
+    late: set[str]  # queued bulk jobs preempted since the last round
+    inter_held: Counter[str]  # GPUs each team's interactive jobs hold (new ones included)
+    running_bulk: list[_Running]
+    waits: list[Decision]
+    starts: list[Decision] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    gone: set[str] = field(default_factory=set)  # the same jobs as ``preempted``, for lookups
+    touched: set[str] = field(default_factory=set)  # shrunk for an interactive job: no regrowth
+
+
+def _read(snapshot: Snapshot) -> _Round:
+    """One pass over the jobs (this runs for every job every round): each team's demand,
+    interactive jobs apart, bulk jobs with their (lo, hi); a bulk job preempted within the
+    restart cost is held (not placed at all: it waits), one preempted since the last round is
+    "late": the round goes as if it were not there, then it gets what is left."""
+    free = snapshot.free()
+    hold: dict[str, Sequence[str]] = {r.job_id: r.nodes for r in snapshot.running}
+    waits: list[Decision] = []
+    demand: dict[str, int] = {}
+    inter: list[QueuedJob] = []
+    queued_bulk: list[tuple[QueuedJob, int, int]] = []
+    late: set[str] = set()
+    now, restart = snapshot.now, snapshot.restart_cost_s
+    late_s = late_window(snapshot)
+    for q in snapshot.queue:
+        if q.interactive:
+            inter.append(q)
+            demand[q.team] = demand.get(q.team, 0) + q.gpus
+            continue
+        at = q.preempted_at
+        if at is not None and late_s and now - at <= late_s:
+            if now - at < restart:
+                why = f"preempted {now - at:.0f} s ago: held for the restart cost"
+                waits.append(Decision(DecisionKind.WAIT, q.job_id, reason=why))
+                continue
+            late.add(q.job_id)
+        lo, hi = _bounds(q, q.gpus)
+        queued_bulk.append((q, lo, hi))
+        if not (late and q.job_id in late):
+            demand[q.team] = demand.get(q.team, 0) + hi
+    inter_held: Counter[str] = Counter()
+    running_bulk: list[_Running] = []
+    for r in snapshot.running:
+        gpus = len(r.nodes)
+        if r.job_class == INTERACTIVE:  # r.interactive, without the property call
+            inter_held[r.team] += gpus
+            demand[r.team] = demand.get(r.team, 0) + max(gpus, r.want_gpus)
+        else:
+            lo, hi = _bounds(r, gpus)
+            running_bulk.append((r, lo, hi, gpus))
+            demand[r.team] = demand.get(r.team, 0) + (hi if hi > gpus else gpus)
+    return _Round(
+        snapshot, free, hold, demand, inter, queued_bulk, late, inter_held, running_bulk, waits
+    )
 
 
 def _may_make_room(

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from policies.elastic import ELASTIC, ElasticJob, GeneticElastic, GoodputElastic, SearchElastic
-from policies.elastic.search import best_counts
+from policies.elastic.search import _Rows, best_counts
 
 DIP = (1.0, 1.9, 2.7, 3.4, 3.0, 4.6, 6.0, 7.2)  # a GPU on a second node costs before it pays
 LINEAR = tuple(float(n) for n in range(1, 9))
@@ -148,3 +148,22 @@ def test_the_fairness_exponent_chooses_between_fair_and_fast() -> None:
     for p in (-1.0, 0.0):  # harmonic and geometric means: the flat job gets some too
         got = SearchElastic(p=p).allocate(jobs, 8, 30.0)
         assert got["flat"] > 1 and got["fast"] < 7 and sum(got.values()) == 8
+
+
+def test_the_price_picks_each_rows_first_cheapest_count_on_its_blocks() -> None:
+    # most rows may take one more GPU (two cells), a few more; ties and inf included: the split
+    # table picks what a plain argmin over the whole table picks, at any price
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        jobs, width = int(rng.integers(1, 40)), int(rng.integers(1, 9))
+        cost = np.round(rng.random((jobs, width)), 1)  # rounded: ties
+        caps = np.minimum(rng.integers(0, width, jobs), rng.integers(0, 3, jobs))
+        cost[np.arange(width)[None, :] > caps[:, None]] = np.inf
+        cost[:, 1:][rng.random((jobs, width - 1)) < 0.05] = np.inf  # column 0 stays finite
+        counts = np.arange(width, dtype=np.float64)
+        table = _Rows(cost, np.isfinite(cost), counts)
+        for price in (0.0, float(rng.random()), 0.1, 2.0):
+            want = np.argmin(cost + price * counts[None, :], axis=1)
+            assert np.array_equal(table.restore(table.pick(price)), want)
+        rowmin = np.min(cost, axis=1)
+        assert table.spread() == pytest.approx(float(np.max(cost[:, 0] - rowmin)), nan_ok=True)

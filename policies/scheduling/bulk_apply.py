@@ -1,0 +1,182 @@
+"""The last step of a ``shared`` round: bulk GPU counts turned into decisions.
+
+:meth:`~policies.scheduling.shared.SharedSchedulingPolicy.decide` has decided how many GPUs
+each bulk job gets (0: none); this releases what shrinking and preempted jobs give back, then
+places the grows and starts (largest first), undoes the preemptions whose GPUs nobody took,
+lets the jobs preempted last round take what is left, and makes every other queued job wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from policies.decisions import Decision, DecisionKind
+from policies.gpu_memory import memory_note, usable
+from policies.placement import Placement
+from policies.scheduling.churn import unused_preemptions
+from policies.scheduling.resize import drop_gpus, grow_gpus
+from policies.snapshot import QueuedJob, RunningJob, Snapshot
+
+
+@dataclass(slots=True)
+class Applied:
+    """A round's bulk decisions, each list in apply order."""
+
+    preempts: list[Decision]
+    shrinks: list[Decision]
+    grows: list[Decision]
+    waits: list[Decision]
+
+
+def apply_sizes(
+    sizes: dict[str, int],
+    queued: Sequence[tuple[QueuedJob, int, int]],
+    kept: Sequence[tuple[RunningJob, int, int, int]],
+    late: set[str],
+    hold: dict[str, Sequence[str]],
+    free: dict[str, int],
+    preempted: list[str],
+    touched: set[str],
+    placement: Placement,
+    snapshot: Snapshot,
+) -> Applied:
+    """Decisions that bring the bulk jobs to ``sizes``.
+
+    Args:
+        sizes: GPUs per bulk job id (missing or 0: none).
+        queued: the queued bulk jobs of the round, with their ``(lo, hi)``.
+        kept: the running bulk jobs not preempted for an interactive job, with ``lo``, ``hi``
+            and GPUs.
+        late: queued jobs preempted last round: they take only what the others leave.
+        hold: GPUs each running job holds (updated).
+        free: free GPUs per node (updated).
+        preempted: jobs preempted so far this round (updated; the bulk victims are added).
+        touched: running jobs shrunk so far this round (updated).
+        placement: where new GPUs go.
+        snapshot: the round's snapshot.
+    """
+    growing, shrinks = _release(
+        sizes, queued, kept, hold, free, preempted, touched, placement, snapshot
+    )
+    # grows and starts, largest first (placement quality), then priority order; then the
+    # preemptions whose GPUs nobody took are undone; jobs preempted recently last (they
+    # take only what the others leave)
+    growing.sort(key=lambda j: -sizes[j.job_id])
+    grows = place_growth(
+        [j for j in growing if j.job_id not in late], sizes, hold, free, placement, snapshot
+    )
+    if preempted:
+        undone = unused_preemptions(preempted, snapshot, free)
+        preempted[:] = [job_id for job_id in preempted if job_id not in undone]
+    if late:
+        grows += place_growth(
+            [j for j in growing if j.job_id in late], sizes, hold, free, placement, snapshot
+        )
+    started = {d.job_id for d in grows}
+    waits: list[Decision] = []
+    for q, _, _ in queued:
+        if q.job_id not in started:
+            reason = (
+                "preempted last round: takes only GPUs no other job wants"
+                if q.job_id in late
+                else "waiting for GPUs"
+            )
+            note = memory_note(snapshot, q) if q.gpu_memory_gb is not None else ""
+            reason = f"{reason}; {note}" if note else reason
+            waits.append(Decision(DecisionKind.WAIT, q.job_id, reason=reason))
+    preempts = [Decision(DecisionKind.PREEMPT, job_id, reason="gives way") for job_id in preempted]
+    return Applied(preempts, shrinks, grows, waits)
+
+
+def _release(
+    sizes: dict[str, int],
+    queued: Sequence[tuple[QueuedJob, int, int]],
+    kept: Sequence[tuple[RunningJob, int, int, int]],
+    hold: dict[str, Sequence[str]],
+    free: dict[str, int],
+    preempted: list[str],
+    touched: set[str],
+    placement: Placement,
+    snapshot: Snapshot,
+) -> tuple[list[QueuedJob | RunningJob], list[Decision]]:
+    """The GPUs of preempted and shrinking jobs back to ``free`` (see :func:`apply_sizes`);
+    returns the jobs to grow or start (queued ones first, in order) and the shrinks, one per
+    job that lost GPUs this round (to an interactive job too), in snapshot order."""
+    for job_id in preempted:
+        for n in hold.pop(job_id):
+            free[n] += 1
+    # bulk shrinks and preemptions release first; the jobs to grow or start are noted
+    growing: list[QueuedJob | RunningJob] = [q for q, _, _ in queued if sizes.get(q.job_id, 0) > 0]
+    for r, _, _, _ in kept:
+        target = sizes.get(r.job_id, 0)
+        holds = len(hold[r.job_id])
+        if target == 0:
+            preempted.append(r.job_id)
+            for n in hold.pop(r.job_id):
+                free[n] += 1
+        elif target < holds:
+            smaller = hold[r.job_id] = list(hold[r.job_id])
+            for n in drop_gpus(smaller, holds - target):
+                free[n] += 1
+            touched.add(r.job_id)
+        elif target > holds:
+            growing.append(r)
+    shrinks = [
+        Decision(
+            DecisionKind.RESIZE,
+            r.job_id,
+            nodes=tuple(hold[r.job_id]),
+            strategy=placement.ray_strategy,
+            reason=f"shrinks to {len(hold[r.job_id])} GPUs",
+        )
+        for r in (snapshot.running if touched else ())
+        if r.job_id in touched and r.job_id in hold
+    ]
+    return growing, shrinks
+
+
+def place_growth(
+    jobs: Sequence[QueuedJob | RunningJob],
+    sizes: dict[str, int],
+    hold: dict[str, Sequence[str]],
+    free: dict[str, int],
+    placement: Placement,
+    snapshot: Snapshot,
+) -> list[Decision]:
+    """Grow running ``jobs`` and start queued ones to their ``sizes``, in order, on ``free``
+    (updated); a job that does not fit is left out (it waits)."""
+    grows: list[Decision] = []
+    for j in jobs:
+        have = hold.get(j.job_id, ())
+        extra = sizes[j.job_id] - len(have)
+        if isinstance(j, RunningJob):
+            small = snapshot.too_small(j.gpu_memory_gb)
+            added = grow_gpus(have, extra, free, placement, small)
+            if added is None:
+                continue
+            grows.append(
+                Decision(
+                    DecisionKind.RESIZE,
+                    j.job_id,
+                    nodes=(*have, *added),
+                    strategy=placement.ray_strategy,
+                    reason=f"grows to {sizes[j.job_id]} GPUs for goodput",
+                )
+            )
+        else:
+            nodes = placement.place(extra, usable(free, snapshot, j))
+            if nodes is None:
+                continue
+            for n in nodes:
+                free[n] -= 1
+            grows.append(
+                Decision(
+                    DecisionKind.START,
+                    j.job_id,
+                    nodes=nodes,
+                    strategy=placement.ray_strategy,
+                    reason=f"bulk on {extra} GPUs",
+                )
+            )
+    return grows
