@@ -24,6 +24,14 @@ that it does not flap: up and down have separate thresholds (``target_util`` aga
 hold without a break for ``up_hold_s`` (up) or the longer ``down_hold_s`` (down) before it
 acts; a window of fewer than ``min_requests`` answered requests says nothing of the tail. The
 count stays within the job's GPU range and what its team's quota leaves.
+
+**A resize is a relaunch**, and a relaunch answers nothing for as long as the service takes to
+start (``ServiceLimits.relaunch_s``: its current run's, launch to first answer). A service's
+stream has an end (``ServiceReading.time_left_s``), so a resize is worth its relaunch only with
+enough of the stream left: up, only if the new run would serve before the end (more than
+``relaunch_s`` left); down, only if the GPU it frees is free for at least as long as the
+relaunch leaves the service unanswered (``down_payback`` x ``relaunch_s`` left, 2 by default:
+the time left minus the relaunch at least the relaunch). The decision then says why it stays.
 """
 
 from __future__ import annotations
@@ -54,6 +62,8 @@ class ReplicaConfig:
         up_hold_s: seconds a call for more must hold before it acts.
         down_hold_s: seconds a call for fewer must hold before it acts.
         min_requests: a window with fewer answered requests says nothing of the tail.
+        down_payback: one replica fewer only with at least this many relaunches' time left of
+            the stream (see the module doc).
     """
 
     near: float = 0.8
@@ -63,6 +73,7 @@ class ReplicaConfig:
     up_hold_s: float = 10.0
     down_hold_s: float = 30.0
     min_requests: int = 20
+    down_payback: float = 2.0
 
     def __post_init__(self) -> None:
         if not 0 < self.margin < self.near:
@@ -71,6 +82,8 @@ class ReplicaConfig:
             raise ValueError(
                 f"need 0 < down_util < target_util <= 1, got {self.down_util}, {self.target_util}"
             )
+        if self.down_payback < 1:
+            raise ValueError(f"down_payback must be >= 1, got {self.down_payback}")
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,7 @@ class ServiceReading:
         offered_rps: requests per second arriving, over all replicas (``None``: unknown).
         served_rps: requests per second answered, over all replicas.
         busy: the share of the load window a replica spent serving batches (0..1).
+        time_left_s: seconds left of its arrival stream (``None``: unknown).
     """
 
     at: float
@@ -92,6 +106,7 @@ class ServiceReading:
     offered_rps: float | None = None
     served_rps: float | None = None
     busy: float | None = None
+    time_left_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,8 @@ class ServiceLimits:
         lo, hi: its ``resources.gpus`` range.
         quota_room: GPUs its team may still take (``None``: its team has no cap).
         percentile, max_ms: the request-latency SLA.
+        relaunch_s: seconds a relaunch leaves it unanswered: its current run's start, from
+            launch to its first answer (``None``: not known yet).
     """
 
     replicas: int
@@ -111,6 +128,7 @@ class ServiceLimits:
     quota_room: int | None
     percentile: int
     max_ms: float
+    relaunch_s: float | None = None
 
     @property
     def top(self) -> int:
@@ -173,14 +191,27 @@ def scale_replicas(
     down_since = None
     if not ups and calm and fits:
         down_since = now if watch.down_since is None else watch.down_since
+    left, cost = r.time_left_s, limits.relaunch_s
     if up_since is not None and now - up_since >= cfg.up_hold_s:
         top = limits.top
         want = min(top, max(n + 1, by_load or 0))
         if want <= n:
             bound = "its gpus.max" if top == limits.hi else "its team's quota"
             return ScaleWatch(), Scale(n, f"stays at {n} replicas ({bound}): " + "; ".join(ups))
+        if left is not None and cost is not None and left <= cost:
+            return ScaleWatch(), Scale(
+                n,
+                f"stays at {_count(n)}: its stream ends in {left:.0f} s, before a relaunch "
+                f"({cost:.0f} s) would serve: " + "; ".join(ups),
+            )
         return ScaleWatch(), Scale(want, f"scaling {n} -> {want} replicas: " + "; ".join(ups))
     if down_since is not None and fewer is not None and now - down_since >= cfg.down_hold_s:
+        if left is not None and cost is not None and left < cfg.down_payback * cost:
+            return ScaleWatch(), Scale(
+                n,
+                f"stays at {_count(n)}: its stream ends in {left:.0f} s, under "
+                f"{cfg.down_payback:g}x its relaunch ({cost:.0f} s without an answer)",
+            )
         if tail is None:
             said = "too few requests in its window to judge its tail"
         else:
@@ -192,6 +223,10 @@ def scale_replicas(
             f"{_replicas(n - 1)} {fewer:.0%} busy; {said}",
         )
     return ScaleWatch(up_since, down_since), None
+
+
+def _count(k: int) -> str:
+    return "1 replica" if k == 1 else f"{k} replicas"
 
 
 def _replicas(k: int) -> str:

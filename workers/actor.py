@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import threading
 import time
 import traceback
@@ -337,11 +338,13 @@ class WorkerActor:
 
 def _release_memory() -> None:
     """Free what a run left behind (an OOM leaves tensors referenced from its traceback), so
-    the next run in this actor (a tuning gang runs one trial after another) starts clean."""
-    import torch
+    the next run in this actor (a tuning gang runs one trial after another) starts clean.
 
+    A process that never imported torch (the worker of a sandboxed job: its child builds the
+    model) has no torch memory to free, and importing torch here would add its import, seconds
+    on a busy host, to the start of every such run (a service's relaunch among them)."""
     gc.collect()
-    if (
-        torch.cuda.is_initialized()
-    ):  # not is_available(): that would initialise CUDA in a GPU-less worker
+    torch = sys.modules.get("torch")
+    # not is_available(): that would initialise CUDA in a GPU-less worker
+    if torch is not None and torch.cuda.is_initialized():
         torch.cuda.empty_cache()

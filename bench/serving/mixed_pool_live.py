@@ -121,6 +121,7 @@ def one(setup: str, args: argparse.Namespace, ray_address: str) -> dict[str, Any
         ids += [svc, *bulk]
         samples: list[tuple[float, int, float | None, bool]] = []
         first: float | None = None
+        stream_end: float | None = None  # wall clock: where its arrivals end
         end = time.monotonic() + args.timeout
         while time.monotonic() < end:
             if running.errors:
@@ -130,14 +131,19 @@ def one(setup: str, args: argparse.Namespace, ray_address: str) -> dict[str, Any
                 break
             nodes = len((rec.placement or {}).get("nodes", []))
             started = float(rec.fields.get("started_at") or 0)
-            got = store.latest_metrics([svc], ("first_step_at", "window_p99_ms")).get(svc, {})
+            got = store.latest_metrics(
+                [svc], ("first_step_at", "window_p99_ms", "stream_started_at")
+            ).get(svc, {})
+            began = got.get("stream_started_at")
+            if stream_end is None and isinstance(began, int | float):
+                stream_end = float(began) + PHASES[-1][0]
             fresh = rec.state is JobState.RUNNING and float(got.get("first_step_at") or 0) >= (
                 started - 1
             )
             p99 = got.get("window_p99_ms")
             if first is None and fresh and p99 is not None:
                 first = time.monotonic()
-            if first is not None:
+            if first is not None and time.time() < (stream_end or float("inf")):
                 ok = fresh and p99 is not None and float(p99) <= args.ceiling_ms
                 samples.append((time.monotonic() - first, nodes, p99, ok))
             time.sleep(0.5)
@@ -152,6 +158,18 @@ def one(setup: str, args: argparse.Namespace, ray_address: str) -> dict[str, Any
             if rec.state is JobState.FINISHED and fin:
                 jcts.append(float(fin) - rec.submitted_at)
         events = [e["message"] for e in store.events(svc) if e["event"] == "guard"]
+        t0 = store.get(svc).submitted_at
+        timeline = {  # every job's state changes and guard notes, seconds from submission
+            job_id: [
+                [round(e["ts"] - t0, 2), e["event"], e.get("from", ""), e["message"][:120]]
+                for e in store.events(job_id)
+            ]
+            for job_id in ids
+        }
+        reports = [  # when each of the service's reports came, and of which run
+            [round(float(m["ts"]) - t0, 2), round(float(m.get("first_step_at") or t0) - t0, 2)]
+            for m in store.metrics_history(svc, count=1000)
+        ]
         met = sum(s[3] for s in samples)
         return {
             "setup": setup,
@@ -163,6 +181,8 @@ def one(setup: str, args: argparse.Namespace, ray_address: str) -> dict[str, Any
             "bulk_jcts_s": jcts,
             "guard_events": events,
             "trace": samples,
+            "timeline": timeline,
+            "service_reports": reports,
         }
     finally:
         for job_id in ids:  # a job still running at a timeout

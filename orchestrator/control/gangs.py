@@ -35,7 +35,15 @@ from policies.scheduling.resize import drop_gpus
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GangActions", "all_virtual", "fit", "is_bulk_run", "smallest_memory", "where"]
+__all__ = [
+    "GangActions",
+    "all_virtual",
+    "fit",
+    "is_bulk_run",
+    "is_service_run",
+    "smallest_memory",
+    "where",
+]
 
 
 class GangActions:
@@ -66,8 +74,13 @@ class GangActions:
             run.resize_to = None
         run.stop, run.stop_note = reason, note
         # a bulk run with no step reported is killed: nothing to save, and its set-up would
-        # hold the GPUs for seconds (interactive runs' progress is not read: they checkpoint)
-        self.runtime.stop(run.job_id, at_once=not run.stepped and is_bulk_run(run))
+        # hold the GPUs for seconds (interactive runs' progress is not read: they checkpoint);
+        # so is a service stopped to be resized or preempted: it has no state to save, and its
+        # graceful stop (its process ending) kept it seconds longer from its relaunch
+        at_once = (not run.stepped and is_bulk_run(run)) or (
+            reason in (StopReason.RESIZE, StopReason.PREEMPT) and is_service_run(run)
+        )
+        self.runtime.stop(run.job_id, at_once=at_once)
 
     def _wait(self, job_id: str, reason: str) -> None:
         """Tell the user why a queued job waits (once per distinct reason)."""
@@ -259,6 +272,12 @@ def all_virtual(pool: Sequence[NodeInfo], nodes: tuple[str, ...]) -> bool:
 def is_bulk_run(run: Run) -> bool:
     """A run of a bulk job (not a tuning gang): the runs whose progress the loop reads."""
     return run.launch.kind == "run" and run.launch.spec.job_class == "bulk"
+
+
+def is_service_run(run: Run) -> bool:
+    """A run of a service (a job with ``serve:``; not a tuning gang): it keeps no state a
+    stop would save (it has no checkpoint; a relaunch goes on where its stream is)."""
+    return run.launch.kind == "run" and run.launch.spec.serve is not None
 
 
 def where(nodes: tuple[str, ...]) -> str:

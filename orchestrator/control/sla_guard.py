@@ -62,8 +62,14 @@ in every round (rounds come every 50 ms when submissions flood in) would only re
 Retune = tuple[Run, str]
 """A run to stop for a re-tune, and why (the stop's note)."""
 
-SERVICE_KEYS: tuple[str, ...] = ("window_offered_rps", "window_served_rps", "window_busy")
-"""A service's load figures the scaling reads (``workers.serve_run``)."""
+SERVICE_KEYS: tuple[str, ...] = (
+    "window_offered_rps",
+    "window_served_rps",
+    "window_busy",
+    "time_left_s",
+)
+"""A service's load figures the scaling reads, and what is left of its stream
+(``workers.serve_run``)."""
 
 
 class SLAGuard:
@@ -204,7 +210,15 @@ class SLAGuard:
         refuse is said once per run."""
         job_id, serial = run.job_id, run.launch.serial
         base = self._services[job_id]
-        limits = ServiceLimits(len(run.nodes), base.lo, base.hi, room, base.percentile, base.max_ms)
+        # what a relaunch costs it: this run's start, from its launch to its first answer (the
+        # caller read only reports of this run; the stop before a relaunch kills it at once)
+        first = report.get("first_step_at")
+        relaunch = (
+            max(0.0, float(first) - run.launched_at) if isinstance(first, int | float) else None
+        )
+        limits = ServiceLimits(
+            len(run.nodes), base.lo, base.hi, room, base.percentile, base.max_ms, relaunch
+        )
         at, watch, said = self._scaled.get(job_id, (serial, ScaleWatch(), False))
         if at != serial:
             watch, said = ScaleWatch(), False
@@ -220,6 +234,7 @@ class SLAGuard:
             num("window_offered_rps"),
             num("window_served_rps"),
             num("window_busy"),
+            num("time_left_s"),
         )
         watch, scale = scale_replicas(limits, reading, watch, self.scaling)
         if scale is not None and scale.replicas == limits.replicas:

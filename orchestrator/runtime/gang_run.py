@@ -287,7 +287,7 @@ class GangRun(threading.Thread):
                 if stop_sent_at is None:
                     stop_sent_at = time.monotonic()
                     if self._at_once:
-                        return Outcome(OutcomeKind.STOPPED, "stopped before its first step")
+                        return Outcome(OutcomeKind.STOPPED, "stopped at once (nothing to save)")
                     for actor in self._actors:
                         actor.request_stop.remote()
                 elif time.monotonic() - stop_sent_at > self.stop_grace_s:

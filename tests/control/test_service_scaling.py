@@ -1,7 +1,8 @@
 """The live loop scales a service (issue 24) on a real store, without Ray: the guard's ask
 (from the service's reported window) reaches the policy through the snapshot, the loop
-stops the service gracefully and relaunches it on the new replica count, going on where its
-arrival stream is; bulk work fills the GPUs it gives back."""
+stops the service (at once: it has nothing to save) and relaunches it on the new replica
+count, going on where its arrival stream is; bulk work fills the GPUs it gives back; a resize
+whose relaunch would not pay before its stream ends is not made."""
 
 from __future__ import annotations
 
@@ -81,11 +82,13 @@ def test_the_loop_scales_a_service_up_on_load_and_down_with_margin(
         )
         _checks(loop)
         assert loop.sla_guard.want == {svc: 3}  # ceil(1.0 x 200/150 / 0.6) = 3
-        loop.round()  # the policy resizes it; the loop stops it gracefully ...
+        loop.round()  # the policy resizes it; the loop stops it ...
         loop.round()  # ... and relaunches it on 3 GPUs, its stream going on
         up = rt.launches[-1]
         assert up.job_id == svc and len(up.nodes) == 3
-        assert svc not in rt.killed
+        # killed, not stopped gracefully: a service saves nothing (no checkpoint), and its
+        # graceful end held its GPUs, and so its relaunch, for seconds
+        assert rt.killed == [svc]
         assert up.spec.run.data_parallel == 3 and up.spec.serve is not None
         assert up.spec.serve.start_at == origin
         # what was due since it last served is counted as dropped by the new run
@@ -125,5 +128,44 @@ def test_the_loop_scales_a_service_up_on_load_and_down_with_margin(
             "guard: scaling 3 -> 2 replicas: offered 90 req/s keeps 2 replicas each 15% busy; "
             "p99 4.0 ms under 0.5x ceiling 20 ms"
         )
+    finally:
+        loop.release(grace_s=5)
+
+
+def test_the_loop_does_not_scale_up_a_service_whose_relaunch_would_serve_after_its_end(
+    store: JobStore, tmp_path: Path
+) -> None:
+    settings = Settings(
+        redis_url="unused", namespace=store.namespace, data_dir=tmp_path, guard_hold_s=0.5
+    )
+    rt = LocalRuntime([("n0", 3)])
+    loop = ControlLoop(settings, store, rt, make_policy("shared"), restart_cost_s=0.0)
+    loop.lease.acquire(store.namespace)
+    try:
+        svc = store.submit(parse_spec(SERVICE)).id
+        loop.round()
+        loop.round()
+        assert store.get(svc).state is JobState.RUNNING
+        # overloaded, but its run took 8 s from launch to its first answer and its stream
+        # ends in 5 s: a relaunch on more GPUs would answer nothing before the end
+        _window(
+            store,
+            svc,
+            first_step_at=loop.runs[svc].launched_at + 8.0,
+            window_p99_ms=9.0,
+            window_offered_rps=200.0,
+            window_served_rps=150.0,
+            window_busy=1.0,
+            time_left_s=5.0,
+        )
+        _checks(loop)
+        assert loop.sla_guard.want == {}
+        loop.round()
+        assert [launch.job_id for launch in rt.launches] == [svc] and rt.stops == []
+        said = [e["message"] for e in store.events(svc) if e["event"] == "guard"]
+        assert said == [
+            "guard: stays at 1 replica: its stream ends in 5 s, before a relaunch (8 s) would "
+            "serve: offered 200 req/s needs 3 replicas at 60% busy"
+        ]
     finally:
         loop.release(grace_s=5)

@@ -18,7 +18,10 @@ from tests.e2e.conftest import Orch, start_orch
 
 REQUEST_MS = 25.0  # each request's cost (tests/e2e/paced_service.py): 16 req/s keep one
 RATE = 16.0  # replica 40% busy, under the 60% it is sized for; 32 req/s 80%: it scales up
-PHASES = ((4.0, RATE), (18.0, 2 * RATE), (60.0, RATE / 4))  # (until, req/s) in stream time
+# (until, req/s) in stream time; the last phase is long (the test cancels the service once it
+# has scaled down) since the guard scales down only with two relaunches' time left of the
+# stream, and a relaunch takes 10-20 s on a loaded 2-core test machine
+PHASES = ((4.0, RATE), (18.0, 2 * RATE), (120.0, RATE / 4))
 
 
 def _trace() -> list[float]:

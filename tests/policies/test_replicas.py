@@ -3,6 +3,8 @@ rise, down with margin, within the job's GPU range and its team's quota, and no 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from policies.replicas import (
@@ -126,6 +128,41 @@ def test_few_requests_say_nothing_of_the_tail_but_the_load_still_counts() -> Non
     assert got[0][1].reason.endswith("too few requests in its window to judge its tail")
 
 
+def test_a_scale_down_waits_for_a_stream_long_enough_to_pay_for_its_relaunch() -> None:
+    # the quiet service of the test above, whose relaunch takes 10 s: with 15 s of its stream
+    # left, the GPU it would free serves others 5 s for 10 s unanswered: it stays, and says so
+    lim = dataclasses.replace(limits(n=3), relaunch_s=10.0)
+    short = [
+        dataclasses.replace(reading(t, p99=6.0, busy=0.2), time_left_s=15.0 - t / 10)
+        for t in range(22)
+    ]
+    got = run(lim, short)
+    assert [(at, s.replicas) for at, s in got] == [(20, 3)]
+    assert got[0][1].reason == (
+        "stays at 3 replicas: its stream ends in 13 s, under 2x its relaunch (10 s without an "
+        "answer)"
+    )
+    # with 20 s or more left (2 relaunches), the relaunch pays: one fewer
+    long = [dataclasses.replace(r, time_left_s=20.0) for r in short]
+    assert [s.replicas for _, s in run(lim, long)] == [2]
+    # a relaunch or a stream end not known yet: the rule cannot judge, it goes down
+    assert [s.replicas for _, s in run(limits(n=3), short)] == [2]
+
+
+def test_no_scale_up_whose_relaunch_would_serve_after_the_stream_ends() -> None:
+    lim = dataclasses.replace(limits(), relaunch_s=12.0)
+    tail = [reading(t, p99=18.2, busy=0.2) for t in range(12)]
+    late = [dataclasses.replace(r, time_left_s=12.0) for r in tail]
+    got = run(lim, late)
+    assert [s.replicas for _, s in got] == [1]
+    assert got[0][1].reason == (
+        "stays at 1 replica: its stream ends in 12 s, before a relaunch (12 s) would serve: "
+        "p99 18.2 ms near ceiling 20 ms"
+    )
+    early = [dataclasses.replace(r, time_left_s=13.0) for r in tail]
+    assert [s.replicas for _, s in run(lim, early)] == [2]
+
+
 def test_needed_replicas_counts_the_load_a_lagging_service_does_not_serve() -> None:
     assert needed_replicas(reading(0, offered=200, served=100, busy=1.0), 2) == 4.0
     assert needed_replicas(reading(0, offered=0, served=0, busy=0.0), 2) == 0.0
@@ -137,3 +174,5 @@ def test_bad_thresholds_are_refused_naming_them() -> None:
         ReplicaConfig(near=0.5, margin=0.6)
     with pytest.raises(ValueError, match="down_util < target_util"):
         ReplicaConfig(target_util=0.4, down_util=0.5)
+    with pytest.raises(ValueError, match="down_payback must be >= 1"):
+        ReplicaConfig(down_payback=0.5)

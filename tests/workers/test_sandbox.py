@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +75,22 @@ def test_a_teams_workload_runs_in_a_child_and_reports_through_the_worker(tmp_pat
 def test_the_childs_error_is_the_jobs_error(tmp_path: Path) -> None:
     with pytest.raises(SandboxError, match="RuntimeError: the workload broke at sample 4"):
         _run("tests.workers.printing_workload:build", {"fail_at": 4}, tmp_path)
+
+
+def test_the_worker_of_a_sandboxed_run_never_imports_torch(tmp_path: Path) -> None:
+    # a fresh process (this one has torch): the child builds the model, so torch in the worker
+    # would only add its import to the run's start (a service's relaunch waits on it)
+    script = (
+        "import sys; from workers.actor import WorkerActor; "
+        "config = {'workload': 'tests.workers.sample_workload:build', 'workload_args': {}, "
+        "'micro_batch': 4, 'steps': 2}; "
+        f"result = WorkerActor('job-t', 0, 1).run(config, None, {str(tmp_path)!r}); "
+        "print(result['status'], 'torch' in sys.modules)"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["finished", "False"]

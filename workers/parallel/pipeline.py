@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
 from workers.errors import HarnessConfigError
 from workers.parallel.dims import ParallelDims
@@ -73,6 +72,11 @@ class Pipeline:
         self.layout = layout
         self.dims = dims
         self.group = dims.group("pp")
+        # imported here, not with the module: it imports torch._dynamo (about half of what the
+        # harness's import costs), which a run without pipeline stages never uses, and every
+        # worker, sandboxed child and service relaunch imports the harness before it runs
+        from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
         stage = PipelineStage(module, dims.pp_rank, dims.plan.pp, dims.device, group=self.group)
         self.schedule = ScheduleGPipe(stage, n_microbatches=micro_batches, loss_fn=layout.loss)
 
