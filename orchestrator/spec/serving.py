@@ -30,9 +30,9 @@ class ServeSpec(SpecModel):
     relaunches the service, and ``start_at`` (the wall-clock time, Unix seconds, of the
     stream's time 0; ``null``: when the run starts) lets the new run go on where the stream is:
     the scheduler sets it on a service it resizes, with ``stopped_at`` (when the run before
-    stopped serving). Requests due while it restarts are not offered to it: the new run counts
-    those due since ``stopped_at`` as dropped. ``run.duration_s`` counts from the stream's
-    start.
+    last reported serving: a service stopped for a resize is killed at once). Requests due
+    while it restarts are not offered to it: the new run counts those due since
+    ``stopped_at`` as dropped. ``run.duration_s`` counts from the stream's start.
     """
 
     rate_rps: float | None = Field(default=None, gt=0, le=1e6)
