@@ -181,13 +181,18 @@ def test_a_resized_service_goes_on_where_its_stream_is_and_reports_its_load() ->
     last = reports[-1]
     assert last["stream_started_at"] == began
     assert last["time_left_s"] == 0.0
-    # the last seconds' load: the stream's arrivals over them (about 200/s), what this one
-    # replica served, and the share of them it spent serving batches
-    assert last["window_offered_rps"] == pytest.approx(200.0, rel=0.35)
-    assert 0 < last["window_served_rps"] <= last["window_offered_rps"] * 1.2
-    assert 0 < last["window_busy"] <= 1.0
+    # the last seconds' load, in a report while the stream still ran (a report after its end
+    # counts the quiet time past it too: on a loaded machine the run ends late): the
+    # stream's arrivals over them (about 200/s), what this one replica served, and the share
+    # of them it spent serving batches
+    during = [r for r in reports if r["time_left_s"] > 0 and r["elapsed_s"] >= 0.5]
+    assert during, reports
+    mid = during[-1]
+    assert mid["window_offered_rps"] == pytest.approx(200.0, rel=0.35)
+    assert 0 < mid["window_served_rps"] <= mid["window_offered_rps"] * 1.2
+    assert 0 < mid["window_busy"] <= 1.0
     # one replica: its own rate is the service's (not a count capped by the latency window)
-    assert last["window_samples_per_s"] == last["window_served_rps"]
+    assert mid["window_samples_per_s"] == mid["window_served_rps"]
 
 
 def test_a_relaunched_service_counts_what_was_due_while_it_restarted_as_dropped() -> None:
