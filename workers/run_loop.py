@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -31,14 +31,32 @@ from workers.parallel.dims import ParallelDims
 from workers.parallel.recipe import Parallelized
 from workers.result import RunResult
 from workers.runstats import RunMeter
+from workers.serve_run import Replica
 from workers.telemetry import NvmlSampler
 from workers.window import RecentSteps
 from workers.workloads.base import Batch
 
 if TYPE_CHECKING:
-    from workers.harness import Harness
+    from workers.parallel import Plan
 
-__all__ = ["RunLoop"]
+
+class Trainer(Replica, Protocol):
+    """What a step run reads of the harness that built it (``workers.harness.Harness``:
+    named by its shape, as :class:`~workers.serve_run.Replica` is, so this module does not
+    import the harness that dispatches to it)."""
+
+    init_method: str | None
+    checkpoint_dir: str | None
+    plan: Plan
+    lr: float
+    _scaler: torch.amp.GradScaler | None
+    _run_tag: str
+
+    @property
+    def global_batch(self) -> int: ...
+
+
+__all__ = ["RunLoop", "Trainer"]
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +66,7 @@ class RunLoop:
     or an inference workload's forward passes), and its loop: kept apart so Harness stays a
     recipe. A service's run is :class:`workers.serve_run.ServeRun`."""
 
-    def __init__(self, h: Harness) -> None:
+    def __init__(self, h: Trainer) -> None:
         self.h = h
         self.started = time.perf_counter()
         self.step = 0

@@ -203,7 +203,7 @@ def sim(
     """Simulate a trace on a pool under one or more policies: a comparison table, results.json
     and a plot (JCT CDF, utilisation) in the output folder."""
     from orchestrator.sim.cli import simulate
-    from orchestrator.sim.engine import SimConfig
+    from orchestrator.sim.config import SimConfig
 
     config = SimConfig(
         interval_s=interval, restart_s=restart, every_round=not skip_idle, horizon_s=horizon

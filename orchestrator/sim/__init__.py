@@ -6,7 +6,8 @@ performance from measured profiles (Pollux apps) or a parametric model. ``orch s
 (:mod:`orchestrator.sim.cli`) runs a user's trace under several policies and compares them.
 """
 
-from orchestrator.sim.engine import SimConfig, Simulator, uniform_pool
+from orchestrator.sim.config import SimConfig
+from orchestrator.sim.engine import Simulator, uniform_pool
 from orchestrator.sim.errors import (
     PolicyViolation,
     SimError,

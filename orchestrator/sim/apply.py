@@ -13,7 +13,7 @@ from orchestrator.sim.wallclock import WallClockJobModel
 from policies import Decision, DecisionKind
 
 if TYPE_CHECKING:
-    from orchestrator.sim.engine import SimConfig
+    from orchestrator.sim.config import SimConfig
 
 
 class DecisionApplier:

@@ -27,7 +27,8 @@ from rich.table import Table
 
 from orchestrator.errors import ConfigError, SpecError
 from orchestrator.inputs import describe_errors, load_document
-from orchestrator.sim.engine import SimConfig, Simulator, uniform_pool
+from orchestrator.sim.config import SimConfig
+from orchestrator.sim.engine import Simulator, uniform_pool
 from orchestrator.sim.errors import StuckSimulation, UnplaceableJobs
 from orchestrator.sim.metrics import JobRecord, SimResult
 from orchestrator.sim.plot import plot_runs

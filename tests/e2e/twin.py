@@ -30,7 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.sim.engine import SimConfig, Simulator
+from orchestrator.sim.config import SimConfig
+from orchestrator.sim.engine import Simulator
 from orchestrator.sim.trace import TraceJob
 from orchestrator.sim.wallclock import WallClockJobModel
 from orchestrator.spec import JobSpec, parse_spec
