@@ -308,7 +308,9 @@ class Simulator(DecisionApplier):
 
     def _round(self) -> None:
         if self.services:
-            self.services.scale_running(self.by_id, self.running, self.teams, self.now)
+            self.services.scale_running(
+                self.by_id, self.running, self.teams, self.now, self.config.restart_s
+            )
         snapshot = self.snapshot()
         if self._desk is not None:  # as the live loop's ControlLoop.admit
             if self.policy.binds_admission:

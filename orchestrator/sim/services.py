@@ -359,10 +359,19 @@ class Services:
             self._last[name] = w
 
     def scale(
-        self, name: str, now: float, replicas: int, lo: int, hi: int, room: int | None
+        self,
+        name: str,
+        now: float,
+        replicas: int,
+        lo: int,
+        hi: int,
+        room: int | None,
+        stream: tuple[float, float] | None = None,
     ) -> bool:
         """One round of the guard's decision for a running service; whether what it asks for
-        changed (the caller rebuilds its view)."""
+        changed (the caller rebuilds its view). ``stream``: seconds of its stream left and
+        seconds a relaunch leaves it unanswered (the live guard's ``time_left_s`` and
+        ``relaunch_s``; ``None``: unknown)."""
         spec = self.specs[name]
         if not spec.scale:
             return False
@@ -379,8 +388,10 @@ class Services:
             offered_rps=w.offered / w.seconds,
             served_rps=w.served / w.seconds,
             busy=w.busy_s / w.seconds,  # per second of the window, starts included
+            time_left_s=None if stream is None else stream[0],
         )
-        limits = ServiceLimits(replicas, lo, hi, room, spec.percentile, spec.max_ms)
+        relaunch = None if stream is None else stream[1]
+        limits = ServiceLimits(replicas, lo, hi, room, spec.percentile, spec.max_ms, relaunch)
         watch, scale = _scale(limits, reading, self._watch.get(name, ScaleWatch()), self.config)
         self._watch[name] = watch
         if scale is not None and scale.replicas not in (replicas, self.want.get(name)):
@@ -411,9 +422,12 @@ class Services:
         running: Mapping[str, SimJob],
         teams: Sequence[TeamView],
         now: float,
+        restart_s: float = 0.0,
     ) -> None:
         """The guard's decision for each running service; a service whose ask changed has
-        its view rebuilt (the snapshot's ``want_gpus``)."""
+        its view rebuilt (the snapshot's ``want_gpus``). As live, the guard knows how much of
+        the service's stream is left and what a relaunch costs it (its start, ``restart_s``
+        unless its spec says)."""
         caps = {t.name: t.max_gpus for t in teams}
         held = [(j.team, len(j.nodes)) for j in running.values()]
         for name in self.specs:
@@ -422,7 +436,11 @@ class Services:
                 continue
             s = job.spec
             room = quota_room(job.team, caps.get(job.team, 0), held)
-            if self.scale(name, now, len(job.nodes), s.lo, s.hi, room):
+            model = job.model
+            stream = None
+            if isinstance(model, ServiceJobModel):
+                stream = (model.remaining_time(()), model.start_s(restart_s))  # any placement
+            if self.scale(name, now, len(job.nodes), s.lo, s.hi, room, stream):
                 job.view = None
 
     def summary(self) -> dict[str, float]:
