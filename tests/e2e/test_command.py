@@ -32,10 +32,6 @@ EXAMPLE = ROOT / "examples" / "own_script"
 SCRIPTS = ROOT / "tests" / "workers" / "command_dir"
 DONE = {JobState.FINISHED, JobState.FAILED}
 STEPS = 600
-IDLE = {"entry": "tests.e2e.slowed_workload:build", "args": {"slow_after": 0, "slow_ms": 200}}
-"""The fillers' workload: the MLP, each micro-batch sleeping 200 ms, so that they hold their
-GPUs without taking the machine's cores from the example's tuning and runs (and from the tests
-beside this one): five ranks computing flat out for the whole test used to."""
 
 
 @pytest.fixture
@@ -107,13 +103,9 @@ def test_the_example_is_preempted_and_resumes_to_the_loss_of_an_uninterrupted_ru
     # Fill the pool (node A: 4 GPUs, node B: 2) so that an interactive job must preempt: two
     # jobs that never checkpoint (all their work would be lost), and the example, which
     # checkpoints every 20 steps (the cheapest to stop).
-    big = o.store.submit(
-        mlp_job("big", gpus=4, duration_s=600, checkpoint_every=0, workload=IDLE)
-    ).id
+    big = o.store.submit(mlp_job("big", gpus=4, duration_s=600, checkpoint_every=0)).id
     o.wait(big, {JobState.RUNNING})
-    small = o.store.submit(
-        mlp_job("small", gpus=1, duration_s=600, checkpoint_every=0, workload=IDLE)
-    ).id
+    small = o.store.submit(mlp_job("small", gpus=1, duration_s=600, checkpoint_every=0)).id
     o.wait(small, {JobState.RUNNING})
 
     job = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
