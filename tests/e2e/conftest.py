@@ -6,8 +6,10 @@ with no GPU, node A with 4 GPU slots, node B with 2) and Redis.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -121,3 +123,17 @@ def shared(ray_cluster: Any, redis_url: str, namespace: str, tmp_path: Path) -> 
     yield o
     o.running.shutdown()
     o.store.delete_namespace()
+
+
+@pytest.fixture
+def hold() -> Iterator[Path]:
+    """A file that holds the runs of ``tests.e2e.slowed_workload`` given it as ``hold`` slowed
+    while it exists: a test removes it once it has seen what it waits for, and the runs go on
+    at full speed. Created in a folder a sandboxed job (its own uid) can search, like /tmp
+    (pytest's tmp_path is 0700 root)."""
+    folder = Path(tempfile.mkdtemp(prefix="orch-e2e-hold-"))
+    folder.chmod(0o755)
+    path = folder / "hold"
+    path.touch()
+    yield path
+    shutil.rmtree(folder, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,11 +18,12 @@ from workers.config import HarnessConfig
 from workers.harness import Harness
 
 STEPS = 1500
-# Every micro-batch of the elastic job sleeps 30 ms (the wrapper changes no data): the job
-# lives through the filler's end, a grow, an interactive start and a shrink in ~1,500 steps,
-# sleeping instead of computing (6,000 computed steps used to take 110-160 s, and twice that
-# on a shared machine).
-SLOWED = {"entry": "tests.e2e.slowed_workload:build", "args": {"slow_after": 0, "slow_ms": 30}}
+# Every micro-batch of the elastic job sleeps 30 ms while the hold file exists (the wrapper
+# changes no data): the job lives through the filler's end, a grow, an interactive start and a
+# shrink sleeping instead of computing (6,000 computed steps used to take 110-160 s, and twice
+# that on a shared machine); once the shrink is seen, the hold is removed and the rest of the
+# 1,500 steps run at full speed.
+SLOW_MS = 30
 
 
 def _gpus_now(o: Orch, job_id: str) -> int:
@@ -38,14 +40,18 @@ def _until(cond: Any, timeout_s: float, what: str) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_bulk_job_grows_then_shrinks_and_trains_on(shared: Orch) -> None:
+def test_bulk_job_grows_then_shrinks_and_trains_on(shared: Orch, hold: Path) -> None:
     o = shared
+    slowed = {
+        "entry": "tests.e2e.slowed_workload:build",
+        "args": {"slow_ms": SLOW_MS, "hold": str(hold)},
+    }
     # 6 GPUs: a rigid 4-GPU job and an elastic one (1-4 GPUs, global batch 16 = 8 x 2 GPUs).
     filler = o.store.submit(mlp_job("filler", gpus=4, steps=300)).id
     spec = mlp_job(
         "elastic",
         gpus={"min": 1, "max": 4},
-        workload=SLOWED,
+        workload=slowed,
         steps=STEPS,
         data_parallel=2,
         checkpoint_every=100,
@@ -61,6 +67,7 @@ def test_bulk_job_grows_then_shrinks_and_trains_on(shared: Orch) -> None:
     inter = o.store.submit(mlp_job("notebook", cls="interactive", gpus=4, steps=400)).id
     o.wait(inter, {JobState.RUNNING, JobState.FINISHED}, timeout_s=120)
     assert _gpus_now(o, job) == 2  # gave two GPUs back rather than stopping
+    hold.unlink()  # the rest of its steps at full speed
 
     end = o.wait(job, {JobState.FINISHED, JobState.FAILED}, timeout_s=400)
     assert end.state is JobState.FINISHED, end.message

@@ -152,7 +152,9 @@ def test_a_trial_that_runs_out_of_memory_stops_the_gang_and_tuning_goes_on(
         pg, "tests.tuner.oom_workload:build", {"cap": 8}, warmup_steps=1, measured_steps=2
     )
     try:
-        space = SearchSpace(micro_batches=(2, 4, 8, 16, 32), gpus=(1, 2), shardings=("ddp", "fsdp"))
+        # up to 16, the first micro-batch that does not fit: 32 too only added a second OOM
+        # (and a second gang replaced) before the search came back down to 16
+        space = SearchSpace(micro_batches=(2, 4, 8, 16), gpus=(1, 2), shardings=("ddp", "fsdp"))
         result = Tuner(
             space, Goal("latency", ceiling_ms=10_000.0), ev, STRATEGIES.create("sla"), patience=None
         ).run()
