@@ -11,6 +11,7 @@ numpy is imported when an allocation runs (``import policies`` stays light).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -47,9 +48,9 @@ class SearchElastic(ElasticAllocation):
     a dynamic program over jobs and GPUs used (``O(jobs x gpus x counts)``, numpy over the
     last two) when that table has at most ``exact_cells`` cells, else the Lagrangian
     relaxation: bisect a price per GPU until each job's own best count under it fits the pool
-    (``O(jobs x counts)`` per step), then give what is left greedily to the step with the best
-    cost drop per GPU (a jump to any larger count, so dips are crossed). The price's answer is
-    optimal for the GPUs it uses; the fill is not always. Deterministic (no randomness).
+    (``O(cells within the caps)`` per step), then give what is left greedily to the step with
+    the best cost drop per GPU (a jump to any larger count, so dips are crossed). The price's
+    answer is optimal for the GPUs it uses; the fill is not always. Deterministic.
 
     Args:
         p: the fairness exponent, ``< 0`` (``-1``: harmonic mean, Pollux's default and
@@ -84,8 +85,13 @@ class SearchElastic(ElasticAllocation):
         left, open_, fair = growth_left(jobs, gpus, size)
         if left <= 0 or not open_:
             return size
-        cost = self.costs(open_, size, left, fair, restart_cost_s)
-        extra = best_counts(cost, left, self.exact_cells)
+        row, col, cost, caps = self.cells(open_, size, left, fair, restart_cost_s)
+        width = int(caps.max()) + 1
+        budget = min(left, (width - 1) * len(open_))
+        if len(open_) * (budget + 1) * width <= self.exact_cells:
+            extra = _exact(_dense(row, col, cost, (len(open_), width)), budget)
+        else:  # best_counts' choice, without the dense table: the price reads only the cells
+            extra = _priced(_Cells(row, col, cost), budget)
         for j, k in zip(open_, extra.tolist(), strict=True):
             size[j.job_id] += k
         return size
@@ -99,7 +105,20 @@ class SearchElastic(ElasticAllocation):
         restart_cost_s: float,
     ) -> NDArray[np.float64]:
         """``(jobs, counts)``: job ``i``'s term on ``size + k`` GPUs in column ``k``, ``inf``
-        beyond its cap (``min(hi - size, left)``).
+        beyond its cap (``min(hi - size, left)``): :meth:`cells` as a table."""
+        row, k, cost, caps = self.cells(jobs, size, left, fair, restart_cost_s)
+        return _dense(row, k, cost, (len(jobs), max(int(caps.max()) + 1, 0)))
+
+    def cells(
+        self,
+        jobs: Sequence[ElasticJob],
+        size: dict[str, int],
+        left: int,
+        fair: int,
+        restart_cost_s: float,
+    ) -> tuple[NDArray, NDArray, NDArray[np.float64], NDArray]:
+        """The cost table's cells within each job's cap, row after row (``row``, ``k``, the
+        cost), and the caps: job ``row``'s term on ``size + k`` GPUs, ``k`` in ``0..cap``.
 
         Every curve is looked up once in a cache (an array per speedup tuple) and the table is
         gathered from their concatenation in one step: building it row by row from the tuples
@@ -151,9 +170,7 @@ class SearchElastic(ElasticAllocation):
             cost = -np.log(s + EPSILON)
         else:
             cost = -(s**self.p)
-        out: NDArray[np.float64] = np.full((n, max(int(caps.max()) + 1, 0)), np.inf)
-        out[row, k] = cost
-        return out
+        return row, k, cost, caps
 
     def _cache(
         self, speedup: tuple[float, ...], hi: int
@@ -171,6 +188,15 @@ class SearchElastic(ElasticAllocation):
         return hit
 
 
+def _dense(row: NDArray, k: NDArray, cost: NDArray, shape: tuple[int, int]) -> NDArray:
+    """Cells as a table, ``inf`` where there is none."""
+    import numpy as np
+
+    out: NDArray[np.float64] = np.full(shape, np.inf)
+    out[row, k] = cost
+    return out
+
+
 def best_counts(cost: NDArray[np.float64], gpus: int, exact_cells: int = EXACT_CELLS) -> NDArray:
     """Counts ``k`` (one per row of ``cost``, ``cost[i, k]`` finite) with ``sum(k) <= gpus``
     minimising ``sum(cost[i, k])``: exactly when the table is small, else by the price."""
@@ -178,7 +204,7 @@ def best_counts(cost: NDArray[np.float64], gpus: int, exact_cells: int = EXACT_C
     budget = min(gpus, (width - 1) * jobs)
     if jobs * (budget + 1) * width <= exact_cells:
         return _exact(cost, budget)
-    return _priced(cost, budget)
+    return _priced(_Cells.of(cost), budget)
 
 
 def _exact(cost: NDArray[np.float64], gpus: int) -> NDArray:
@@ -206,103 +232,104 @@ def _exact(cost: NDArray[np.float64], gpus: int) -> NDArray:
     return out
 
 
-def _priced(cost: NDArray[np.float64], gpus: int, steps: int = 30) -> NDArray:
+def _priced(table: _Cells, gpus: int, steps: int = 30) -> NDArray:
     """The Lagrangian relaxation: the lowest price per GPU at which every job's own best count
     fits ``gpus`` (bisected), then the GPUs left to the best cost drop per GPU."""
     import numpy as np
 
-    jobs, width = cost.shape
-    counts = np.arange(width, dtype=np.float64)
-    rows = np.arange(jobs)
-    ok = np.isfinite(cost)
-    finite = np.where(ok, cost, np.inf)
-    table = _Rows(finite, ok, counts)
-    x = table.pick(0.0)
-    if int(x.sum()) > gpus:
-        # at this price no job gains from a GPU: every job picks 0 more
-        low, high = 0.0, table.spread() + 1.0
-        x = table.pick(high)
-        for _ in range(steps):
-            mid = (low + high) / 2
-            trial = table.pick(mid)
-            used = int(trial.sum())
-            if used <= gpus:
-                high, x = mid, trial
-                if used == gpus:  # every GPU priced in: nothing better at a lower price
-                    break
-            else:
-                low = mid
-    x = table.restore(x)
+    if not table.jobs:
+        return np.zeros(0, dtype=np.int64)
+    at = table.pick(0.0)  # each row's chosen cell: its least cost
+    if int(table.col[at].sum()) <= gpus:
+        # no fill: from each row's least cost no step drops the cost (every gain <= 0); most
+        # rounds of a 10,000-job simulation end here (3,040 of 4,410 priced)
+        least: NDArray = table.col[at].astype(np.int64)
+        return least
+    # above ``spread`` no job gains from a GPU: every job picks 0 more
+    low, high = 0.0, table.spread() + 1.0
+    at = table.pick(high)
+    for _ in range(steps):
+        mid = (low + high) / 2
+        trial = table.pick(mid)
+        used = int(table.col[trial].sum())
+        if used <= gpus:
+            high, at = mid, trial
+            if used == gpus:  # every GPU priced in: nothing better at a lower price
+                break
+        else:
+            low = mid
+    x = table.col[at]
     left = gpus - int(x.sum())
+    vals, k, rowid = table.vals, table.k, table.row
+    finite = np.isfinite(vals)
     while left > 0:  # the fill: any larger count, best drop per GPU added
-        ahead = counts[None, :] - x[:, None]
-        ok = (ahead > 0) & (ahead <= left) & np.isfinite(finite)
+        ahead = k - x[rowid]
+        ok = (ahead > 0) & (ahead <= left) & finite
         if not ok.any():
             break
         with np.errstate(invalid="ignore"):
-            gain = np.where(ok, (finite[rows, x][:, None] - finite) / np.maximum(ahead, 1), -np.inf)
-        row, col = (int(k) for k in np.unravel_index(int(np.argmax(gain)), gain.shape))
-        if gain[row, col] <= 1e-12:
+            gain = np.where(ok, (vals[at][rowid] - vals) / np.maximum(ahead, 1), -np.inf)
+        cell = int(np.argmax(gain))  # the first best in row order, as on the table
+        if gain[cell] <= 1e-12:
             break
+        row, col = int(rowid[cell]), int(table.col[cell])
         left -= col - int(x[row])
-        x[row] = col
+        x[row], at[row] = col, cell
     out: NDArray = x.astype(np.int64)
     return out
 
 
-class _Rows:
-    """The price's view of a cost table (``finite``: no NaN; ``ok``: its finite cells): each
-    row's first ``argmin`` of ``finite + price * counts``, the same choices from the same sums,
-    on two blocks of rows. The rows that may take at most one more GPU (most of them when GPUs
-    are scarce) compare their two cells; the rest use ``argmin`` (slow on short rows). The
-    price is tried up to 30 times a round. Choices come in the blocks' row order
-    (:meth:`restore` puts them back)."""
+class _Cells:
+    """The price's view of a cost table: its cells row after row (``row``, column ``col``,
+    ``vals``: the cost, ``inf`` for one not finite), each row's column 0 first, the columns
+    rising. Every finite cell must be there (others may be): a row's first ``argmin`` of
+    ``cost + price * col`` over its cells is then the table's, from the same sums (a cell not
+    there is ``inf``; when a row's sums are all ``inf``, both give column 0).
 
-    def __init__(
-        self, finite: NDArray[np.float64], ok: NDArray[np.bool_], counts: NDArray[np.float64]
-    ) -> None:
+    Why cells, not the table: with GPUs plentiful, the table was a median 292 x 49 with 1,583
+    finite cells (10,000 simulated jobs); the price is tried ~9 times a round.
+    """
+
+    def __init__(self, row: NDArray, col: NDArray, vals: NDArray[np.float64]) -> None:
         import numpy as np
 
-        jobs, width = finite.shape
-        one = ~ok[:, 2:].any(axis=1) if width > 2 else np.ones(jobs, dtype=bool)
-        self.finite, self.counts = finite, counts
-        self.split = width >= 2 and 4 * int(np.count_nonzero(one)) >= jobs
-        if self.split:  # else too few such rows to pay for the split: argmin on all
-            small, large = np.flatnonzero(one), np.flatnonzero(~one)
-            self.a0, self.a1, self.b = finite[small, 0], finite[small, 1], finite[large]
-            self.order = np.concatenate((small, large))
+        self.row, self.col = row, col
+        self.vals = np.where(np.isfinite(vals), vals, np.inf)
+        self.k = col.astype(np.float64)
+        self.starts = np.flatnonzero(col == 0)
+        self.jobs = len(self.starts)
+        self.cells = np.arange(len(col))
+
+    @classmethod
+    def of(cls, cost: NDArray[np.float64]) -> _Cells:
+        """A table's finite cells and each row's column 0."""
+        import numpy as np
+
+        keep = np.isfinite(cost)
+        if cost.shape[1]:
+            keep[:, 0] = True
+        row, col = np.nonzero(keep)
+        return cls(row, col, cost[keep])
 
     def pick(self, price: float) -> NDArray:
-        """Each row's count at ``price`` per GPU."""
+        """Each row's chosen cell (its index in the cells) at ``price`` per GPU."""
         import numpy as np
 
-        add = price * self.counts
-        if not self.split:
-            out: NDArray = np.argmin(self.finite + add[None, :], axis=1)
-            return out
-        # argmin's first minimum: 1 only when strictly lower (inf never is)
-        firsts = (self.a1 + add[1] < self.a0 + add[0]).astype(np.int64)
-        if not len(self.b):
-            return firsts
-        return np.concatenate((firsts, np.argmin(self.b + add[None, :], axis=1)))
+        # price * col, as ``price * counts`` on the table: the same products and sums
+        s = self.vals + price * self.k
+        least = np.minimum.reduceat(s, self.starts)
+        hit = s == least[self.row]
+        if not math.isfinite(price):  # NaN sums (``inf * 0``): argmin takes a row's first NaN
+            hit |= np.isnan(s)
+        # the first cell at its row's least (each row has one: the cells have no NaN)
+        at = np.where(hit, self.cells, len(self.cells))
+        out: NDArray = np.minimum.reduceat(at, self.starts)
+        return out
 
     def spread(self) -> float:
         """The largest drop of a row's cost from 0 GPUs to its best: above it, no job gains
         from a GPU."""
         import numpy as np
 
-        if not self.split:
-            return float(np.max(self.finite[:, 0] - np.min(self.finite, axis=1)))
-        first = np.concatenate((self.a0, self.b[:, 0]))
-        least = np.concatenate((np.minimum(self.a0, self.a1), np.min(self.b, axis=1)))
-        return float(np.max(first - least))
-
-    def restore(self, x: NDArray) -> NDArray:
-        """Choices from :meth:`pick` in the table's row order."""
-        import numpy as np
-
-        if not self.split:
-            return x
-        out = np.empty_like(x)
-        out[self.order] = x
-        return out
+        least = np.minimum.reduceat(self.vals, self.starts)
+        return float(np.max(self.vals[self.starts] - least))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from policies.elastic import ELASTIC, ElasticJob, GeneticElastic, GoodputElastic, SearchElastic
-from policies.elastic.search import _Rows, best_counts
+from policies.elastic.search import _Cells, best_counts
 
 DIP = (1.0, 1.9, 2.7, 3.4, 3.0, 4.6, 6.0, 7.2)  # a GPU on a second node costs before it pays
 LINEAR = tuple(float(n) for n in range(1, 9))
@@ -150,20 +150,25 @@ def test_the_fairness_exponent_chooses_between_fair_and_fast() -> None:
         assert got["flat"] > 1 and got["fast"] < 7 and sum(got.values()) == 8
 
 
-def test_the_price_picks_each_rows_first_cheapest_count_on_its_blocks() -> None:
-    # most rows may take one more GPU (two cells), a few more; ties and inf included: the split
-    # table picks what a plain argmin over the whole table picks, at any price
+def test_the_price_picks_each_rows_first_cheapest_count_from_its_cells() -> None:
+    # the price reads only the finite cells (and column 0): it picks what a plain argmin over
+    # the whole table picks, at any price, ties, inf, NaN and a row of inf included
     rng = np.random.default_rng(5)
     for _ in range(300):
         jobs, width = int(rng.integers(1, 40)), int(rng.integers(1, 9))
         cost = np.round(rng.random((jobs, width)), 1)  # rounded: ties
         caps = np.minimum(rng.integers(0, width, jobs), rng.integers(0, 3, jobs))
         cost[np.arange(width)[None, :] > caps[:, None]] = np.inf
-        cost[:, 1:][rng.random((jobs, width - 1)) < 0.05] = np.inf  # column 0 stays finite
+        cost[rng.random((jobs, width)) < 0.05] = np.inf  # column 0 too
+        cost[rng.random((jobs, width)) < 0.02] = np.nan  # not finite: as inf
+        finite = np.where(np.isfinite(cost), cost, np.inf)
         counts = np.arange(width, dtype=np.float64)
-        table = _Rows(cost, np.isfinite(cost), counts)
-        for price in (0.0, float(rng.random()), 0.1, 2.0):
-            want = np.argmin(cost + price * counts[None, :], axis=1)
-            assert np.array_equal(table.restore(table.pick(price)), want)
-        rowmin = np.min(cost, axis=1)
-        assert table.spread() == pytest.approx(float(np.max(cost[:, 0] - rowmin)), nan_ok=True)
+        table = _Cells.of(cost)
+        for price in (0.0, float(rng.random()), 0.1, 2.0, np.inf):
+            with np.errstate(invalid="ignore"):
+                want = np.argmin(finite + price * counts[None, :], axis=1)
+                got = table.col[table.pick(price)]
+            assert np.array_equal(got, want)
+        with np.errstate(invalid="ignore"):
+            drop = float(np.max(finite[:, 0] - np.min(finite, axis=1)))
+            assert table.spread() == pytest.approx(drop, nan_ok=True)
