@@ -24,13 +24,10 @@ answered 422 (what is wrong with its own body) before the 401 it gets with a val
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
-from typing import Annotated, Any, cast
+from typing import Annotated
 
-import redis
-import redis.asyncio as aredis
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
@@ -38,7 +35,7 @@ from starlette.concurrency import run_in_threadpool
 from orchestrator.api.identity import Principal
 from orchestrator.errors import Unauthenticated
 from orchestrator.store import JobStore
-from orchestrator.store.tokens import token_id_of, verify
+from orchestrator.store.async_tokens import AsyncTokens
 
 __all__ = [
     "CLAIM_KEY",
@@ -164,8 +161,8 @@ def authenticate(store: JobStore, token: str | None) -> Principal:
 
 
 class Authenticator:
-    """Checks bearer tokens on the event loop: one ``HGET`` through an asyncio client over
-    the same server as the store's (made on first use, on the loop that serves; closed by
+    """Checks bearer tokens on the event loop: one ``HGET`` through the store's asyncio
+    token reader (:class:`~orchestrator.store.async_tokens.AsyncTokens`; closed by
     :meth:`aclose`). A store whose client cannot be mirrored (TLS, a credential provider)
     is read in a thread instead, as before.
 
@@ -175,9 +172,7 @@ class Authenticator:
 
     def __init__(self, store: JobStore) -> None:
         self.store = store
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: aredis.Redis | None = None
-        self._mirrored = _async_pool_kwargs(store.client) is not None
+        self.tokens = AsyncTokens(store)
         self._recent: dict[str, tuple[float, Principal]] = {}
 
     async def claim(self, token: str | None) -> Claim:
@@ -208,64 +203,16 @@ class Authenticator:
         """
         if token is None:
             raise Unauthenticated(_NO_TOKEN)
-        if not self._mirrored:
+        if not self.tokens.available:
             return await run_in_threadpool(authenticate, self.store, token)
-        token_id = token_id_of(token)
-        if token_id is None:
-            raise Unauthenticated(_BAD_TOKEN)
-        raw = await self._hget(self.store.keys.tokens, token_id)
-        info = verify(token, raw)
+        info = await self.tokens.authenticate(token)
         if info is None:
             raise Unauthenticated(_BAD_TOKEN)
         return Principal.of_token(info)
 
-    async def _hget(self, key: str, field: str) -> str | None:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:
-            # A client's connections belong to the loop that opened them (one per server).
-            kwargs = _async_pool_kwargs(self.store.client)
-            assert kwargs is not None
-            self._client = aredis.Redis(connection_pool=aredis.ConnectionPool(**kwargs))
-            self._loop = loop
-        return cast(str | None, await self._client.execute_command("HGET", key, field))
-
     async def aclose(self) -> None:
         """Close the asyncio client's connections (the server is stopping)."""
-        if self._client is not None and self._loop is asyncio.get_running_loop():
-            await self._client.aclose()
-        self._client = self._loop = None
-
-
-_COMMON = (
-    "db",
-    "username",
-    "password",
-    "client_name",
-    "decode_responses",
-    "encoding",
-    "encoding_errors",
-    "socket_timeout",
-    "socket_connect_timeout",
-)
-"""Connection settings the blocking and asyncio clients share."""
-
-
-def _async_pool_kwargs(client: redis.Redis) -> dict[str, Any] | None:
-    """The asyncio pool's arguments reaching the server ``client`` reaches as it does, or
-    ``None`` when it connects in a way not mirrored here (TLS, a credential provider)."""
-    pool = client.connection_pool
-    kwargs = pool.connection_kwargs
-    if kwargs.get("credential_provider") is not None:
-        return None
-    if pool.connection_class is redis.connection.Connection:
-        kind: type[aredis.connection.AbstractConnection] = aredis.Connection
-        where: tuple[str, ...] = ("host", "port")
-    elif pool.connection_class is redis.connection.UnixDomainSocketConnection:
-        kind, where = aredis.UnixDomainSocketConnection, ("path",)
-    else:
-        return None
-    picked = {k: kwargs[k] for k in (*where, *_COMMON) if k in kwargs}
-    return {"connection_class": kind, "max_connections": pool.max_connections, **picked}
+        await self.tokens.aclose()
 
 
 Store = Annotated[JobStore, Depends(store_of)]
