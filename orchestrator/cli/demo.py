@@ -68,10 +68,9 @@ def run_demo(
     Args:
         tune_trials: the tuned job's trial budget (0: tune nothing).
     """
-    from orchestrator.cli.views import follow, jobs_table, pool_table
+    from orchestrator.cli.views import follow, pool_table
     from orchestrator.services import open_store, serve_in_background
     from orchestrator.store.connection import redact
-    from orchestrator.store.states import JobState
 
     examples = load_examples(folder)
     with console.status("starting Redis..."):
@@ -119,6 +118,15 @@ def run_demo(
             raise running.errors[0]
     finally:
         running.shutdown()
+    return _summary(store, records, console)
+
+
+def _summary(store: JobStore, records: list[JobRecord], console: Console) -> bool:
+    """The demo's last act: its preemptions, the SLA table, what did not finish and the next
+    commands; whether every job finished."""
+    from orchestrator.cli.views import jobs_table
+    from orchestrator.store.states import JobState
+
     for line in _preemptions(store, records):
         console.print(line, highlight=False)
     title = "demo: measured against each job's SLA"

@@ -191,10 +191,17 @@ def simulate(
             err_console.print(f"[red]error:[/] {name}: {escape(str(err))}", highlight=False)
     if runs:
         console.print(comparison_table(runs))
-    folder = out or default_out(trace)
+    body = results_json(trace, pool_nodes, config, runs, stuck, memory)
+    _write(out or default_out(trace), body, runs, total, console)
+    return 1 if stuck else 0
+
+
+def _write(
+    folder: Path, body: dict[str, Any], runs: dict[str, SimResult], total: int, console: Console
+) -> None:
+    """``results.json`` (and ``results.png`` when matplotlib is there) into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     results = folder / "results.json"
-    body = results_json(trace, pool_nodes, config, runs, stuck, memory)
     results.write_text(json.dumps(body, indent=1, allow_nan=False))
     console.print(f"wrote {results}")
     png = folder / "results.png"
@@ -202,7 +209,6 @@ def simulate(
         console.print(f"wrote {png}")
     elif runs:
         console.print("matplotlib not installed: no plot (pip install matplotlib)")
-    return 1 if stuck else 0
 
 
 # ---- presentation ------------------------------------------------------------------------
