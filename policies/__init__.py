@@ -6,6 +6,7 @@ the live scheduler and in a simulator; they are deterministic for the same snaps
 
 from policies.decisions import Decision, DecisionKind
 from policies.elastic import ELASTIC, ElasticAllocation, ElasticJob
+from policies.history import JobHistory, RunEnd, advance
 from policies.placement import PLACEMENTS, PackPlacement, Placement, SpreadPlacement
 from policies.preemption import PREEMPTIONS, Preemption
 from policies.queue import QUEUE_ORDERS, ClassFifoQueue, FifoQueue, QueueOrder
@@ -28,6 +29,7 @@ __all__ = [
     "ElasticJob",
     "FifoQueue",
     "GangSchedulingPolicy",
+    "JobHistory",
     "NodeView",
     "PackPlacement",
     "Placement",
@@ -35,6 +37,7 @@ __all__ = [
     "QueueOrder",
     "QueuedJob",
     "Registry",
+    "RunEnd",
     "RunningJob",
     "SchedulingPolicy",
     "Snapshot",
@@ -42,4 +45,5 @@ __all__ = [
     "TeamSharing",
     "TeamView",
     "UnknownPolicyError",
+    "advance",
 ]

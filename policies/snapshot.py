@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from policies.history import JobHistory
+
 INTERACTIVE = "interactive"
 BULK = "bulk"
 DEFAULT_WAIT_TARGET_S = 60.0
@@ -109,8 +111,11 @@ class _JobSizes:
 
 
 @dataclass(frozen=True)
-class QueuedJob(_JobSizes):
-    """A job waiting for GPUs.
+class QueuedJob(_JobSizes, JobHistory):
+    """A job waiting for GPUs, with its history: :class:`~policies.history.JobHistory`'s
+    fields, keyword-only (``attained_service``, ``remaining_work``, ``preempted_at``,
+    ``restarts``, ``most_gpus``, ``retunes``, ``losses``), read by :meth:`just_preempted`
+    and by the policies' ageing, restart and growth rules.
 
     Attributes:
         job_id: the store's job id.
@@ -123,24 +128,17 @@ class QueuedJob(_JobSizes):
         max_gpus: most GPUs an elastic job can use (0: same as ``gpus``).
         deadline: absolute time a bulk job's work should be done by (``None``: none).
         wait_target_s: an interactive job's start-wait target (seconds after submission).
-        attained_service: GPU-seconds the job has held GPUs so far (over all its runs).
-        remaining_work: estimated seconds of work left on ``gpus`` GPUs (``None``: unknown).
         speedup: goodput on 1, 2, ... GPUs relative to any fixed unit (index ``n-1`` is ``n``
             GPUs); empty means linear. Beyond the last entry the job gains nothing.
-        preempted_at: when the job's last run was stopped by a preemption (same clock as
-            ``Snapshot.now``); ``None``: its last run, if any, was not. Only a recent time
-            matters: a bulk job preempted within the last ``Snapshot.interval_s`` is "just
-            preempted", and a policy may give it only the GPUs no other job wants this round
-            (see :meth:`just_preempted`).
         gpu_memory_gb: memory each of its GPUs must have (``resources.gpu_memory_gb``);
             ``None``: any GPU will do. A policy places it only on nodes that
             :meth:`NodeView.holds` it (see :meth:`Snapshot.too_small`).
-        restarts: how many of its runs ended with the job going on (preempted and requeued,
-            or resized): for a running job, its allocations after the first (Pollux's
-            ``num_restarts``, which its restart penalty subtracts from the job's age).
-        most_gpus: the most GPUs any of its ended runs held (0: none ended); with what a
-            running job holds, the largest allocation it has been measured on (Pollux grows a
-            job to at most twice that).
+
+    Only a recent ``preempted_at`` matters: a bulk job preempted within the last
+    ``Snapshot.interval_s`` is "just preempted", and a policy may give it only the GPUs no
+    other job wants this round (see :meth:`just_preempted`). ``restarts`` is subtracted from
+    the job's age by Pollux's restart penalty; ``most_gpus`` with what a running job holds is
+    the largest allocation it has been measured on (Pollux grows a job to at most twice that).
     """
 
     job_id: str
@@ -153,13 +151,8 @@ class QueuedJob(_JobSizes):
     max_gpus: int = 0
     deadline: float | None = None
     wait_target_s: float = DEFAULT_WAIT_TARGET_S
-    attained_service: float = 0.0
-    remaining_work: float | None = None
     speedup: tuple[float, ...] = ()
-    preempted_at: float | None = None
     gpu_memory_gb: float | None = None
-    restarts: int = 0
-    most_gpus: int = 0
 
     def just_preempted(self, now: float, interval_s: float) -> bool:
         """Whether a preemption stopped this job's last run within the last round.
@@ -172,8 +165,10 @@ class QueuedJob(_JobSizes):
 
 
 @dataclass(frozen=True)
-class RunningJob(_JobSizes):
-    """A job holding GPUs (placed or running).
+class RunningJob(_JobSizes, JobHistory):
+    """A job holding GPUs (placed or running), with its history as for :class:`QueuedJob`
+    (its ended runs only: ``attained_service`` does not count the current run, ``most_gpus``
+    not the GPUs it holds now).
 
     Attributes:
         job_id: the store's job id.
@@ -186,8 +181,7 @@ class RunningJob(_JobSizes):
         checkpoint_at: when it last saved a checkpoint; work since then is lost on preemption
             (``math.inf``: a stop loses nothing, as for the simulator's jobs that checkpoint
             continuously; see :func:`policies.preemption.lost_work`).
-        min_gpus, max_gpus, deadline, attained_service, remaining_work, speedup: as for
-            :class:`QueuedJob`.
+        min_gpus, max_gpus, deadline, speedup: as for :class:`QueuedJob`.
         first_step_at: when the current run (since ``started_at``: its start, resume or
             resize) did its first training step, or a time after ``now`` when that step is
             still to come; ``None``: it has done no step yet. The default ``0.0`` reads as
@@ -196,8 +190,6 @@ class RunningJob(_JobSizes):
             would throw away its whole start-up and gain nothing (see :meth:`stepped`).
         urgent: the SLA guard measured it short of its throughput floor or deadline: an
             elastic job the policy should grow first when GPUs are spare.
-        restarts, most_gpus: as for :class:`QueuedJob` (``most_gpus`` counts ended runs only,
-            not the GPUs it holds now).
         want_gpus: a service's replica count the SLA guard asks for (issue 24:
             ``policies.replicas``), within its GPU range and its team's quota; ``0``: none
             asked, it keeps what it holds. A policy that honours it resizes the service to
@@ -216,14 +208,10 @@ class RunningJob(_JobSizes):
     min_gpus: int = 0
     max_gpus: int = 0
     deadline: float | None = None
-    attained_service: float = 0.0
-    remaining_work: float | None = None
     speedup: tuple[float, ...] = ()
     first_step_at: float | None = 0.0
     gpu_memory_gb: float | None = None  # as for QueuedJob: a grow takes only such nodes
     urgent: bool = False
-    restarts: int = 0
-    most_gpus: int = 0
     want_gpus: int = 0
 
     @property

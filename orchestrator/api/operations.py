@@ -302,7 +302,7 @@ def usage(store: JobStore, who: Principal, *, since: float, team: str | None = N
         finished = _float(rec.fields.get("finished_at"))
         if finished is not None and finished < since:
             continue
-        gpu_s = _float(rec.fields.get("attained_gpu_s")) or 0.0
+        gpu_s = rec.history.attained_service
         started = _float(rec.fields.get("started_at"))
         if rec.state is JobState.RUNNING and rec.placement and started is not None:
             gpu_s += max(0.0, now - started) * len(rec.placement.get("nodes", []))

@@ -24,6 +24,7 @@ from orchestrator.runtime.harness_config import run_spec
 from orchestrator.sla import profile_points
 from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
+from orchestrator.store.history import read_history
 from orchestrator.store.records import JobRecord
 from orchestrator.tuner.replan import Replan, replanned_spec
 from policies import RunningJob
@@ -183,12 +184,8 @@ def job_facts(raw: dict[str, str]) -> JobFacts:
         min_gpus=int(raw.get("gpus_min") or 0),
         max_gpus=int(raw.get("gpus_max") or 0),
         deadline_s=num("deadline_s"),
-        attained_gpu_s=num("attained_gpu_s") or 0.0,
-        remaining_s=num("remaining_s"),
-        preempted_at=num("preempted_at"),
         gpu_memory_gb=num("gpu_memory_gb"),
-        restarts=int(raw.get("restarts") or 0),
-        most_gpus=int(raw.get("most_gpus") or 0),
+        history=read_history(raw),
     )
     wait = num("wait_target_s")
     return facts if wait is None else dataclasses.replace(facts, wait_target_s=wait)
@@ -288,6 +285,8 @@ def running_views(
 
 
 def _with_remaining(facts: JobFacts, remaining: float | None) -> JobFacts:
-    if remaining is None or remaining == facts.remaining_s:
+    """The facts with the work left that the run's progress measured (if it did)."""
+    if remaining is None or remaining == facts.history.remaining_work:
         return facts
-    return dataclasses.replace(facts, remaining_s=remaining)
+    history = dataclasses.replace(facts.history, remaining_work=remaining)
+    return dataclasses.replace(facts, history=history)

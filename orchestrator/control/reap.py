@@ -20,8 +20,10 @@ from orchestrator.control.transitions import StopReason, Transition, run_ended
 from orchestrator.errors import IllegalTransition, JobNotFound
 from orchestrator.runtime.base import Outcome
 from orchestrator.sla import evaluate_sla
+from orchestrator.store.history import history_fields
 from orchestrator.store.records import JobRecord
 from orchestrator.store.states import TERMINAL, JobState
+from policies.history import RunEnd, advance
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +74,7 @@ class ReapSteps(GangActions):
                 outcome,
                 run.stop,
                 started=run.started,
-                losses=int(rec.fields.get("losses", 0)),
+                losses=rec.history.losses,
                 stop_note=run.stop_note,
             )
             progress = (
@@ -85,7 +87,7 @@ class ReapSteps(GangActions):
                 self._settle(job_id, t, rec, fields, outcome)
             except IllegalTransition:
                 continue  # the state moved (a cancel): decide again on the new one
-            held = fields["attained_gpu_s"] - float(rec.fields.get("attained_gpu_s", 0) or 0)
+            held = max(0.0, at - run.launched_at) * len(run.nodes)  # this run's GPU-seconds
             self.telemetry.used(rec.team, held)  # the team's account, kept past the job's gc
             self._queued.pop(job_id, None)
             self._facts.pop(job_id, None)
@@ -146,34 +148,39 @@ def ended_fields(
     at: float,
     progress: dict[str, Any],
 ) -> dict[str, Any]:
-    """The fields written with an ended run's transition: the pure table's, plus its
-    attained service, and for a requeued job its remaining work and preemption time.
+    """The fields written with an ended run's transition: the pure table's, and the job's
+    history advanced by the one rule the simulator follows too (``policies.history``:
+    attained service, restarts, most GPUs; for a requeued job its work left, preemption time
+    and re-tunes; a lost run), written where it changed.
 
     Args:
         progress: the run's last progress reports (``PROGRESS``), read for a requeued job.
     """
     fields = dict(t.fields)
-    held_s = max(0.0, at - run.launched_at) * len(run.nodes)
-    fields["attained_gpu_s"] = float(rec.fields.get("attained_gpu_s", 0) or 0) + held_s
-    if run.launch.kind == "run" and run.started:  # a training run (not a tuning one)
-        most = int(rec.fields.get("most_gpus", 0) or 0)
-        fields["most_gpus"] = max(most, len(run.nodes))
-        if t.target is JobState.QUEUED or t.relaunch:  # it goes on: its next run restarts
-            fields["restarts"] = int(rec.fields.get("restarts", 0) or 0) + 1
-    if t.target is JobState.QUEUED:
+    requeued = t.target is JobState.QUEUED
+    retune = run.stop is StopReason.RETUNE and run.retune is not None
+    before = rec.history
+    end = RunEnd(
+        at=at,
+        gpus=len(run.nodes),
+        held_s=at - run.launched_at,
+        trained=run.launch.kind == "run" and run.started,  # a training run, not a tuning one
+        goes_on=requeued or t.relaunch,  # its next run restarts
+        requeued=requeued,
+        preempted=run.stop is StopReason.PREEMPT,
         # a run for a set time: what is left of it, time_left_s (its run time so far is in
         # its checkpoint, so the resumed run trains only for that; a run killed without a
-        # stop checkpoint resumes from an older one, with a little more left)
-        # (none measured: the estimate it had, from its submission; a bound, as the run
-        # may have done some of the work)
-        remaining = remaining_s(progress)
-        kept = rec.fields.get("remaining_s", "")
-        fields["remaining_s"] = kept if remaining is None else remaining
-        fields["preempted_at"] = at if run.stop is StopReason.PREEMPT else ""
-        if run.stop is StopReason.RETUNE and run.retune is not None:
-            fields["retune"] = run.retune
-            if not run.retune.get("asked"):  # the guard's bound counts its own re-tunes
-                fields["retunes"] = int(rec.fields.get("retunes", 0) or 0) + 1
+        # stop checkpoint resumes from an older one, with a little more left); none
+        # measured: the estimate it had, from its submission (a bound, as the run may have
+        # done some of the work)
+        remaining_work=remaining_s(progress) if requeued else None,
+        # the guard's bound counts its own re-tunes, not those a user asked for
+        retune=retune and not (run.retune or {}).get("asked"),
+        lost=t.lost,
+    )
+    fields.update(history_fields(advance(before, end), before))
+    if requeued and retune:
+        fields["retune"] = run.retune
     if t.relaunch and run.resize_to:
         fields["placement"] = {"nodes": list(run.resize_to), "strategy": run.launch.strategy}
     if t.target in TERMINAL:

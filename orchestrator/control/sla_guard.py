@@ -102,7 +102,7 @@ class SLAGuard:
 
     def watch(self, rec: JobRecord, spec: JobSpec, gpus: int) -> None:
         """A run of the job started on ``gpus`` GPUs with ``spec`` (its running settings)."""
-        retunes = int(rec.fields.get("retunes", 0) or 0)
+        retunes = rec.history.retunes
         self._targets[rec.id] = (self._targets_of(rec, spec, gpus), retunes)
         self.want.pop(rec.id, None)  # the new run is the size it was asked for
         lat = spec.sla.latency

@@ -4,9 +4,11 @@ A policy reads a :class:`~policies.Snapshot`; both worlds build it here, from th
 facts, so every field a policy reads means the same thing in both: the live loop fills
 :class:`JobFacts` and :class:`RunFacts` from the store and its runs, the simulator from its
 trace and simulated clock. The meanings that are easy to get subtly wrong live here once:
-a deadline is absolute (submission + ``deadline_s``); ``attained_service`` counts ended runs
-only (the policy adds the current one from ``started_at``); work since the later of the run's
-start and its last checkpoint is what a preemption loses.
+a deadline is absolute (submission + ``deadline_s``); a job's history
+(:class:`~policies.history.JobHistory`) is its ended runs', advanced by one rule in both
+worlds (``attained_service`` counts ended runs only: the policy adds the current one from
+``started_at``); work since the later of the run's start and its last checkpoint is what a
+preemption loses.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from policies import NodeView, QueuedJob, RunningJob, Snapshot, TeamView
+from policies import JobHistory, NodeView, QueuedJob, RunningJob, Snapshot, TeamView
+from policies.history import NEVER_RUN
 from policies.snapshot import DEFAULT_WAIT_TARGET_S
 
 __all__ = ["JobFacts", "RunFacts", "build_snapshot", "queued_view", "running_view"]
@@ -31,13 +34,10 @@ class JobFacts:
         min_gpus, max_gpus: an elastic job's usable range (0: rigid, ``gpus``).
         deadline_s: bulk work due this long after submission (``None``: no deadline).
         wait_target_s: an interactive job's start-wait target.
-        attained_gpu_s: GPU-seconds held by its ended runs.
-        remaining_s: estimated seconds of work left on ``gpus`` GPUs (``None``: unknown).
         speedup: goodput on 1, 2, ... GPUs (empty: linear).
-        preempted_at: when its last run was stopped by a preemption (``None``: never).
         gpu_memory_gb: memory each of its GPUs must have (``None``: any will do).
-        restarts: its runs that ended with the job going on (requeued or resized).
-        most_gpus: the most GPUs any of its ended runs held (0: none ended).
+        history: what its ended runs left (its ``remaining_work`` the freshest estimate:
+            a running job's from its progress reports, the simulator's from its model).
     """
 
     job_id: str
@@ -50,13 +50,9 @@ class JobFacts:
     max_gpus: int = 0
     deadline_s: float | None = None
     wait_target_s: float = DEFAULT_WAIT_TARGET_S
-    attained_gpu_s: float = 0.0
-    remaining_s: float | None = None
     speedup: tuple[float, ...] = ()
-    preempted_at: float | None = None
     gpu_memory_gb: float | None = None
-    restarts: int = 0
-    most_gpus: int = 0
+    history: JobHistory = NEVER_RUN
 
     @property
     def deadline(self) -> float | None:
@@ -102,13 +98,9 @@ def queued_view(job: JobFacts) -> QueuedJob:
         max_gpus=job.max_gpus,
         deadline=job.deadline,
         wait_target_s=job.wait_target_s,
-        attained_service=job.attained_gpu_s,
-        remaining_work=job.remaining_s,
         speedup=job.speedup,
-        preempted_at=job.preempted_at,
         gpu_memory_gb=job.gpu_memory_gb,
-        restarts=job.restarts,
-        most_gpus=job.most_gpus,
+        **vars(job.history),  # the same names: the record's fields are the view's
     )
 
 
@@ -127,15 +119,12 @@ def running_view(job: JobFacts, run: RunFacts) -> RunningJob:
         min_gpus=job.min_gpus,
         max_gpus=job.max_gpus,
         deadline=job.deadline,
-        attained_service=job.attained_gpu_s,
-        remaining_work=job.remaining_s,
         speedup=job.speedup,
         first_step_at=run.first_step_at,
         gpu_memory_gb=job.gpu_memory_gb,
         urgent=run.urgent,
-        restarts=job.restarts,
-        most_gpus=job.most_gpus,
         want_gpus=run.want_gpus,
+        **vars(job.history),  # the same names: the record's fields are the view's
     )
 
 

@@ -60,7 +60,7 @@ class LoopTelemetry:
     def placed(self, rec: JobRecord) -> None:
         """A job was placed: its wait to start, if this is its first placement (never run,
         never tuned, never preempted; a run lost before it started counts again)."""
-        if rec.attempts or "tuned" in rec.fields or rec.fields.get("preempted_at"):
+        if rec.attempts or "tuned" in rec.fields or rec.history.preempted_at is not None:
             return
         waited = max(0.0, rec.updated_at - rec.submitted_at)  # both Redis server time
         self.buffer.observe(WAIT_SECONDS, waited, rec.job_class)

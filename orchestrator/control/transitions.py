@@ -9,6 +9,7 @@ job is in (so an ended run always leaves its job somewhere legal, never stranded
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,12 +43,15 @@ class Transition:
         message: why (stored on the job and in its event).
         fields: extra fields to set with the transition.
         relaunch: the job goes on at once on the run's resize target (``target`` is placed).
+        lost: the run counts as one lost (its workers or node died after starting): the job's
+            history counts it (``policies.history.RunEnd.lost``).
     """
 
     target: JobState
     message: str
     fields: dict[str, Any] = field(default_factory=dict)
     relaunch: bool = False
+    lost: bool = False
 
 
 def run_ended(
@@ -74,9 +78,22 @@ def run_ended(
     k = outcome.kind
     lost = k is OutcomeKind.LOST or (k is OutcomeKind.STOPPED and stop is None)
     counted = losses + (1 if lost and started else 0)
+    t = _next(state, kind, outcome, stop, counted, lost, stop_note)
+    return dataclasses.replace(t, lost=True) if counted != losses else t
+
+
+def _next(
+    state: JobState,
+    kind: RunKind,
+    outcome: Outcome,
+    stop: StopReason | None,
+    counted: int,
+    lost: bool,
+    stop_note: str,
+) -> Transition:
+    """:func:`run_ended`'s table (``counted``: the job's lost runs, this one included)."""
+    k = outcome.kind
     base: dict[str, Any] = {"placement": ""}
-    if counted != losses:
-        base["losses"] = counted
     if k is OutcomeKind.FINISHED and kind == "run":  # done, even if a cancel came in meanwhile
         return Transition(JobState.FINISHED, outcome.message, base)
     if state is JobState.CANCELLING:

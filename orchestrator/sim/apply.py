@@ -10,7 +10,7 @@ from orchestrator.sim.errors import PolicyViolation
 from orchestrator.sim.services import ServiceJobModel
 from orchestrator.sim.simjob import QUEUED, RUNNING, SimJob, placement_of
 from orchestrator.sim.wallclock import WallClockJobModel
-from policies import Decision, DecisionKind
+from policies import Decision, DecisionKind, RunEnd, advance
 
 if TYPE_CHECKING:
     from orchestrator.sim.config import SimConfig
@@ -42,7 +42,6 @@ class DecisionApplier:
             del self.queued[d.job_id]
             self.running[d.job_id] = job
             job.waits.append(self.now - job.queued_since)
-            job.preempted_at = None
             if job.first_start is None:
                 job.first_start = self.now
         elif d.kind is DecisionKind.PREEMPT:
@@ -53,9 +52,9 @@ class DecisionApplier:
             before = job.lost_gpu_s
             self._lose_work(job)
             job.preempt_lost_gpu_s += job.lost_gpu_s - before + job.start_s * len(job.nodes)
-            self._release(job)
+            self._release(job, goes_on=True, requeued=True, preempted=True)
             job.state = QUEUED
-            job.queued_since = job.preempted_at = self.now
+            job.queued_since = self.now
             job.preemptions += 1
             self.queued[d.job_id] = job
         elif d.kind is DecisionKind.RESIZE:
@@ -65,7 +64,7 @@ class DecisionApplier:
                 return
             self._lose_work(job)
             old = job.nodes
-            self._release(job)
+            self._release(job, goes_on=True)
             try:
                 self._take(d, job, old)
             except PolicyViolation:
@@ -106,8 +105,22 @@ class DecisionApplier:
         job.since_ckpt = 0.0
         job.view = None
 
-    def _release(self, job: SimJob) -> None:
-        job.most_gpus = max(job.most_gpus, len(job.nodes))
+    def _release(
+        self, job: SimJob, *, goes_on: bool = False, requeued: bool = False, preempted: bool = False
+    ) -> None:
+        """The job's run ends (completed, preempted or resized): its GPUs go back to the pool
+        and its history is advanced by the live loop's rule (its work left is read from its
+        model at each view, the simulator's exact progress report)."""
+        end = RunEnd(
+            at=self.now,
+            gpus=len(job.nodes),
+            held_s=self.now - job.started_at,
+            trained=True,
+            goes_on=goes_on,
+            requeued=requeued,
+            preempted=preempted,
+        )
+        job.history = advance(job.history, end)
         for node in job.nodes:
             self.free[node] += 1
         self._changed.update(job.nodes)

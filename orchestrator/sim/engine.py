@@ -259,7 +259,6 @@ class Simulator(DecisionApplier):
         for job in self.running.values():
             gpus = len(job.nodes)
             team_held[job.team] = team_held.get(job.team, 0) + gpus
-            job.attained += gpus * dt
             if job.completed_at is not None:
                 continue
             left = dt
@@ -418,16 +417,12 @@ class Simulator(DecisionApplier):
             max_gpus=s.hi,
             deadline_s=s.deadline,
             wait_target_s=s.wait_target,
-            # ended runs only: the current one counts from started_at
-            attained_gpu_s=job.attained - len(job.nodes) * (self.now - job.started_at)
-            if running
-            else job.attained,
-            remaining_s=remaining,
             speedup=speedup,
-            preempted_at=job.preempted_at,
             gpu_memory_gb=s.gpu_memory_gb,
-            restarts=job.preemptions + job.resizes,  # as live: runs that ended and went on
-            most_gpus=job.most_gpus,
+            # its ended runs' (as live), with the work left its model knows exactly
+            history=job.history
+            if remaining is None
+            else replace(job.history, remaining_work=remaining),
         )
         view: QueuedJob | RunningJob
         if not running:

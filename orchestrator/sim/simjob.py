@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from orchestrator.sim.metrics import JobRecord
 from orchestrator.sim.models import JobModel
 from orchestrator.sim.trace import TraceJob
-from policies import QueuedJob, RunningJob
+from policies import JobHistory, QueuedJob, RunningJob
+from policies.history import NEVER_RUN
 
 WAITING, QUEUED, RUNNING, DONE = range(4)
 """A job's states: not submitted yet, queued, holding GPUs, completed."""
@@ -28,16 +29,14 @@ class SimJob:
     started_at: float = 0.0
     since_ckpt: float = 0.0
     ckpt: tuple[float, int] = (0.0, 0)
-    attained: float = 0.0
+    history: JobHistory = NEVER_RUN  # advanced as live, by ``policies.history.advance``
     first_start: float | None = None
     queued_since: float = 0.0  # submission, then the last preemption
-    preempted_at: float | None = None  # the last preemption, until it starts again
     waits: list[float] = field(default_factory=list)  # every wait that ended with a start
     wait_reason: str = ""  # the policy's last WAIT reason
     completed_at: float | None = None
     preemptions: int = 0
     resizes: int = 0
-    most_gpus: int = 0  # the most GPUs of its ended runs
     lost_gpu_s: float = 0.0
     preempt_lost_gpu_s: float = 0.0
     view: QueuedJob | RunningJob | None = None

@@ -15,6 +15,7 @@ from typing import Any, cast
 import redis
 
 from orchestrator.errors import AmbiguousJob, JobNotFound
+from orchestrator.store.history import STORED
 from orchestrator.store.keys import Keys
 from orchestrator.store.records import JobRecord
 from orchestrator.store.states import JobState
@@ -55,18 +56,14 @@ QUEUE_FACTS = (
     "gpus_max",
     "deadline_s",
     "wait_target_s",
-    "attained_gpu_s",
-    "remaining_s",
-    "preempted_at",
     "gpu_memory_gb",
-    "restarts",
-    "most_gpus",
     "after",
+    *STORED.values(),
 )
-"""The job fields a scheduling snapshot reads (see :meth:`JobStore.queue_facts`);
-``attained_gpu_s``, ``remaining_s``, ``preempted_at``, ``restarts`` and ``most_gpus`` are
-written by the control loop when a run ends, the others at submission (``after``: the ids of the
-jobs it starts after, for the loop, not the policy)."""
+"""The job fields a scheduling snapshot reads (see :meth:`JobStore.queue_facts`): the job's
+history (``orchestrator.store.history``), written by the control loop when a run ends, and the
+others at submission (``after``: the ids of the jobs it starts after, for the loop, not the
+policy)."""
 
 
 class JobReads:

@@ -9,7 +9,9 @@ from functools import cached_property
 from typing import Any
 
 from orchestrator.spec import JobSpec
+from orchestrator.store.history import read_history
 from orchestrator.store.states import TERMINAL, JobState
+from policies.history import JobHistory
 
 __all__ = ["CORE_FIELDS", "JobRecord"]
 
@@ -82,6 +84,11 @@ class JobRecord:
     def spec(self) -> JobSpec:
         """The submitted :class:`JobSpec` (validated on first access)."""
         return JobSpec.model_validate(self.spec_data)
+
+    @property
+    def history(self) -> JobHistory:
+        """What the job's ended runs left (``orchestrator.store.history``)."""
+        return read_history(self.fields)
 
     @property
     def terminal(self) -> bool:

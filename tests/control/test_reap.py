@@ -15,6 +15,7 @@ from orchestrator.control.reap import ended_fields, metrics_of
 from orchestrator.control.transitions import StopReason, run_ended
 from orchestrator.runtime.base import Launch, Outcome, OutcomeKind
 from orchestrator.storage import StorageLocation
+from orchestrator.store.history import STORED, read_history
 from orchestrator.store.records import JobRecord
 from orchestrator.store.states import JobState
 from tests.control.test_loop import job
@@ -66,10 +67,21 @@ def test_a_preempted_run_adds_its_service_and_leaves_its_work_left() -> None:
 
 
 def test_a_requeued_run_with_nothing_measured_keeps_its_estimate() -> None:
-    rec = record(JobState.RUNNING, remaining_s="500")
+    rec = record(JobState.RUNNING, remaining_s="500", preempted_at="90")
     fields = ended(rec, run(), OutcomeKind.LOST, {}, {})
-    assert fields["remaining_s"] == "500"
-    assert fields["preempted_at"] == ""  # not a preemption
+    assert "remaining_s" not in fields  # the estimate stays as it is stored
+    assert fields["preempted_at"] == ""  # requeued, but not by a preemption
+    assert fields["losses"] == 1  # a lost run counts toward the job's attempts
+    after = read_history({**rec.fields, **{k: str(v) for k, v in fields.items()}})
+    assert (after.remaining_work, after.preempted_at, after.losses) == (500.0, None, 1)
+
+
+def test_only_what_changed_is_written() -> None:
+    """The history is written where the run changed it: a finished run leaves restarts and
+    the work left as stored, and a job never preempted is not written a preemption time."""
+    rec = record(JobState.RUNNING, restarts="2", remaining_s="10")
+    fields = ended(rec, run(), OutcomeKind.FINISHED, {}, {})
+    assert set(fields) & set(STORED.values()) == {"attained_gpu_s", "most_gpus"}
 
 
 def test_a_finished_run_writes_its_result_and_when() -> None:

@@ -97,6 +97,9 @@ def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
         _report(store, job_id)
         loop.bind(Decision(DecisionKind.PREEMPT, job_id, reason="contract"), {})
         loop.reap(rt.poll())
+        # and, earlier in its life, one re-tune by the guard and one run lost to a dead node
+        # (the history's other facts, which this scenario does not make)
+        store.client.hset(store.keys.job(job_id), mapping={"retunes": 1, "losses": 1})
         inter_id = store.submit(inter).id
         snap = loop.observe()
         queued = {q.job_id: q for q in snap.queue}

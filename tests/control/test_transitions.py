@@ -44,11 +44,11 @@ def test_a_job_run_ends(
 def test_only_a_run_lost_after_it_started_counts_as_a_loss() -> None:
     lost = Outcome(K.LOST, "Ray could not place the gang")
     unplaced = run_ended(S.PLACED, "run", lost, None, started=False, losses=MAX_ATTEMPTS - 1)
-    assert unplaced.target is S.QUEUED and "losses" not in unplaced.fields
+    assert unplaced.target is S.QUEUED and not unplaced.lost
     started = run_ended(S.RUNNING, "run", lost, None, started=True, losses=1)
-    assert started.fields["losses"] == 2
+    assert started.lost and started.target is S.QUEUED  # the second of MAX_ATTEMPTS
     preempted = run_ended(S.RUNNING, "run", Outcome(K.STOPPED), R.PREEMPT, started=True, losses=1)
-    assert "losses" not in preempted.fields and preempted.message.startswith("requeued: preempted")
+    assert not preempted.lost and preempted.message.startswith("requeued: preempted")
 
 
 def test_every_ended_run_leaves_its_job_in_a_legal_state() -> None:
