@@ -12,7 +12,9 @@ the other.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -34,6 +36,18 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # `orch` in direct mode reach the store they set up. Tests of contexts set ORCH_CONFIG.
 os.environ["ORCH_CONFIG"] = os.devnull + ".orch-config-absent"
 os.environ.pop("ORCH_CONTEXT", None)
+
+# Each checkout's sessions keep their temporary folders under a root of their own. pytest makes
+# its per-user folder (``/tmp/pytest-of-root``) 0700 whenever a session starts, while the
+# sandboxed jobs of a session already running (their own uids: workers/sandbox.py) need to
+# search it: a second checkout's session (a helper's worktree, a CI clone) started beside it
+# shut them out ("Permission denied ... checkpoint.pt"). A root per checkout keeps pytest's own
+# clean-up of old folders; PYTEST_DEBUG_TEMPROOT set by the caller still wins.
+if "PYTEST_DEBUG_TEMPROOT" not in os.environ:
+    _checkout = hashlib.sha256(os.path.abspath(__file__).encode()).hexdigest()[:12]
+    _root = os.path.join(tempfile.gettempdir(), f"orch-pytest-{_checkout}")
+    os.makedirs(_root, mode=0o755, exist_ok=True)
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = _root
 
 if TYPE_CHECKING:
     import redis
