@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 from orchestrator import __version__
 from orchestrator.api import metrics, routers
 from orchestrator.api.auth import Authenticator
+from orchestrator.api.batching import Submitter
 from orchestrator.api.bodies import validation_failed
 from orchestrator.api.limits import BodyLimit, BodyLimits
 from orchestrator.api.routers import dashboard
@@ -81,6 +82,7 @@ def create_app(
     )
     app.state.store = store
     app.state.auth = auth
+    app.state.submitter = Submitter(store)
     for router in (routers.jobs, routers.workdirs, routers.logs, routers.pool, routers.access):
         app.include_router(router)
     if metrics_public is None:
