@@ -11,6 +11,10 @@ itself (Redis unreachable) answers the whole batch, as it would each request alo
 Batches form by themselves (group commit): the first request waiting starts a batch at once;
 the requests arriving while it is written (in a thread, with the store's blocking client)
 make up the next. Under light load a batch is one request and costs what it did alone.
+
+:class:`SingleSubmissions` answers such a request without FastAPI's routing and dependency
+resolution (most of the rest of its cost, measured with py-spy: ``bench/api/README.md``)
+when its body is a valid job; any other request, or body, goes on to the routes.
 """
 
 from __future__ import annotations
@@ -18,13 +22,27 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from fastapi import HTTPException
+from pydantic import ValidationError
+from redis.exceptions import RedisError
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
 from orchestrator.api import operations
-from orchestrator.api.auth import Claim, confirm_each
+from orchestrator.api.auth import CLAIM_KEY, Claim, confirm_each
+from orchestrator.api.bodies import strict_json
 from orchestrator.api.identity import Principal
+from orchestrator.api.limits import replay
+from orchestrator.api.models import Submitted
+from orchestrator.api.statuses import refusal
+from orchestrator.errors import OrchError
 from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
 
-__all__ = ["Submitter"]
+__all__ = ["SUBMIT_PATH", "SingleSubmissions", "Submitter"]
+
+SUBMIT_PATH = "/v1/jobs"
+"""The route of one job per request."""
 
 _BATCH_MAX = 256
 """Most requests written in one hop (the rest wait for the next)."""
@@ -94,3 +112,66 @@ def _write(store: JobStore, batch: list[_Waiting]) -> list[str | Exception]:
     for (i, _), outcome in zip(confirmed, written, strict=True):
         outcomes[i] = outcome
     return outcomes
+
+
+class SingleSubmissions:
+    """The ASGI middleware that answers ``POST /v1/jobs`` itself when the route would accept
+    it: a JSON body (``Content-Type: application/json``) that is a valid job, parsed and
+    validated as the route does, no query (``strict`` is the route's), and the token the
+    body-limit middleware checked (it sits inside that middleware). The job is written by
+    the :class:`Submitter`, and the answer is the route's: 201 with ``{"ids": [id]}``, or the
+    refusal of the app's error handlers. Every other request goes on to the app, its body
+    with it: a body the route refuses gets FastAPI's own 422, word for word.
+
+    Args:
+        app: the application it wraps.
+        submitter: writes the jobs (the route's too).
+    """
+
+    def __init__(self, app: ASGIApp, *, submitter: Submitter) -> None:
+        self.app = app
+        self.submitter = submitter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer a single submission, or hand the request on."""
+        claim = scope.get(CLAIM_KEY)
+        if not (
+            isinstance(claim, Claim)
+            and scope["method"] == "POST"
+            and scope["path"] == SUBMIT_PATH
+            and not scope["query_string"]
+            and _json(scope)
+        ):
+            await self.app(scope, receive, send)
+            return
+        message = await receive()  # the whole body: the body-limit middleware read it
+        body: bytes = message.get("body", b"")
+        spec = _job(body) if message["type"] == "http.request" else None
+        if spec is None or message.get("more_body", False):
+            await self.app(scope, replay(body, receive), send)
+            return
+        try:
+            job_id = await self.submitter.submit(claim, spec)
+        except (OrchError, RedisError) as err:
+            response: Response = refusal(err)
+        else:
+            answer = Submitted(ids=[job_id]).model_dump_json()
+            response = Response(answer, status_code=201, media_type="application/json")
+        await response(scope, receive, send)
+
+
+def _json(scope: Scope) -> bool:
+    """Whether the request says its body is JSON (``application/json``, any parameters)."""
+    for name, value in scope["headers"]:
+        if name.lower() == b"content-type":
+            return bool(value.split(b";")[0].strip().lower() == b"application/json")
+    return False
+
+
+def _job(body: bytes) -> JobSpec | None:
+    """The job ``body`` holds, ``None`` when the route would refuse it (then the route says
+    why)."""
+    try:
+        return JobSpec.model_validate(strict_json(body))
+    except (HTTPException, ValidationError):
+        return None

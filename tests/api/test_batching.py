@@ -26,7 +26,8 @@ ROOT = Principal.local("root")
 
 def _config(store: JobStore) -> None:
     """A team config that lists vision only: a job of team speech is refused by it."""
-    operations.apply_teams(store, ROOT, parse_teams({"teams": [{"name": "vision"}], "allow_unlisted": False}))
+    config = parse_teams({"teams": [{"name": "vision"}], "allow_unlisted": False})
+    operations.apply_teams(store, ROOT, config)
 
 
 def _claim(store: JobStore, role: Role, team: str | None, *, fresh: bool) -> Claim:
@@ -72,9 +73,7 @@ async def _post_all(api: ApiServer, calls: list[tuple[str | None, Any]]) -> list
     async with httpx.AsyncClient(base_url=api.url, timeout=30) as client:
         return await asyncio.gather(
             *(
-                client.post(
-                    "/v1/jobs", json=body, headers={"Authorization": f"Bearer {token}"}
-                )
+                client.post("/v1/jobs", json=body, headers={"Authorization": f"Bearer {token}"})
                 for token, body in calls
             )
         )
