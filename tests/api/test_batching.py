@@ -5,6 +5,7 @@ another's, and each written job audited once."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
@@ -19,7 +20,7 @@ from orchestrator.store import JobStore
 from orchestrator.store.tokens import Role
 from orchestrator.teams import parse_teams
 
-from .conftest import job_spec, spec_data
+from .conftest import http, job_spec, spec_data
 
 ROOT = Principal.local("root")
 
@@ -101,3 +102,24 @@ def test_concurrent_requests_get_their_own_answers(
     ids = [r.json()["ids"][0] for r in replies[: len(good)]]
     assert sorted(r.id for r in store.list()) == sorted(ids)
     assert sorted(e.target for e in store.audit.read(action="submit")) == sorted(ids)
+
+
+def test_what_the_middleware_does_not_take_the_route_answers(
+    api: ApiServer, store: JobStore, tokens: dict[str, str]
+) -> None:
+    """A query (``strict``), a body not declared JSON, a body the route refuses: each goes on
+    to the route, which answers as it always did."""
+    with http(api, tokens["member"]) as client:
+        strict = client.post("/v1/jobs", params={"strict": "true"}, json=spec_data(name="s"))
+        assert strict.status_code == 201, strict.text
+        plain = client.post(
+            "/v1/jobs", content=json.dumps(spec_data()), headers={"Content-Type": "text/plain"}
+        )
+        assert plain.status_code == 422 and plain.json()["detail"][0]["loc"] == ["body"]
+        duplicate = client.post(
+            "/v1/jobs",
+            content=b'{"name": "a", "name": "b"}',
+            headers={"Content-Type": "application/json"},
+        )
+        assert duplicate.status_code == 422 and "duplicate" in duplicate.text
+    assert [r.id for r in store.list()] == strict.json()["ids"]
