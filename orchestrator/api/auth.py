@@ -18,7 +18,8 @@ taken as it was (no read): the body is then held (within its size limit) for a t
 within those seconds, but nothing is done with it unless the token is still live: routes read
 the token again (``Who``), except the submissions, which read it in the thread that writes the
 jobs (:func:`Claim.confirm`; for concurrent single submissions, one round trip for all of them,
-:func:`confirm_each`: the blocking client's round trip is a fraction of the asyncio client's). So within those seconds a revoked token's submission with an invalid body is
+:func:`confirm_each`: the blocking client's round trip is a fraction of the asyncio
+client's). So within those seconds a revoked token's submission with an invalid body is
 answered 422 (what is wrong with its own body) before the 401 it gets with a valid one.
 """
 
