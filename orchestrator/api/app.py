@@ -22,12 +22,13 @@ from redis.exceptions import RedisError
 from orchestrator import __version__
 from orchestrator.api import metrics, routers
 from orchestrator.api.auth import Authenticator
+from orchestrator.api.batching import SingleSubmissions, Submitter
 from orchestrator.api.bodies import validation_failed
 from orchestrator.api.limits import BodyLimit, BodyLimits
 from orchestrator.api.routers import dashboard
-from orchestrator.api.statuses import status_of
+from orchestrator.api.statuses import refusal, status_of
 from orchestrator.config import Settings
-from orchestrator.errors import OrchError, SpecError
+from orchestrator.errors import OrchError
 from orchestrator.store import JobStore
 
 __all__ = ["create_app", "status_of"]
@@ -81,6 +82,7 @@ def create_app(
     )
     app.state.store = store
     app.state.auth = auth
+    app.state.submitter = submitter = Submitter(store)
     for router in (routers.jobs, routers.workdirs, routers.logs, routers.pool, routers.access):
         app.include_router(router)
     if metrics_public is None:
@@ -91,6 +93,7 @@ def create_app(
     dashboard.mount(app)
     if body_limits is None:
         body_limits = BodyLimits.from_settings(Settings.from_env())
+    app.add_middleware(SingleSubmissions, submitter=submitter)  # inside BodyLimit: its token
     app.add_middleware(BodyLimit, auth=auth, limits=body_limits)
     app.add_exception_handler(RequestValidationError, validation_failed)  # type: ignore[arg-type]
     app.add_exception_handler(OrchError, _orch_error)  # type: ignore[arg-type]
@@ -105,16 +108,8 @@ def create_app(
 
 
 async def _orch_error(request: Request, err: OrchError) -> JSONResponse:
-    status = status_of(err)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    if isinstance(err, SpecError):
-        detail: object = [
-            {"loc": ["body"], "msg": problem, "type": "value_error"} for problem in err.problems
-        ]
-    else:
-        detail = str(err)
-    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+    return refusal(err)
 
 
 async def _store_down(request: Request, err: RedisError) -> JSONResponse:
-    return JSONResponse({"detail": f"the store failed: {err}"}, status_code=503)
+    return refusal(err)

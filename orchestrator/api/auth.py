@@ -17,7 +17,8 @@ per request. To let a body be read, a token verified in the last :data:`RECENT_S
 taken as it was (no read): the body is then held (within its size limit) for a token revoked
 within those seconds, but nothing is done with it unless the token is still live: routes read
 the token again (``Who``), except the submissions, which read it in the thread that writes the
-jobs (:func:`Claim.confirm`: the blocking client's round trip is a fraction of the asyncio
+jobs (:func:`Claim.confirm`; for concurrent single submissions, one round trip for all of them,
+:func:`confirm_each`: the blocking client's round trip is a fraction of the asyncio
 client's). So within those seconds a revoked token's submission with an invalid body is
 answered 422 (what is wrong with its own body) before the 401 it gets with a valid one.
 """
@@ -25,6 +26,7 @@ answered 422 (what is wrong with its own body) before the 401 it gets with a val
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -46,6 +48,7 @@ __all__ = [
     "Who",
     "authenticate",
     "bearer_token",
+    "confirm_each",
     "principal",
     "store_of",
 ]
@@ -100,6 +103,21 @@ class Claim:
             Unauthenticated: the token was revoked (or removed) meanwhile.
         """
         return self.principal if self.fresh else authenticate(store, self.token)
+
+
+def confirm_each(store: JobStore, claims: Sequence[Claim]) -> list[Principal | Unauthenticated]:
+    """:meth:`Claim.confirm` of each claim, in one round trip for those to read (blocking:
+    call it in a thread): each principal, or the refusal of a token revoked meanwhile."""
+    stale = list(dict.fromkeys(claim.token for claim in claims if not claim.fresh))
+    infos = dict(zip(stale, store.tokens.authenticate_many(stale), strict=True))
+    return [
+        claim.principal
+        if claim.fresh
+        else Unauthenticated(_BAD_TOKEN)
+        if (info := infos[claim.token]) is None
+        else Principal.of_token(info)
+        for claim in claims
+    ]
 
 
 async def claimed(

@@ -25,7 +25,13 @@ from fastapi.routing import APIRoute
 from orchestrator.errors import SpecError
 from orchestrator.inputs import parse_json
 
-__all__ = ["StrictJsonRequest", "StrictJsonRoute", "encodable", "validation_failed"]
+__all__ = [
+    "StrictJsonRequest",
+    "StrictJsonRoute",
+    "encodable",
+    "strict_json",
+    "validation_failed",
+]
 
 
 class StrictJsonRequest(Request):
@@ -39,16 +45,24 @@ class StrictJsonRequest(Request):
                 too deep, an overlong integer), in the shape of FastAPI's own 422.
         """
         if not hasattr(self, "_strict_json"):
-            raw = await self.body()
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise _refused([f"not UTF-8 text (invalid byte at offset {err.start})"]) from None
-            try:
-                self._strict_json = parse_json(text, "body")
-            except SpecError as err:
-                raise _refused(err.problems) from None
+            self._strict_json = strict_json(await self.body())
         return self._strict_json
+
+
+def strict_json(raw: bytes) -> Any:
+    """A request body as JSON data, parsed with the CLI's limits (see the module).
+
+    Raises:
+        HTTPException: 422, as :meth:`StrictJsonRequest.json`.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise _refused([f"not UTF-8 text (invalid byte at offset {err.start})"]) from None
+    try:
+        return parse_json(text, "body")
+    except SpecError as err:
+        raise _refused(err.problems) from None
 
 
 def _refused(problems: list[str]) -> HTTPException:

@@ -33,7 +33,7 @@ from orchestrator.api.auth import CLAIM_KEY, Authenticator, bearer_token
 from orchestrator.config import Settings
 from orchestrator.errors import Unauthenticated
 
-__all__ = ["BATCH_PATH", "WORKING_DIR_PATH", "BodyLimit", "BodyLimits"]
+__all__ = ["BATCH_PATH", "WORKING_DIR_PATH", "BodyLimit", "BodyLimits", "replay"]
 
 BATCH_PATH = "/v1/jobs/batch"
 WORKING_DIR_PATH = "/v1/working-dirs"
@@ -114,7 +114,7 @@ class BodyLimit:
             what = f"over {limit:,} bytes"
             await _answer(_too_large(what, limit, setting), None, scope, receive, send)
             return
-        await self.app(scope, _replay(body, receive), send)
+        await self.app(scope, replay(body, receive), send)
 
     async def _authenticate(self, headers: Headers, scope: Scope) -> JSONResponse | None:
         """The 401 (or 503) answer to a body without a valid token; ``None`` when it has one,
@@ -173,7 +173,7 @@ async def _read(receive: Receive, limit: int) -> bytes | None:
             return bytes(body)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replay(body: bytes, receive: Receive) -> Receive:
     """A ``receive`` that gives the app the body read, then whatever the server sends next
     (a disconnect, which a streaming answer waits for)."""
     sent = False

@@ -7,6 +7,7 @@ with the clock of the server that stored them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import cast
 
 from pydantic import BaseModel, ConfigDict
@@ -60,17 +61,16 @@ class AuditStore(KeyFamily):
     ) -> None:
         """Append one entry per target (a batch submission records each job), in one round
         trip."""
+        common = {"actor": actor, "role": role, "team": team or "", "action": action}
+        self.record_many([{**common, "target": target, "detail": detail} for target in targets])
+
+    def record_many(self, entries: Iterable[Mapping[str, str]]) -> None:
+        """Append entries of several actions (each with the fields ``actor``, ``role``,
+        ``team``, ``action``, ``target`` and ``detail``; ``team`` ``""`` for none), in order,
+        in one round trip."""
         pipe = self._client.pipeline(transaction=False)
-        for target in targets:
-            fields = {
-                "actor": actor,
-                "role": role,
-                "team": team or "",
-                "action": action,
-                "target": target,
-                "detail": detail,
-            }
-            pipe.xadd(self._keys.audit, fields, maxlen=AUDIT_MAXLEN, approximate=True)  # type: ignore[arg-type]
+        for fields in entries:
+            pipe.xadd(self._keys.audit, dict(fields), maxlen=AUDIT_MAXLEN, approximate=True)  # type: ignore[arg-type]
         pipe.execute()
 
     def read(self, count: int = 100, *, action: str | None = None) -> list[AuditEntry]:

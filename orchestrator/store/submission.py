@@ -27,7 +27,7 @@ from orchestrator.store.records import JobRecord
 from orchestrator.store.tuning import ProfileStore
 from orchestrator.store.wake import WakeChannel
 from orchestrator.store.workdirs import WorkingDirStore
-from orchestrator.teams import entry_problem
+from orchestrator.teams import TeamConfig, entry_problem
 
 __all__ = ["JobSubmission"]
 
@@ -63,8 +63,10 @@ class JobSubmission(JobReads):
         Raises:
             SpecError: one line per refused job, naming the field and what is allowed.
         """
-        specs = builtins.list(specs)
-        config = self.teams()
+        self._check_admission(builtins.list(specs), self.teams())
+
+    def _check_admission(self, specs: Sequence[JobSpec], config: TeamConfig | None) -> None:
+        """:meth:`check_admission` under the team config ``config`` (read by the caller)."""
         problems = [
             f"job {spec.name!r}: {problem}"
             for spec in specs
@@ -153,6 +155,44 @@ class JobSubmission(JobReads):
                     else self._submit_one(spec, by, new_id(spec), after, work).id
                 )
         return ids
+
+    def submit_each(
+        self, specs: Sequence[JobSpec], bys: Sequence[str]
+    ) -> builtins.list[str | SpecError]:
+        """Submit jobs each on its own, as :meth:`submit` would one after another (``bys[i]``
+        submits ``specs[i]``), in a few round trips for them all: the team config read once,
+        the scripts sent in one pipeline. A job refused (its team's config, its working
+        directory, its GPU memory, a dependency) gets its :class:`SpecError` in its place;
+        the others are written all the same.
+
+        Returns:
+            Each job's new id, or why it was refused (nothing of it written), in order.
+        """
+        config = self.teams()
+        outcomes: builtins.list[str | SpecError] = []
+        planned: builtins.list[tuple[int, str, str]] = []
+        for index, spec in enumerate(specs):
+            try:
+                self._check_admission([spec], config)
+                ((job_id, after),) = plan_ids(self, [spec])
+            except SpecError as err:
+                outcomes.append(err)
+                continue
+            outcomes.append("")
+            planned.append((index, job_id, after))
+        works = self.work_estimates([specs[i] for i, _, _ in planned])
+        pipe = self.client.pipeline(transaction=False)
+        for (i, job_id, after), work in zip(planned, works, strict=True):
+            self._submit(**self._submit_args(specs[i], bys[i], job_id, after, work), client=pipe)
+        replies = pipe.execute() if planned else []
+        for (i, _, after), work, reply in zip(planned, works, replies, strict=True):
+            # An id already taken (1 in 16 million per name): that one again on its own.
+            outcomes[i] = (
+                pairs(reply[1])["id"]
+                if reply[0] == "ok"
+                else self._submit_one(specs[i], bys[i], new_id(specs[i]), after, work).id
+            )
+        return outcomes
 
     def work_estimates(self, specs: Sequence[JobSpec]) -> builtins.list[float | None]:
         """Each job's seconds of work on its requested GPUs from its spec and the profile

@@ -14,6 +14,7 @@ import hmac
 import json
 import secrets
 import time
+from collections.abc import Sequence
 from typing import Self, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -103,6 +104,19 @@ class TokenStore(KeyFamily):
         if token_id is None:
             return None
         return verify(token, cast(str | None, self._client.hget(self._keys.tokens, token_id)))
+
+    def authenticate_many(self, tokens: Sequence[str]) -> builtins.list[TokenInfo | None]:
+        """:meth:`authenticate` of each token, in order, in one round trip for them all."""
+        ids = [token_id_of(token) for token in tokens]
+        pipe = self._client.pipeline(transaction=False)
+        for token_id in ids:
+            if token_id is not None:
+                pipe.hget(self._keys.tokens, token_id)
+        raws = iter(pipe.execute() if any(ids) else [])
+        return [
+            None if token_id is None else verify(token, next(raws))
+            for token, token_id in zip(tokens, ids, strict=True)
+        ]
 
     def get(self, token_id: str) -> TokenInfo:
         """The record of one token.

@@ -8,13 +8,14 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import AfterValidator
 from redis.exceptions import RedisError
 
 from orchestrator.api import operations
 from orchestrator.api.auth import Claim, Claimed, Store, Who
+from orchestrator.api.batching import Submitter
 from orchestrator.api.bodies import StrictJsonRoute
 from orchestrator.api.models import JobBatch, JobDetail, JobView, Submitted
 from orchestrator.api.params import CURSOR_RULE, MAX_LIST, MAX_REF_CHARS, check_cursor
@@ -53,7 +54,9 @@ _BLOCK_MS = 2000  # under redis-py's default socket timeout (5 s): a block that 
 
 # The submissions are async routes whose store work (blocking Redis calls) runs in one thread
 # hop, the token confirmed there too (orchestrator.api.auth); the body is parsed and validated
-# on the event loop. A sync route would cost a hop per dependency besides its own.
+# on the event loop. A sync route would cost a hop per dependency besides its own. Single
+# submissions share their hop and round trips with those arriving meanwhile
+# (orchestrator.api.batching).
 
 
 async def _in_thread(call: Callable[[], _T]) -> _T:
@@ -65,9 +68,14 @@ async def _in_thread(call: Callable[[], _T]) -> _T:
 
 
 @router.post("/jobs", status_code=201, response_model=Submitted)
-async def submit(spec: JobSpec, claim: Claimed, store: Store, strict: Strict = False) -> Response:
+async def submit(
+    spec: JobSpec, claim: Claimed, store: Store, request: Request, strict: Strict = False
+) -> Response:
     """Queue one job (a member only for its own team: another team is refused with 403)."""
-    return _submitted(await _in_thread(partial(_submit, store, claim, [spec], strict)))
+    if strict:
+        return _submitted(await _in_thread(partial(_submit, store, claim, [spec], strict)))
+    submitter: Submitter = request.app.state.submitter  # written with concurrent ones
+    return _submitted([await submitter.submit(claim, spec)])
 
 
 @router.post("/jobs/batch", status_code=201, response_model=Submitted)
