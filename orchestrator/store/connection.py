@@ -60,10 +60,11 @@ def open_url(url: str) -> redis.Redis:
     return client
 
 
-def _ping(client: redis.Redis, loading_s: float = LOADING_WAIT_S) -> None:
-    """PING, waiting while a restarted server loads its data file (it answers LOADING for as
-    long as that takes: `orch down; orch list` must not fail on it)."""
-    deadline = time.monotonic() + loading_s
+def _ping(client: redis.Redis) -> None:
+    """PING, waiting up to :data:`LOADING_WAIT_S` while a restarted server loads its data file
+    (it answers LOADING for as long as that takes: `orch down; orch list` must not fail on
+    it)."""
+    deadline = time.monotonic() + LOADING_WAIT_S
     while True:
         try:
             client.ping()
