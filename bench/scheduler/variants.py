@@ -68,6 +68,12 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "shared-search-priced": ("shared", {"elastic": SearchElastic(p=-1.0, exact_cells=0)}),
     "shared-search-log": ("shared", {"elastic": SearchElastic(p=0.0)}),
     "shared-search-sum": ("shared", {"elastic": SearchElastic(p=1.0)}),
+    "shared-short300": ("shared", {"short_first_s": 300.0}),
+    "shared-short900": ("shared", {"short_first_s": 900.0}),
+    "shared-short1800": ("shared", {"short_first_s": 1800.0}),
+    "shared-short3600": ("shared", {"short_first_s": 3600.0}),
+    "shared-margin5": ("shared", {"deadline_margin": 0.05}),
+    "shared-margin20": ("shared", {"deadline_margin": 0.2}),
     "shared-issue25": (
         "shared",
         {"edf": False, "guarantee_growth": True, "elastic": GoodputElastic(count_lost=False)},

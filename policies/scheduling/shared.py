@@ -157,6 +157,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         guarantee_growth: bool = False,
         defer: bool = False,
         plan: bool = False,
+        short_first_s: float = 0.0,
     ) -> None:
         self.placement = PLACEMENTS.create(placement) if isinstance(placement, str) else placement
         self.preemption = (
@@ -178,6 +179,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         self.guarantee_growth = guarantee_growth
         self.defer = defer
         self.binds_admission = plan
+        self.short_first_s = short_first_s
 
     # ---- the round -------------------------------------------------------------------------
 
@@ -300,8 +302,12 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         """
         snapshot, inter_held = rnd.snapshot, rnd.inter_held
         rows, running_rows, dl, nostep = self._rows(rnd, queued, running)
+        short = _short(rows, self.short_first_s, rnd.late, nostep) if dl else {}
+        if short:  # nearly done: before the class, out of it
+            dl = [d for d in dl if d[0].job_id not in short]
         # the deadline class: admitted deadline jobs, EDF, each with its share as its floor
         fixed = sum(row[4] for row in running_rows if row[1].job_id in nostep)
+        fixed += sum(short.values())
         dl_jobs, dl_held = (
             deadline_class(dl, bulk_pool - fixed, snapshot, self.deadline_margin, self.defer)
             if dl
@@ -334,7 +340,11 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         be_pool = bulk_pool - sum(team_dl.values())
         jobs, late_jobs = admission.jobs(be_pool)
         if dl_jobs:
-            jobs = dl_jobs + jobs
+            if short:
+                first = [j for j in jobs if j.job_id in short]
+                jobs = first + dl_jobs + [j for j in jobs if j.job_id not in short]
+            else:
+                jobs = dl_jobs + jobs
         sizes = self.elastic.allocate(jobs, bulk_pool, snapshot.restart_cost_s)
         if late_jobs:  # preempted recently: the GPUs the others leave
             left = bulk_pool - sum(sizes.values())
@@ -468,6 +478,20 @@ def _read(snapshot: Snapshot) -> _Round:
     return _Round(
         snapshot, free, hold, demand, inter, queued_bulk, late, inter_held, running_bulk, waits
     )
+
+
+def _short(rows: Sequence[Row], short_s: float, late: set[str], nostep: set[str]) -> dict[str, int]:
+    """The bulk jobs whose known remaining work is at most ``short_s`` seconds (late jobs and
+    runs with no step yet out), with the GPUs each is admitted on: a running job's, else
+    its minimum."""
+    if short_s <= 0.0:
+        return {}
+    out: dict[str, int] = {}
+    for _, j, lo, _, cur, _, _ in rows:
+        left = j.remaining_work
+        if left is not None and left <= short_s and j.job_id not in late and j.job_id not in nostep:
+            out[j.job_id] = cur if cur > 0 else lo
+    return out
 
 
 def _may_make_room(

@@ -234,3 +234,23 @@ class TestSharedWithEveryDeadlineDue(contract.TestShared):
             free = snap.total_gpus - sum(len(n) for n in held.values())
             waiting = [q for q in snap.queue if q.job_id not in held and not q.interactive]
             assert all(q.lo > free for q in waiting)
+
+
+def test_a_nearly_done_job_goes_before_the_class() -> None:
+    # 'due' (1,000 s of work on 4 GPUs, elastic 2..4, linear) meets its deadline on 4 GPUs
+    # only (on 3: 30 + 1.1 * 1,333 = 1,497 s > 1,200 s); 'lost' is due already (no size saves
+    # it: best effort) with 100 s of work left on 1 GPU. By default the class takes its share
+    # first and 'lost' waits; with short_first_s >= 100 s the nearly done job is admitted
+    # first, the class plans on the 3 GPUs it leaves ('due' no longer fits its share there:
+    # best effort, on the 3 GPUs left)
+    due = replace(_bulk("due", 1, deadline=NOW + 1200.0), min_gpus=2, max_gpus=4, speedup=LINEAR)
+    lost = _bulk("lost", 0, gpus=1, deadline=NOW - 10.0, work=100.0)
+    snap = Snapshot(_pool(4), (lost, due), now=NOW)
+    held = apply(snap, _decide(snap))
+    assert set(held) == {"due"} and len(held["due"]) == 4
+    held = apply(snap, _decide(snap, short_first_s=300.0))
+    assert set(held) == {"due", "lost"} and len(held["lost"]) == 1 and len(held["due"]) == 3
+    # a job with more work left than short_first_s stays behind the class
+    longer = replace(snap, queue=(replace(lost, remaining_work=600.0), due))
+    held = apply(longer, _decide(longer, short_first_s=300.0))
+    assert set(held) == {"due"}
