@@ -137,6 +137,12 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             plan declined (``Snapshot.declined``) runs best effort, never in the deadline
             class (``False``: the verdict is a forecast, the class admits every deadline job
             its share can save, round by round).
+        short_first_s: a deadline job no size can save any more, with at most this many
+            seconds of work left, keeps its place in the class (EDF: it is due already or
+            soonest) on its current size (queued: the GPUs it asked for) instead of running
+            best effort (0: off). Why (issue 26, bench/scheduler/README.md): with tight
+            deadlines the jobs of a minute or two that no size can save waited behind the
+            class for most of an hour.
     """
 
     def __init__(
@@ -302,14 +308,17 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         """
         snapshot, inter_held = rnd.snapshot, rnd.inter_held
         rows, running_rows, dl, nostep = self._rows(rnd, queued, running)
-        short = _short(rows, self.short_first_s, rnd.late, nostep) if dl else {}
-        if short:  # nearly done: before the class, out of it
-            dl = [d for d in dl if d[0].job_id not in short]
         # the deadline class: admitted deadline jobs, EDF, each with its share as its floor
         fixed = sum(row[4] for row in running_rows if row[1].job_id in nostep)
-        fixed += sum(short.values())
         dl_jobs, dl_held = (
-            deadline_class(dl, bulk_pool - fixed, snapshot, self.deadline_margin, self.defer)
+            deadline_class(
+                dl,
+                bulk_pool - fixed,
+                snapshot,
+                self.deadline_margin,
+                self.defer,
+                self.short_first_s,
+            )
             if dl
             else ([], {})
         )
@@ -340,11 +349,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         be_pool = bulk_pool - sum(team_dl.values())
         jobs, late_jobs = admission.jobs(be_pool)
         if dl_jobs:
-            if short:
-                first = [j for j in jobs if j.job_id in short]
-                jobs = first + dl_jobs + [j for j in jobs if j.job_id not in short]
-            else:
-                jobs = dl_jobs + jobs
+            jobs = dl_jobs + jobs
         sizes = self.elastic.allocate(jobs, bulk_pool, snapshot.restart_cost_s)
         if late_jobs:  # preempted recently: the GPUs the others leave
             left = bulk_pool - sum(sizes.values())
@@ -478,20 +483,6 @@ def _read(snapshot: Snapshot) -> _Round:
     return _Round(
         snapshot, free, hold, demand, inter, queued_bulk, late, inter_held, running_bulk, waits
     )
-
-
-def _short(rows: Sequence[Row], short_s: float, late: set[str], nostep: set[str]) -> dict[str, int]:
-    """The bulk jobs whose known remaining work is at most ``short_s`` seconds (late jobs and
-    runs with no step yet out), with the GPUs each is admitted on: a running job's, else
-    its minimum."""
-    if short_s <= 0.0:
-        return {}
-    out: dict[str, int] = {}
-    for _, j, lo, _, cur, _, _ in rows:
-        left = j.remaining_work
-        if left is not None and left <= short_s and j.job_id not in late and j.job_id not in nostep:
-            out[j.job_id] = cur if cur > 0 else lo
-    return out
 
 
 def _may_make_room(
