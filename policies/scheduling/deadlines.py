@@ -11,7 +11,8 @@ A bulk job with a deadline and a known ``remaining_work`` is a **deadline job**.
   remaining run time (what a prediction from a measured rate cannot see);
 * a job no size meets in time is **lost**: it runs best effort, like a job without a deadline
   (serving it first would only make others miss theirs too: EDF's domino effect when
-  overloaded);
+  overloaded), unless it has at most ``short_s`` of work left (``shared``'s
+  ``short_first_s``): then its share is its size, and EDF puts it first (it is due soonest);
 * the others are admitted **earliest deadline first** (Liu and Layland 1973), each on its
   share, while the shares fit the GPUs the deadline class may use (:func:`admit_edf`); a job
   whose share does not fit first displaces admitted jobs whose **slack absorbs** the loss (they
