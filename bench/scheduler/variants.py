@@ -33,6 +33,10 @@ BENCHMARKS.md, raw figures in ``results/``:
 * ``shared-search-log``, ``shared-search-sum``: ``shared`` whose search maximises the
   geometric mean of speedups (``p=0``: ``shared`` itself since it was measured) or their sum
   (``p=1``).
+* ``shared-lost-best-effort``: ``shared`` whose deadline jobs that no size can save run best
+  effort whatever work they have left (``short_first_s=0``, the default before; issue 26);
+  ``shared-short900``: such a job keeps its place in the class with up to 900 s of work left
+  (default 300 s).
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "shared-search-priced": ("shared", {"elastic": SearchElastic(p=-1.0, exact_cells=0)}),
     "shared-search-log": ("shared", {"elastic": SearchElastic(p=0.0)}),
     "shared-search-sum": ("shared", {"elastic": SearchElastic(p=1.0)}),
+    "shared-lost-best-effort": ("shared", {"short_first_s": 0.0}),
+    "shared-short900": ("shared", {"short_first_s": 900.0}),
     "shared-issue25": (
         "shared",
         {"edf": False, "guarantee_growth": True, "elastic": GoodputElastic(count_lost=False)},

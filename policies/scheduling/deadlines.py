@@ -11,7 +11,8 @@ A bulk job with a deadline and a known ``remaining_work`` is a **deadline job**.
   remaining run time (what a prediction from a measured rate cannot see);
 * a job no size meets in time is **lost**: it runs best effort, like a job without a deadline
   (serving it first would only make others miss theirs too: EDF's domino effect when
-  overloaded);
+  overloaded), unless it has at most ``short_s`` of work left (``shared``'s
+  ``short_first_s``): then its share is its size, and EDF puts it first (it is due soonest);
 * the others are admitted **earliest deadline first** (Liu and Layland 1973), each on its
   share, while the shares fit the GPUs the deadline class may use (:func:`admit_edf`); a job
   whose share does not fit first displaces admitted jobs whose **slack absorbs** the loss (they
@@ -83,6 +84,7 @@ def min_share(
     interval_s: float,
     margin_frac: float,
     lost_s: float = 0.0,
+    short_s: float = 0.0,
 ) -> DeadlineShare | None:
     """``job``'s share this round, or ``None``: no deadline, unknown work, or lost.
 
@@ -96,6 +98,9 @@ def min_share(
         interval_s: the gap to the next round (a stopped job restarts no sooner).
         margin_frac: the margin, a fraction of the remaining run time.
         lost_s: seconds of work since its checkpoint (redone after a change; 0 when queued).
+        short_s: a job no size saves, with at most this many seconds of work left (on its
+            reference size), is not lost: its share is that size, with no slack (``shared``'s
+            ``short_first_s``): EDF admits it first (it is due soonest), it displaces nobody.
     """
     deadline, left = job.deadline, job.remaining_work
     if deadline is None or left is None:
@@ -115,7 +120,10 @@ def min_share(
             share = n
             break
     if share == 0:
-        return None
+        if left > short_s or not lo <= ref <= hi:
+            return None
+        # slack 0: it displaces nobody, and is displaced after every job with slack
+        return DeadlineShare(job.job_id, job.team, deadline, job.seq, ref, cur, 0.0)
     # a stop now: back a round later on hi GPUs, the restart paid and the lost work redone
     later = interval_s + restart_cost_s + _time_on(job, left + lost_s, ref, hi)
     can_wait = cur == 0 and (
@@ -172,11 +180,12 @@ def shares_of(
     restart_cost_s: float,
     interval_s: float,
     margin_frac: float,
+    short_s: float = 0.0,
 ) -> list[DeadlineShare]:
     """:func:`min_share` of each ``(job, lo, hi, cur, lost_s)``; lost jobs left out."""
     out: list[DeadlineShare] = []
     for job, lo, hi, cur, lost in jobs:
-        s = min_share(job, lo, hi, cur, now, restart_cost_s, interval_s, margin_frac, lost)
+        s = min_share(job, lo, hi, cur, now, restart_cost_s, interval_s, margin_frac, lost, short_s)
         if s is not None:
             out.append(s)
     return out
@@ -188,6 +197,7 @@ def deadline_class(
     snapshot: Snapshot,
     margin_frac: float,
     defer: bool = False,
+    short_s: float = 0.0,
 ) -> tuple[list[ElasticJob], dict[str, tuple[str, int]]]:
     """The admitted deadline jobs as an elastic allocator sees them (EDF order, each with its
     minimum satisfactory share as its floor), and ``{job id: (team, share)}`` of them.
@@ -200,9 +210,10 @@ def deadline_class(
         snapshot: the round's snapshot.
         margin_frac: see :func:`min_share`.
         defer: leave out the queued jobs that can start a round later on their share.
+        short_s: see :func:`min_share`.
     """
     now = snapshot.now
-    shares = shares_of(dl, now, snapshot.restart_cost_s, snapshot.interval_s, margin_frac)
+    shares = shares_of(dl, now, snapshot.restart_cost_s, snapshot.interval_s, margin_frac, short_s)
     if defer:
         shares = [s for s in shares if not s.can_wait]
     admitted, _ = admit_edf(shares, capacity)

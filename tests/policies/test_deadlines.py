@@ -234,3 +234,33 @@ class TestSharedWithEveryDeadlineDue(contract.TestShared):
             free = snap.total_gpus - sum(len(n) for n in held.values())
             waiting = [q for q in snap.queue if q.job_id not in held and not q.interactive]
             assert all(q.lo > free for q in waiting)
+
+
+def test_a_lost_job_nearly_done_keeps_its_place_in_the_class() -> None:
+    # 'due' (1,000 s of work on 4 GPUs, elastic 2..4, linear) meets its deadline on 4 GPUs
+    # only (on 3: 30 + 1.1 * 1,333 = 1,497 s > 1,200 s); 'lost' is due already (no size saves
+    # it) with 100 s of work left on the 1 GPU it asked for. With short_first_s=0 (the rule
+    # before) 'lost' runs best effort, after the class: 'due' takes its share of 4 and 'lost'
+    # waits. By default (300 s) 'lost' stays in the class on 1 GPU, first by EDF; 'due'
+    # (which could absorb a round's wait) does not fit its share in the 3 GPUs left,
+    # displaces nobody and runs best effort on them
+    due = replace(_bulk("due", 1, deadline=NOW + 1200.0), min_gpus=2, max_gpus=4, speedup=LINEAR)
+    lost = _bulk("lost", 0, gpus=1, deadline=NOW - 10.0, work=100.0)
+    snap = Snapshot(_pool(4), (lost, due), now=NOW)
+    held = apply(snap, _decide(snap, short_first_s=0.0))
+    assert set(held) == {"due"} and len(held["due"]) == 4
+    held = apply(snap, _decide(snap))
+    assert set(held) == {"due", "lost"} and len(held["lost"]) == 1 and len(held["due"]) == 3
+    # with more work left than short_first_s it is lost: best effort
+    longer = replace(snap, queue=(replace(lost, remaining_work=600.0), due))
+    held = apply(longer, _decide(longer))
+    assert set(held) == {"due"}
+
+
+def test_min_share_of_a_lost_job_nearly_done() -> None:
+    # due in 50 s with 100 s of work on its 2 GPUs (elastic 1..2): no size saves it
+    job = replace(_bulk("j", 0, gpus=2, deadline=NOW + 50.0, work=100.0), min_gpus=1, max_gpus=2)
+    assert min_share(job, 1, 2, 0, NOW, 30.0, 60.0, 0.1) is None
+    share = min_share(job, 1, 2, 0, NOW, 30.0, 60.0, 0.1, short_s=100.0)
+    assert share is not None and share.share == 2 and share.slack == 0.0
+    assert min_share(job, 1, 2, 0, NOW, 30.0, 60.0, 0.1, short_s=99.0) is None
