@@ -14,6 +14,12 @@ RESUMED_ONCE = [
 started twice at the same time, and never lost."""
 
 
+HOLDER: dict[str, Any] = {"name": "mlp", "args": {"pace_ms": 100}}
+"""The workload of a job that only holds its GPUs for a while (a filler, an interactive job
+that takes a host): the MLP sleeping 100 ms before each micro-batch (``pace_ms``), so its
+ranks leave the test machine's few cores to the jobs and schedulers under test."""
+
+
 def mlp_job(
     name: str,
     *,

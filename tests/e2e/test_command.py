@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.spec import parse_spec
+from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store.states import JobState
 from orchestrator.workdir import pack
 from tests.e2e.conftest import ROOT, Orch, start_orch
-from tests.e2e.jobs import mlp_job
+from tests.e2e.jobs import HOLDER, mlp_job
 
 EXAMPLE = ROOT / "examples" / "own_script"
 SCRIPTS = ROOT / "tests" / "workers" / "command_dir"
@@ -91,6 +91,11 @@ def _reference_loss(job: dict[str, Any], tuned: dict[str, Any], tmp: Path) -> fl
     return float(out.stdout.split("final loss ")[1].split()[0])
 
 
+def holder(name: str, gpus: int) -> JobSpec:
+    """A bulk job that holds ``gpus`` GPUs past the test's end and never checkpoints."""
+    return mlp_job(name, gpus=gpus, workload=HOLDER, duration_s=600, checkpoint_every=0)
+
+
 def _step(o: Orch, job_id: str) -> int:
     return int(o.store.metrics(job_id).get("step", 0))
 
@@ -103,9 +108,10 @@ def test_the_example_is_preempted_and_resumes_to_the_loss_of_an_uninterrupted_ru
     # Fill the pool (node A: 4 GPUs, node B: 2) so that an interactive job must preempt: two
     # jobs that never checkpoint (all their work would be lost), and the example, which
     # checkpoints every 20 steps (the cheapest to stop).
-    big = o.store.submit(mlp_job("big", gpus=4, duration_s=600, checkpoint_every=0)).id
+    # (paced: they hold their GPUs sleeping, not computing)
+    big = o.store.submit(holder("big", gpus=4)).id
     o.wait(big, {JobState.RUNNING})
-    small = o.store.submit(mlp_job("small", gpus=1, duration_s=600, checkpoint_every=0)).id
+    small = o.store.submit(holder("small", gpus=1)).id
     o.wait(small, {JobState.RUNNING})
 
     job = yaml.safe_load((EXAMPLE / "job.yaml").read_text())

@@ -13,7 +13,7 @@ import pytest
 from orchestrator.runtime.harness_config import job_harness_config
 from orchestrator.store.states import JobState
 from tests.e2e.conftest import Orch
-from tests.e2e.jobs import mlp_job
+from tests.e2e.jobs import HOLDER, mlp_job
 from workers.config import HarnessConfig
 from workers.harness import Harness
 
@@ -64,7 +64,10 @@ def test_bulk_job_grows_then_shrinks_and_trains_on(shared: Orch, hold: Path) -> 
         lambda: _gpus_now(o, job) == 4 and o.store.get(job).state is JobState.RUNNING, 120, "grow"
     )
 
-    inter = o.store.submit(mlp_job("notebook", cls="interactive", gpus=4, steps=400)).id
+    # it holds its 4 GPUs to the test's end, paced: the elastic job's last steps are not
+    # slowed by four ranks computing flat out
+    notebook = mlp_job("notebook", cls="interactive", gpus=4, workload=HOLDER, duration_s=600)
+    inter = o.store.submit(notebook).id
     o.wait(inter, {JobState.RUNNING, JobState.FINISHED}, timeout_s=120)
     assert _gpus_now(o, job) == 2  # gave two GPUs back rather than stopping
     hold.unlink()  # the rest of its steps at full speed

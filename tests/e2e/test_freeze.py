@@ -17,7 +17,7 @@ from typing import Any
 from orchestrator.store import JobStore
 from orchestrator.store.states import JobState
 from tests.e2e.conftest import ROOT
-from tests.e2e.jobs import mlp_job
+from tests.e2e.jobs import HOLDER, mlp_job
 
 _SCHEDULER = textwrap.dedent(
     """
@@ -66,7 +66,9 @@ def test_a_frozen_schedulers_jobs_finish_exactly_once(
     try:
         assert active.stdout is not None and active.stdout.readline().strip() == "active"
         jobs = [
-            store.submit(mlp_job(f"frozen-{i}", duration_s=25, checkpoint_every=20)).id
+            store.submit(
+                mlp_job(f"frozen-{i}", workload=HOLDER, duration_s=25, checkpoint_every=20)
+            ).id
             for i in range(2)
         ]
         _until(lambda: all(store.get(j).state is JobState.RUNNING for j in jobs), "running")

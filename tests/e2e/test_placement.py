@@ -10,7 +10,7 @@ from ray.util.placement_group import placement_group_table
 
 from orchestrator.store.states import JobState
 from tests.e2e.conftest import Orch
-from tests.e2e.jobs import mlp_job
+from tests.e2e.jobs import HOLDER, mlp_job
 
 
 def _bundle_nodes(job_id: str) -> set[str]:
@@ -21,7 +21,7 @@ def _bundle_nodes(job_id: str) -> set[str]:
 
 
 def test_pack_keeps_a_4_gpu_job_on_one_node_and_a_job_that_cannot_fit_waits(orch: Orch) -> None:
-    big = orch.store.submit(mlp_job("big", gpus=4, duration_s=60)).id
+    big = orch.store.submit(mlp_job("big", gpus=4, workload=HOLDER, duration_s=60)).id
     rec = orch.wait(big, {JobState.RUNNING})
     nodes = rec.placement["nodes"] if rec.placement else []
     assert len(nodes) == 4 and len(set(nodes)) == 1

@@ -7,16 +7,24 @@ import math
 import time
 
 from orchestrator.runtime.harness_config import job_harness_config
+from orchestrator.spec import JobSpec
 from orchestrator.store.states import JobState
 from tests.e2e.conftest import Orch
 from tests.e2e.jobs import mlp_job
 from workers.config import HarnessConfig
 from workers.harness import Harness
 
-STEPS = 1000
-# Enough that both bulk jobs are still mid-run when the interactive job (submitted once both have
-# done 40 steps) needs room a round later: 2,000 steps only made the runs and the reference
-# twice as long.
+STEPS = 400
+PACE_MS = 25
+# Both bulk jobs sleep 25 ms before each step (``pace_ms``: the data, and so the training, is
+# the same): still mid-run, 360 steps and 9 s or more from their end, when the interactive job
+# (submitted once both have done 40 steps) needs room a round later, with their six ranks
+# mostly asleep on the test machine's two cores (1,000 steps computed flat out took 51 s).
+
+
+def _bulk(name: str, gpus: int) -> JobSpec:
+    paced = {"name": "mlp", "args": {"pace_ms": PACE_MS}}
+    return mlp_job(name, gpus=gpus, workload=paced, steps=STEPS, checkpoint_every=20)
 
 
 def _steps(o: Orch, job_id: str) -> int:
@@ -26,8 +34,8 @@ def _steps(o: Orch, job_id: str) -> int:
 def test_interactive_job_preempts_bulk_which_resumes_to_the_same_end(shared: Orch) -> None:
     o = shared
     # Fill the pool (node A: 4 GPUs, node B: 2) with two bulk jobs.
-    big = o.store.submit(mlp_job("big", gpus=4, steps=STEPS, checkpoint_every=20)).id
-    small = o.store.submit(mlp_job("small", gpus=2, steps=STEPS, checkpoint_every=20)).id
+    big = o.store.submit(_bulk("big", gpus=4)).id
+    small = o.store.submit(_bulk("small", gpus=2)).id
     for job_id in (big, small):
         o.wait(job_id, {JobState.RUNNING})
     deadline = time.monotonic() + 120
@@ -56,6 +64,7 @@ def test_interactive_job_preempts_bulk_which_resumes_to_the_same_end(shared: Orc
     # parallelism averages gradients, so this is the same training run).
     cfg = job_harness_config(victim.spec)
     cfg["micro_batch"] *= victim.gpus
+    cfg["workload_args"] = {**cfg["workload_args"], "pace_ms": 0}
     reference = Harness(HarnessConfig.from_dict(cfg), num_threads=1).run()
     assert math.isclose(victim.result["loss"], reference.loss or 0.0, rel_tol=1e-3)
     assert math.isclose(

@@ -16,7 +16,7 @@ from redis.retry import Retry
 
 from orchestrator.runtime.harness_config import job_harness_config
 from orchestrator.store.states import JobState
-from tests.e2e.jobs import RESUMED_ONCE, mlp_job
+from tests.e2e.jobs import HOLDER, RESUMED_ONCE, mlp_job
 from tests.multihost.conftest import Cluster
 from workers.config import HarnessConfig
 from workers.harness import Harness
@@ -92,7 +92,9 @@ def test_a_preempted_job_resumes_on_the_other_host_from_its_checkpoint(cluster: 
     c = cluster
     steps = 800
     # An interactive job takes one host (interactive jobs are never preempted)...
-    holder = c.store.submit(mlp_job("holder", cls="interactive", duration_s=300)).id
+    holder = c.store.submit(
+        mlp_job("holder", cls="interactive", workload=HOLDER, duration_s=300)
+    ).id
     c.wait(holder, {JobState.RUNNING})
     (held,) = c.hosts_of(holder)
     bulk = c.store.submit(mlp_job("bulk", steps=steps, checkpoint_every=20)).id
@@ -101,7 +103,9 @@ def test_a_preempted_job_resumes_on_the_other_host_from_its_checkpoint(cluster: 
         c.wait(bulk, {JobState.RUNNING})
         _wait_steps(c, bulk, 40)
         # ...and a second interactive job, with no GPU free, takes the bulk job's host.
-        notebook = c.store.submit(mlp_job("notebook", cls="interactive", duration_s=300)).id
+        notebook = c.store.submit(
+            mlp_job("notebook", cls="interactive", workload=HOLDER, duration_s=300)
+        ).id
         c.wait(notebook, {JobState.RUNNING})
         taken = c.hosts_of(notebook)
         assert c.store.get(bulk).state is JobState.QUEUED

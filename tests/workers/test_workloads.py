@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -109,6 +110,8 @@ def test_builder_crash_names_the_workload() -> None:
         ("gpt", {"n_layer": 2.5}, "'n_layer' must be int"),
         ("gpt", {"d_model": 30, "n_head": 4}, "divisible by n_head"),
         ("mlp", {"hidden": 0}, "'hidden' must be > 0"),
+        ("mlp", {"pace_ms": -1}, "'pace_ms' must be in 0 .. 10000, got -1.0"),
+        ("mlp", {"pace_ms": 60_000}, "'pace_ms' must be in 0 .. 10000, got 60000.0"),
         ("cnn", {"image_size": 30}, "divisible by 2\\*\\*n_layer"),
         ("infer", {"model": "bert"}, "model must be one of gpt, mlp"),
     ],
@@ -116,6 +119,15 @@ def test_builder_crash_names_the_workload() -> None:
 def test_bad_arguments_are_explained(name: str, args: dict[str, object], expected: str) -> None:
     with pytest.raises(WorkloadError, match=expected):
         build_workload(name, dict(args), 0)
+
+
+def test_a_paced_mlp_makes_the_same_data_late() -> None:
+    plain = build_workload("mlp", {}, 0).make_batch(8, 4)
+    paced = build_workload("mlp", {"pace_ms": 50}, 0)
+    start = time.monotonic()
+    batch = paced.make_batch(8, 4)
+    assert time.monotonic() - start >= 0.05
+    assert all(torch.equal(a, b) for a, b in zip(plain, batch, strict=True))
 
 
 def test_string_arguments_are_converted() -> None:

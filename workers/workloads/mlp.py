@@ -1,18 +1,27 @@
-"""``mlp``: a small multi-layer perceptron learning a fixed random teacher's classes."""
+"""``mlp``: a small multi-layer perceptron learning a fixed random teacher's classes.
+
+``pace_ms`` (default 0) makes each micro-batch's data arrive that many milliseconds late, as
+a slow source would (the harness counts it as data wait, not step time; the data is the same):
+a job that must hold its GPUs for a while (a test's or a demo's filler) then sleeps between
+steps instead of computing flat out and slowing everything else on the machine.
+"""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from workers.errors import WorkloadError
 from workers.workloads.base import Batch, Workload, require_positive, take_args
 from workers.workloads.data import dataset_generator, stack_samples
 from workers.workloads.shapes import MLP_DEFAULTS
 
 DEFAULTS: dict[str, Any] = MLP_DEFAULTS  # in shapes: the control plane reads them without torch
+MAX_PACE_MS = 10_000.0
 
 
 class MLP(nn.Module):
@@ -34,8 +43,9 @@ class MLP(nn.Module):
         return self.head(h)
 
 
-def make_data(seed: int, in_features: int, classes: int) -> Any:
-    """``make_batch`` for inputs ~ N(0, 1) labelled by a fixed random linear teacher."""
+def make_data(seed: int, in_features: int, classes: int, pace_ms: float = 0.0) -> Any:
+    """``make_batch`` for inputs ~ N(0, 1) labelled by a fixed random linear teacher, each
+    batch made ``pace_ms`` late."""
     teacher = torch.randn(in_features, classes, generator=dataset_generator(seed))
 
     def sample(gen: torch.Generator) -> tuple[torch.Tensor, ...]:
@@ -43,6 +53,8 @@ def make_data(seed: int, in_features: int, classes: int) -> Any:
         return x, (x @ teacher).argmax()
 
     def make_batch(first: int, count: int) -> Batch:
+        if pace_ms:
+            time.sleep(pace_ms / 1000.0)
         return stack_samples(seed, first, count, sample)
 
     return make_batch
@@ -55,13 +67,23 @@ def classification_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
 
 
 def build(args: dict[str, Any], seed: int) -> Workload:
-    """Build the ``mlp`` workload (arguments: in_features, hidden, n_layer, classes)."""
+    """Build the ``mlp`` workload (arguments: in_features, hidden, n_layer, classes, pace_ms).
+
+    Raises:
+        WorkloadError: an unknown or mistyped argument, a size <= 0, or ``pace_ms`` outside
+            0 .. :data:`MAX_PACE_MS`.
+    """
     a = take_args("mlp", args, DEFAULTS)
     require_positive("mlp", a, ["in_features", "hidden", "classes"])
+    if not 0 <= a["pace_ms"] <= MAX_PACE_MS:
+        raise WorkloadError(
+            f"workload 'mlp': argument 'pace_ms' must be in 0 .. {MAX_PACE_MS:g}, "
+            f"got {a['pace_ms']!r}"
+        )
     model = MLP(a["in_features"], a["hidden"], a["n_layer"], a["classes"])
     return Workload(
         model=model,
         loss=classification_loss,
-        make_batch=make_data(seed, a["in_features"], a["classes"]),
+        make_batch=make_data(seed, a["in_features"], a["classes"], a["pace_ms"]),
         blocks=list(model.blocks),
     )

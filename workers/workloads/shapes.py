@@ -27,7 +27,13 @@ GPT_DEFAULTS: dict[str, Any] = {
     "seq_len": 64,
     "vocab": 256,
 }
-MLP_DEFAULTS: dict[str, Any] = {"in_features": 32, "hidden": 64, "n_layer": 2, "classes": 10}
+MLP_DEFAULTS: dict[str, Any] = {
+    "in_features": 32,
+    "hidden": 64,
+    "n_layer": 2,
+    "classes": 10,
+    "pace_ms": 0.0,
+}
 
 # Megatron-LM's split of a pre-LN block: q, k, v and the MLP's first linear column-wise, the
 # attention output and the MLP's second linear row-wise: two all-reduces per block forward.
