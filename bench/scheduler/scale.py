@@ -14,7 +14,9 @@ Two measurements, on one machine, in one run:
    ``policy.decide`` on a snapshot of the 2,000-GPU pool whose GPUs are all held by running
    Philly jobs (plus the queue: Philly jobs, one in ten an interactive session), ``--reps``
    calls each after one warm-up call: p50 and p99 (nearest rank) of the process's CPU time
-   (``time.process_time``), which other load on a shared machine does not inflate.
+   (``time.process_time``), which other load on a shared machine does not inflate; what the
+   process held before the snapshot is frozen out of the cyclic collector's reach
+   (``gc.freeze``), as the live loop does once started.
 
 Prints the tables, writes ``bench/scheduler/results/scale[-smoke].json`` (or ``--out NAME``:
 ``NAME.json``) and, when matplotlib is installed, ``scale-decision.png`` (``NAME-decision.png``;
@@ -24,6 +26,7 @@ decision time vs queue length, log-log) beside it.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import platform
 import random
@@ -168,15 +171,26 @@ def decision_snapshot(queued: int, nodes: int, seed: int = 0, deadlines: bool = 
 def decision_times(
     name: str, queued: int, nodes: int, reps: int, deadlines: bool = False
 ) -> dict[str, float | str]:
-    """p50/p99 wall time of one ``decide`` call at ``queued`` waiting jobs."""
-    snap = decision_snapshot(queued, nodes, deadlines=deadlines)
-    policy = make_policy(name)
-    policy.decide(snap)  # warm-up (caches, imports)
-    times = []
-    for _ in range(reps):  # CPU time of this process: robust to other load on the machine
-        t0 = time.process_time()
-        policy.decide(snap)
-        times.append(time.process_time() - t0)
+    """p50/p99 CPU time of one ``decide`` call at ``queued`` waiting jobs.
+
+    As in the live loop (``ControlLoop.start`` calls ``gc.freeze()`` once started), what the
+    process holds before the round (modules, the benchmark's earlier state) is out of the
+    cyclic collector's reach; the round's snapshot is not. Without it, a full collection
+    falling in a call (over the whole process) made p99 about 2.5 times p50.
+    """
+    gc.collect()
+    gc.freeze()
+    try:
+        snap = decision_snapshot(queued, nodes, deadlines=deadlines)
+        policy = make_policy(name)
+        policy.decide(snap)  # warm-up (caches, imports)
+        times = []
+        for _ in range(reps):  # CPU time of this process: robust to other load on the machine
+            t0 = time.process_time()
+            policy.decide(snap)
+            times.append(time.process_time() - t0)
+    finally:
+        gc.unfreeze()
     return {
         "policy": name,
         "queued": queued,

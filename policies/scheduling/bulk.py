@@ -6,7 +6,6 @@ from collections import Counter
 from collections.abc import Sequence
 
 from policies.elastic import ElasticJob
-from policies.preemption import lost_work
 from policies.snapshot import QueuedJob, RunningJob
 
 Row = tuple[tuple[int, int, str], QueuedJob | RunningJob, int, int, int, int, float]
@@ -181,6 +180,15 @@ class BulkAdmission:
             floor = floors.get(j.job_id, 0) if floors else 0
             if (touched and j.job_id in touched) or (nostep and j.job_id in nostep):
                 hi = cur  # shrunk for an interactive job, or no step yet: no growth
+            # a row holding GPUs (cur > 0) is a running job's, and its ``gpus`` is what it
+            # holds in the snapshot (``RunningJob.gpus``): ``urgent`` and ``lost_s`` read it
+            # without isinstance or the property (this runs for every job every round)
+            if lost and cur > 0 and gpus:
+                ckpt = j.checkpoint_at  # type: ignore[union-attr]
+                since = now - (started if started > ckpt else ckpt)  # max(ckpt, started)
+                lost_s = gpus * (since if since > 0.0 else 0.0) / gpus  # as lost_work(j) / gpus
+            else:
+                lost_s = 0.0
             ej = ElasticJob(  # positional: this runs for every job every round
                 j.job_id,
                 lo,
@@ -190,10 +198,8 @@ class BulkAdmission:
                 j.speedup,
                 max(floor, kept) if kept else floor,
                 now - started,
-                cur > 0 and isinstance(j, RunningJob) and j.urgent,
-                lost_work(j, now) / j.gpus
-                if lost and cur and isinstance(j, RunningJob) and j.gpus
-                else 0.0,
+                cur > 0 and j.urgent,  # type: ignore[union-attr]
+                lost_s,
             )
             if kept:
                 groups[0 if nostep and j.job_id in nostep else 1].append(ej)

@@ -28,7 +28,10 @@ def unused_preemptions(
     nodes_of = {r.job_id: r.nodes for r in snapshot.running}
     undone: set[str] = set()
     for job_id in reversed(preempted):
-        need = Counter(nodes_of[job_id])
+        nodes = nodes_of[job_id]
+        if nodes and free.get(nodes[-1], 0) <= 0:
+            continue  # the usual case, decided without counting: a GPU of it was taken
+        need = Counter(nodes)
         if all(free.get(n, 0) >= c for n, c in need.items()):
             for n, c in need.items():
                 free[n] -= c

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from policies.preemption import Preemption, VictimIndex
 from policies.scheduling.resize import drop_gpus
-from policies.snapshot import RunningJob, Snapshot
+from policies.snapshot import INTERACTIVE, RunningJob, Snapshot
 
 
 class Room:
@@ -93,7 +93,7 @@ class Room:
         return [
             self.running[k]
             for k in self.hold
-            if k not in self.gone and not self.running[k].interactive
+            if k not in self.gone and self.running[k].job_class != INTERACTIVE  # not .interactive
         ]
 
     def _shrink(self, short: int) -> int:

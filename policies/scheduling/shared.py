@@ -445,7 +445,7 @@ def _read(snapshot: Snapshot) -> _Round:
     now, restart = snapshot.now, snapshot.restart_cost_s
     late_s = late_window(snapshot)
     for q in snapshot.queue:
-        if q.interactive:
+        if q.job_class == INTERACTIVE:  # q.interactive, without the property call
             inter.append(q)
             demand[q.team] = demand.get(q.team, 0) + q.gpus
             continue
