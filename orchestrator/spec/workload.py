@@ -11,7 +11,9 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from orchestrator.spec.base import MAX_SECONDS, SpecModel
+from workers.errors import WorkloadError
 from workers.workloads.registry import BUILTIN_WORKLOADS
+from workers.workloads.shapes import check_args
 
 ENTRY_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
@@ -125,6 +127,11 @@ class WorkloadRef(SpecModel):
             raise ValueError(
                 "a command needs its working directory: orch submit --working-dir DIR job.yaml"
             )
+        if self.name is not None:  # a built-in's arguments, refused now rather than at start
+            try:
+                check_args(self.name, self.args)
+            except WorkloadError as err:
+                raise ValueError(f"args: {err}") from None
         return self
 
     @property

@@ -33,6 +33,8 @@ EXPECTED = {
     "string-floor.json": "sla.throughput.min_samples_per_s must be a number, got 'fast'",
     "bad-objective.yaml": "tuning.objective must be one of 'gpu_seconds' or 'energy', got 'joules'",
     "energy-under-latency.yaml": "tuning.objective 'energy' needs a throughput SLA without",
+    "workload-arg-typo.yaml": "workload: args: workload 'mlp' does not take 'hiden'; its "
+    "arguments are: classes, hidden, in_features, n_layer, pace_ms",
 }
 
 
@@ -252,9 +254,11 @@ def test_a_plan_the_harness_refuses_at_start_is_refused_at_submit() -> None:
         _planned({"tp": 8}, gpus=8, workload={"name": "gpt", "args": {"d_model": 64}})
     with pytest.raises(SpecError, match="'cnn' does not: use dp and zero only"):
         _planned({"pp": 2}, gpus=2, workload="cnn")
-    # a user's model is checked at start (its shape is unknown here), as are bad arguments
+    # a user's model is checked at start (its shape is unknown here); a built-in's bad
+    # arguments are refused here, whatever the plan
     assert _planned({"pp": 4}, workload="pkg.mod:build").run.plan is not None
-    assert _planned({"pp": 4}, workload={"name": "gpt", "args": {"d_model": 30}}).run.plan
+    with pytest.raises(SpecError, match="d_model 30 must be divisible by n_head 4"):
+        _planned({"pp": 4}, workload={"name": "gpt", "args": {"d_model": 30}})
 
 
 def _tuned_plans(bounds: dict[str, object], gpus: object, **args: object) -> JobSpec:

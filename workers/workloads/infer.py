@@ -15,8 +15,9 @@ from torch import nn
 
 from workers.workloads import gpt, mlp
 from workers.workloads.base import Batch, Workload, WorkloadError
+from workers.workloads.shapes import INFER_MODELS
 
-MODELS = ("gpt", "mlp")
+MODELS = INFER_MODELS
 
 
 def forward_only(model: nn.Module, batch: Batch) -> torch.Tensor:

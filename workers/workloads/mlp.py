@@ -15,13 +15,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from workers.errors import WorkloadError
-from workers.workloads.base import Batch, Workload, require_positive, take_args
+from workers.workloads.base import Batch, Workload, take_args
 from workers.workloads.data import dataset_generator, stack_samples
-from workers.workloads.shapes import MLP_DEFAULTS
+from workers.workloads.shapes import MLP_DEFAULTS, check_args
 
 DEFAULTS: dict[str, Any] = MLP_DEFAULTS  # in shapes: the control plane reads them without torch
-MAX_PACE_MS = 10_000.0
 
 
 class MLP(nn.Module):
@@ -71,15 +69,11 @@ def build(args: dict[str, Any], seed: int) -> Workload:
 
     Raises:
         WorkloadError: an unknown or mistyped argument, a size <= 0, or ``pace_ms`` outside
-            0 .. :data:`MAX_PACE_MS`.
+            0 .. ``shapes.MAX_PACE_MS`` (the checks of :func:`~workers.workloads.shapes.check_args`,
+            which the control plane makes at submission).
     """
+    check_args("mlp", args)
     a = take_args("mlp", args, DEFAULTS)
-    require_positive("mlp", a, ["in_features", "hidden", "classes"])
-    if not 0 <= a["pace_ms"] <= MAX_PACE_MS:
-        raise WorkloadError(
-            f"workload 'mlp': argument 'pace_ms' must be in 0 .. {MAX_PACE_MS:g}, "
-            f"got {a['pace_ms']!r}"
-        )
     model = MLP(a["in_features"], a["hidden"], a["n_layer"], a["classes"])
     return Workload(
         model=model,

@@ -62,9 +62,18 @@ def _gpt(args: Mapping[str, Any]) -> ModelShape:
     return ModelShape(blocks=n, heads=h, widths=widths, params=params)
 
 
+MAX_PACE_MS = 10_000.0
+"""The most ``mlp``'s ``pace_ms`` may delay each micro-batch's data (milliseconds)."""
+
+
 def _mlp(args: Mapping[str, Any]) -> ModelShape:
     a = take_args("mlp", args, MLP_DEFAULTS)
     require_positive("mlp", a, ["in_features", "hidden", "classes"])
+    if not 0 <= a["pace_ms"] <= MAX_PACE_MS:
+        raise WorkloadError(
+            f"workload 'mlp': argument 'pace_ms' must be in 0 .. {MAX_PACE_MS:g}, "
+            f"got {a['pace_ms']!r}"
+        )
     i, h, c = a["in_features"], a["hidden"], a["classes"]
     return ModelShape(params=i * h + h + a["n_layer"] * (h * h + h) + h * c + c)
 
@@ -74,10 +83,36 @@ _SHAPES: dict[str, Callable[[Mapping[str, Any]], ModelShape]] = {"gpt": _gpt, "m
 _NO_LAYOUT = ("cnn", "images")
 
 
+INFER_MODELS = ("gpt", "mlp")
+"""The models ``infer`` serves (its ``model`` argument; the rest are that model's)."""
+
+
+def check_args(name: str, args: Mapping[str, Any]) -> None:
+    """Refuse arguments built-in ``name`` would refuse at start, where that needs no torch:
+    unknown names, wrong types, sizes and ranges of ``mlp``, ``gpt`` and ``infer`` (so a job
+    with a typo is refused at submission, not failed once it runs). ``cnn`` and ``images``
+    are checked by their builders when the run starts.
+
+    Raises:
+        WorkloadError: what is wrong, naming the argument and what is allowed.
+    """
+    if name == "infer":
+        rest = dict(args)
+        model = rest.pop("model", "gpt")
+        if model not in INFER_MODELS:
+            raise WorkloadError(
+                f"workload 'infer': model must be one of {', '.join(INFER_MODELS)}, got {model!r}"
+            )
+        name, args = str(model), rest
+    shape = _SHAPES.get(name)
+    if shape is not None:
+        shape(args)
+
+
 def builtin_shape(name: str, args: Mapping[str, Any]) -> ModelShape | None:
     """The shape of built-in workload ``name`` built with ``args``; ``None`` when unknown here
-    (``infer``, a user entry point) or when the arguments are not ones it builds with (the
-    worker says why at start: this is not the place that checks them)."""
+    (``infer``, a user entry point) or when the arguments are not ones it builds with (which
+    :func:`check_args` refuses at submission)."""
     if name in _NO_LAYOUT:
         return ModelShape()
     shape = _SHAPES.get(name)
