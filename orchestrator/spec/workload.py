@@ -13,7 +13,6 @@ from pydantic import Field, field_validator, model_validator
 from orchestrator.spec.base import MAX_SECONDS, SpecModel
 from workers.errors import WorkloadError
 from workers.workloads.registry import BUILTIN_WORKLOADS
-from workers.workloads.shapes import check_args
 
 ENTRY_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
@@ -128,6 +127,10 @@ class WorkloadRef(SpecModel):
                 "a command needs its working directory: orch submit --working-dir DIR job.yaml"
             )
         if self.name is not None:  # a built-in's arguments, refused now rather than at start
+            # imported here: the shapes pull in the plan rules (13 ms), which most readers of a
+            # spec (the CLI's light paths) never need
+            from workers.workloads.shapes import check_args
+
             try:
                 check_args(self.name, self.args)
             except WorkloadError as err:
