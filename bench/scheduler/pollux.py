@@ -17,7 +17,14 @@ Reads the Pollux data from ``$ORCH_POLLUX_TRACES`` or ``bench/data/pollux`` (see
   reproduction's gate: every workload within 10%);
 * the settings explored for issue 16 (not in the default list): :mod:`variants`.
 
-Prints a table and writes ``bench/scheduler/results/pollux[-smoke].json``.
+The same comparison per application (:mod:`per_app`, issue 26): each application's mean JCT
+over the workloads run against the published one (``bench/data/pollux/published-per-app.json``),
+the reproductions' gate being every application within 10% (means per workload can hide errors
+that cancel).
+
+Prints the tables and writes ``bench/scheduler/results/pollux[-smoke].json`` (``rows``: one per
+run, with ``apps``: per application the completed jobs and their mean JCT; ``per_app``: the
+per-application comparison).
 """
 
 from __future__ import annotations
@@ -27,12 +34,15 @@ import json
 import platform
 import sys
 import time
+from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import per_app
 import variants
 
 from orchestrator.sim import Simulator, pollux_workload, uniform_pool
@@ -50,14 +60,20 @@ GATE = 0.10
 """A reproduction passes when every workload's mean JCT is within 10% of the published one."""
 
 
-def run_one(policy: str, load: float, workload: int, limit: int | None) -> dict[str, float]:
-    """Simulate one workload under one policy; return its mean JCT and counters."""
+def run_one(policy: str, load: float, workload: int, limit: int | None) -> dict[str, Any]:
+    """Simulate one workload under one policy; return its mean JCT, counters, and per
+    application (``apps``) the completed jobs and their mean JCT."""
     jobs = pollux_workload(f"workload-{workload}", load, adaptive=policy != "tiresias")
     if limit:
         jobs = jobs[:limit]
     t0 = time.perf_counter()
     result = Simulator(jobs, variants.create(policy), uniform_pool(16, 4)).run()
     s = result.summary()
+    app_of = {j.name: j.app for j in jobs}
+    jcts: dict[str, list[float]] = defaultdict(list)
+    for rec in result.records:
+        if rec.jct is not None:
+            jcts[app_of[rec.name]].append(rec.jct)
     return {
         "policy": policy,
         "load": load,
@@ -67,6 +83,9 @@ def run_one(policy: str, load: float, workload: int, limit: int | None) -> dict[
         "preemptions": s["preemptions"],
         "resizes": s["resizes"],
         "wall_s": time.perf_counter() - t0,
+        "apps": {
+            app: {"jobs": len(v), "mean_jct": sum(v) / len(v)} for app, v in sorted(jcts.items())
+        },
     }
 
 
@@ -84,12 +103,46 @@ def main(argv: list[str] | None = None) -> int:
     loads = [float(x) for x in args.loads.split(",")]
     workloads = [int(x) for x in args.workloads.split(",")]
     if args.smoke:
-        tasks = [("tiresias", 0.5, 3, None)]
+        tasks: list[tuple[str, float, int, int | None]] = [("tiresias", 0.5, 3, None)]
         tasks += [(p, 0.5, 3, 20) for p in ("pollux", "shared", "shared-genetic")]
     else:
         tasks = [(p, load, w, None) for load in loads for p in policies for w in workloads]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         rows = list(pool.map(run_one, *zip(*tasks, strict=True)))
+    print_rows(rows, args.smoke)
+    if not args.smoke:
+        print_table(rows, policies, loads)
+    full = [r for r in rows if not args.smoke or r["policy"] == "tiresias"]
+    published = per_app.load_published()
+    check_published(published)
+    apps = per_app.aggregate(full, published)
+    per_app.print_tables(apps, policies, loads)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"{args.out or ('pollux-smoke' if args.smoke else 'pollux')}.json"
+    meta = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, no GPU",
+        "python": platform.python_version(),
+    }
+    out.write_text(json.dumps({"meta": meta, "rows": rows, "per_app": apps}, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+def check_published(published: per_app.Published) -> None:
+    """Raise unless the per-application figures give :data:`PUBLISHED` per workload (to the
+    rounding of those): the derived file and the table come from the same result files."""
+    for (policy, load), means in PUBLISHED.items():
+        for i, want in enumerate(means, 1):
+            apps = published[(policy, load, i)].values()
+            mean = sum(s for _, s in apps) / sum(n for n, _ in apps)
+            if round(mean) != want:
+                raise ValueError(f"{policy} {load} workload-{i}: per-app mean {mean} != {want}")
+
+
+def print_rows(rows: list[dict[str, Any]], smoke: bool) -> None:
+    """Print one line per run, against the published mean JCT of its workload (smoke: the
+    runs cut to their first jobs show no ratio); set each row's ``published`` and ``ratio``."""
     print(
         f"{'policy':<16} {'load':>4} {'wl':>3} {'jobs':>5} {'mean JCT':>9} {'published':>9} "
         f"{'ratio':>6} {'wall s':>7}"
@@ -100,28 +153,16 @@ def main(argv: list[str] | None = None) -> int:
         pub = PUBLISHED[(ref, r["load"])][i]
         r["published"] = pub
         r["published_against"] = ref
-        full = not args.smoke or r["policy"] == "tiresias"
+        full = not smoke or r["policy"] == "tiresias"
         r["ratio"] = r["mean_jct"] / pub if full else None
         ratio = f"{r['ratio']:6.3f}" if full else "     -"
         print(
             f"{r['policy']:<16} {r['load']:>4} {r['workload']:>3} {r['jobs']:>5} "
             f"{r['mean_jct']:>9.0f} {pub:>9} {ratio} {r['wall_s']:>7.1f}"
         )
-    if not args.smoke:
-        print_table(rows, policies, loads)
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"{args.out or ('pollux-smoke' if args.smoke else 'pollux')}.json"
-    meta = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, no GPU",
-        "python": platform.python_version(),
-    }
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    print(f"wrote {out}")
-    return 0
 
 
-def print_table(rows: list[dict[str, float]], policies: list[str], loads: list[float]) -> None:
+def print_table(rows: list[dict[str, Any]], policies: list[str], loads: list[float]) -> None:
     """The per-workload ratio table: each policy's mean JCT over the published figure it is
     compared with (Tiresias: published Tiresias; the others: published Pollux). The mean is
     the sum of the mean JCTs over the sum of the published ones."""

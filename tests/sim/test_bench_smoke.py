@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,11 @@ def test_pollux_benchmark_smoke() -> None:
         timeout=300,
     )
     assert "tiresias" in out.stdout and "shared-genetic" in out.stdout
-    assert (ROOT / "bench/scheduler/results/pollux-smoke.json").is_file()
+    assert "per application" in out.stdout
+    result = json.loads((ROOT / "bench/scheduler/results/pollux-smoke.json").read_text())
+    # the full run (Tiresias, workload 3 at load 0.5) reproduces each application's mean
+    assert {a["app"] for a in result["per_app"]} >= {"cifar10", "ncf"}
+    assert all(a["gate"] == "pass" for a in result["per_app"])
 
 
 @pytest.mark.skipif(not HAVE_TRACES, reason="Pollux traces not found")
