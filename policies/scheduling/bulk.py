@@ -81,6 +81,7 @@ class BulkAdmission:
         lost: bool = False,
         young_kept: bool = False,
         floor_growth: bool = True,
+        served: bool = False,
     ) -> None:
         self.rows = rows
         self.running_rows = running_rows
@@ -95,6 +96,7 @@ class BulkAdmission:
         self.lost = lost
         self.young_kept = young_kept
         self.floor_growth = floor_growth
+        self.served = served
 
     def jobs(self, bulk_pool: int) -> tuple[list[ElasticJob], list[ElasticJob]]:
         """The jobs of groups 1-4 in admission order, and the late jobs, for ``bulk_pool`` GPUs."""
@@ -193,6 +195,9 @@ class BulkAdmission:
                 cur > 0 and isinstance(j, RunningJob) and j.urgent,
                 lost_work(j, now) / j.gpus
                 if lost and cur and isinstance(j, RunningJob) and j.gpus
+                else 0.0,
+                (j.attained_service + gpus * (now - started) if cur else j.attained_service)
+                if self.served
                 else 0.0,
             )
             if kept:

@@ -152,7 +152,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         preemption: Preemption | str = "cost-aware",
         sharing: TeamSharing | str = "drf",
         elastic: ElasticAllocation | str = "search",
-        min_runtime_s: float = 300.0,
+        min_runtime_s: float = 60.0,
         reclaim_min_runtime_s: float = 0.0,
         las_first_gpu_s: float = 3600.0,
         las_factor: float = 4.0,
@@ -336,6 +336,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             lost=self.elastic.reads_lost,
             young_kept=self.young_kept,
             floor_growth=self.guarantee_growth,
+            served=self.elastic.reads_served,
         )
         be_pool = bulk_pool - sum(team_dl.values())
         jobs, late_jobs = admission.jobs(be_pool)
