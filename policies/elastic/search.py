@@ -71,8 +71,10 @@ class SearchElastic(ElasticAllocation):
             served_scale_s) ** -served_power`` (``ElasticJob.served``: its attained
             GPU-seconds), so the jobs that have run least get more of the spare GPUs: LAS,
             softly, inside the search (the admission's LAS levels order only who is admitted,
-            and on the Pollux workloads nearly every job is). ``0``: no weight (the default).
-            Measured in bench/scheduler/README.md (issue 26, part 5).
+            and on the Pollux workloads nearly every job is). ``0``: no weight. By default
+            4 GPU-hours and 0.5 (issue 26, part 5: with ``shared``'s ``min_runtime_s`` at
+            60 s, 0.896x / 0.856x the published Pollux mean JCT at loads 1.0 / 0.5, against
+            0.920x / 0.878x unweighted at 300 s; bench/scheduler/README.md).
     """
 
     def __init__(
