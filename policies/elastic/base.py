@@ -30,6 +30,8 @@ class ElasticJob:
         lost_s: seconds of work a change of its GPUs throws away (a running job's time since
             its last checkpoint, ``RunningJob.checkpoint_at``; 0 when it checkpoints
             continuously or is queued), on top of the pool's restart cost.
+        served: GPU-seconds it has attained, its current run included (filled only for an
+            allocator whose ``reads_served`` is set; else 0).
     """
 
     job_id: str
@@ -42,6 +44,7 @@ class ElasticJob:
     run_s: float = 0.0
     urgent: bool = False
     lost_s: float = 0.0
+    served: float = 0.0
 
     def rate(self, gpus: int) -> float:
         """Relative goodput on ``gpus`` GPUs."""
@@ -67,6 +70,7 @@ class ElasticAllocation(abc.ABC):
     """
 
     reads_lost: bool = False
+    reads_served: bool = False
 
     @abc.abstractmethod
     def allocate(

@@ -80,6 +80,7 @@ class BulkAdmission:
         lost: bool = False,
         young_kept: bool = False,
         floor_growth: bool = True,
+        served: bool = False,
     ) -> None:
         self.rows = rows
         self.running_rows = running_rows
@@ -94,6 +95,7 @@ class BulkAdmission:
         self.lost = lost
         self.young_kept = young_kept
         self.floor_growth = floor_growth
+        self.served = served
 
     def jobs(self, bulk_pool: int) -> tuple[list[ElasticJob], list[ElasticJob]]:
         """The jobs of groups 1-4 in admission order, and the late jobs, for ``bulk_pool`` GPUs."""
@@ -200,6 +202,9 @@ class BulkAdmission:
                 now - started,
                 cur > 0 and j.urgent,  # type: ignore[union-attr]
                 lost_s,
+                (j.attained_service + gpus * (now - started) if cur else j.attained_service)
+                if self.served
+                else 0.0,
             )
             if kept:
                 groups[0 if nostep and j.job_id in nostep else 1].append(ej)

@@ -113,9 +113,9 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             running jobs keeping their GPUs first; the default before) was 1.20x / 1.21x;
             ``genetic`` (the same objective, searched by Pollux's genetic algorithm) costs
             9-18x ``goodput``'s decision time, ``search`` at most about 2x
-            (bench/scheduler/README.md).
+            (bench/scheduler/README.md). Part 5: weighted by attained service (``search``).
         min_runtime_s: bulk jobs that started this recently are not preempted for other bulk
-            (fairness or goodput).
+            (fairness or goodput). 60 s (one round) since issue 26 part 5, 300 s before.
         reclaim_min_runtime_s: bulk jobs that started this recently are not preempted for a
             team below its guarantee either (0: a guarantee is reclaimed at once; a value above
             ``min_runtime_s`` protects jobs younger than it against fairness and goodput too).
@@ -152,7 +152,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         preemption: Preemption | str = "cost-aware",
         sharing: TeamSharing | str = "drf",
         elastic: ElasticAllocation | str = "search",
-        min_runtime_s: float = 300.0,
+        min_runtime_s: float = 60.0,
         reclaim_min_runtime_s: float = 0.0,
         las_first_gpu_s: float = 3600.0,
         las_factor: float = 4.0,
@@ -336,6 +336,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             lost=self.elastic.reads_lost,
             young_kept=self.young_kept,
             floor_growth=self.guarantee_growth,
+            served=self.elastic.reads_served,
         )
         be_pool = bulk_pool - sum(team_dl.values())
         jobs, late_jobs = admission.jobs(be_pool)

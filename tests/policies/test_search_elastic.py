@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from policies.elastic import ELASTIC, ElasticJob, GeneticElastic, GoodputElastic, SearchElastic
+from policies.elastic.search import EXACT_CELLS as EXACT_CELLS_DEFAULT
 from policies.elastic.search import _Cells, best_counts
 
 DIP = (1.0, 1.9, 2.7, 3.4, 3.0, 4.6, 6.0, 7.2)  # a GPU on a second node costs before it pays
@@ -172,3 +173,23 @@ def test_the_price_picks_each_rows_first_cheapest_count_from_its_cells() -> None
         with np.errstate(invalid="ignore"):
             drop = float(np.max(finite[:, 0] - np.min(finite, axis=1)))
             assert table.spread() == pytest.approx(drop, nan_ok=True)
+
+
+def test_the_served_weight_gives_spare_gpus_to_the_jobs_that_ran_least() -> None:
+    # two queued jobs on the same curve share 6 spare GPUs (each admitted on 1)
+    young = ElasticJob("young", 1, 8, 1, speedup=LINEAR, served=0.0)
+    old = ElasticJob("old", 1, 8, 1, speedup=LINEAR, served=100 * 3600.0)
+    for exact in (EXACT_CELLS_DEFAULT, 0):
+        # no weight: the served GPU-seconds are not read, the split is even
+        plain = SearchElastic(exact_cells=exact, served_scale_s=0.0)
+        assert not plain.reads_served
+        assert plain.allocate([old, young], 8, 30.0) == {"old": 4, "young": 4}
+        weighted = SearchElastic(exact_cells=exact)  # the default: 4 GPU-hours
+        assert weighted.reads_served
+        got = weighted.allocate([old, young], 8, 30.0)
+        assert got["young"] > got["old"] >= 1 and sum(got.values()) == 8
+        # equal service, equal weight: even again
+        same = replace(old, served=0.0)
+        assert weighted.allocate([same, young], 8, 30.0) == {"old": 4, "young": 4}
+    with pytest.raises(ValueError, match="served_scale_s must be >= 0"):
+        SearchElastic(served_scale_s=-1.0)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from policies import SCHEDULING_POLICIES, NodeView, QueuedJob, RunningJob, Snapshot
+from policies.elastic import SearchElastic
 from policies.snapshot import TeamView
 from tests.policies.test_scheduling_contract import apply
 
@@ -100,3 +102,23 @@ def test_an_interactive_start_takes_its_own_teams_bulk_job_first() -> None:
         RunningJob("s2", "bulk", "s", ("n1", "n1"), seq=1, started_at=900.0),
     )
     assert _preempted_for((inter,), borrowing) == ["v1"]
+
+
+def test_the_served_weight_reaches_the_search_through_shared() -> None:
+    # two queued elastic jobs on one 8-GPU node, the same linear curve: one has run 100
+    # GPU-hours before (requeued), the other never ran. Unweighted they split evenly; with the
+    # search's served weight (the default) the one that ran least gets more (shared fills
+    # ``served``).
+    linear = tuple(float(n) for n in range(1, 9))
+    old = QueuedJob("old", "bulk", "a", 1, 0, 0.0, min_gpus=1, max_gpus=8, speedup=linear)
+    old = replace(old, attained_service=100 * 3600.0)
+    new = QueuedJob("new", "bulk", "a", 1, 1, 0.0, min_gpus=1, max_gpus=8, speedup=linear)
+    snap = Snapshot((NodeView("n0", 8, 8),), (old, new), (), now=1000.0, teams=(TeamView("a"),))
+
+    def sizes(**kwargs: object) -> dict[str, int]:
+        decision = SCHEDULING_POLICIES.create("shared", **kwargs).decide(snap)
+        return {job_id: len(nodes) for job_id, nodes in apply(snap, decision).items()}
+
+    assert sizes(elastic=SearchElastic(served_scale_s=0.0)) == {"old": 4, "new": 4}
+    got = sizes()
+    assert got["new"] > got["old"] >= 1 and sum(got.values()) == 8
