@@ -38,10 +38,11 @@ BENCHMARKS.md, raw figures in ``results/``:
   ``shared-short900``: such a job keeps its place in the class with up to 900 s of work left
   (default 300 s).
 * ``shared-part4``: ``shared`` as it was before issue 26 part 5: no served weight in the
-  search (``SearchElastic(served_scale_s=0)``) and a minimum run time of 300 s (now 60 s);
+  search (``SearchElastic(served_scale_s=0)``) and a minimum run time of 300 s (now 120 s);
   ``shared-unserved``: only the first, ``shared-minrt300``: only the second;
-  ``shared-minrt0``: no minimum run time; ``shared-served8h``: the served weight's scale at
-  8 GPU-hours (default 4). Variants are ``shared`` with one change from its current default.
+  ``shared-minrt0``: no minimum run time; ``shared-minrt60``, ``shared-minrt180``: 60 s and
+  180 s; ``shared-served8h``: the served weight's scale at 8 GPU-hours (default 4).
+  Variants are ``shared`` with one change from its current default.
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "shared-unserved": ("shared", {"elastic": SearchElastic(served_scale_s=0.0)}),
     "shared-minrt300": ("shared", {"min_runtime_s": 300.0}),
     "shared-minrt0": ("shared", {"min_runtime_s": 0.0}),
+    "shared-minrt60": ("shared", {"min_runtime_s": 60.0}),
+    "shared-minrt180": ("shared", {"min_runtime_s": 180.0}),
     "shared-served8h": ("shared", {"elastic": SearchElastic(served_scale_s=8 * 3600.0)}),
     "shared-issue25": (
         "shared",

@@ -115,7 +115,8 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             9-18x ``goodput``'s decision time, ``search`` at most about 2x
             (bench/scheduler/README.md). Part 5: weighted by attained service (``search``).
         min_runtime_s: bulk jobs that started this recently are not preempted for other bulk
-            (fairness or goodput). 60 s (one round) since issue 26 part 5, 300 s before.
+            (fairness or goodput). 120 s since issue 26 part 5 (300 s before): the longest
+            with the Pollux workloads at or under 0.90x the published JCT (README, part 5).
         reclaim_min_runtime_s: bulk jobs that started this recently are not preempted for a
             team below its guarantee either (0: a guarantee is reclaimed at once; a value above
             ``min_runtime_s`` protects jobs younger than it against fairness and goodput too).
@@ -152,7 +153,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         preemption: Preemption | str = "cost-aware",
         sharing: TeamSharing | str = "drf",
         elastic: ElasticAllocation | str = "search",
-        min_runtime_s: float = 60.0,
+        min_runtime_s: float = 120.0,
         reclaim_min_runtime_s: float = 0.0,
         las_first_gpu_s: float = 3600.0,
         las_factor: float = 4.0,
