@@ -15,7 +15,7 @@ from orchestrator.config import Settings
 from orchestrator.control.loop import ControlLoop
 from orchestrator.runtime.local import LocalRuntime
 from orchestrator.services import make_policy
-from orchestrator.spec import parse_spec
+from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store import JobStore
 from orchestrator.store.states import JobState
 from policies import Decision, DecisionKind, QueuedJob, RunningJob
@@ -45,9 +45,9 @@ def _report(store: JobStore, job_id: str) -> None:
     )
 
 
-def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
-    store: JobStore, tmp_path: Path
-) -> None:
+def _specs() -> tuple[JobSpec, JobSpec, JobSpec]:
+    """An elastic deadline job (with a memory need), an interactive one with a start-wait
+    target, and a scalable service: between them every fact a policy reads."""
     bulk = parse_spec(
         {
             "name": "deadline",
@@ -81,6 +81,13 @@ def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
             "serve": {"rate_rps": 100},
         }
     )
+    return bulk, inter, service
+
+
+def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
+    store: JobStore, tmp_path: Path
+) -> None:
+    bulk, inter, service = _specs()
     settings = Settings(
         redis_url="unused", namespace=store.namespace, data_dir=tmp_path, guard_hold_s=0.01
     )
