@@ -146,8 +146,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         # a slowdown far above a loaded machine's noise: the smoke run checks that the pieces
-        # connect (a hold of 0 sees it), not how small a slowdown the guard can see
-        args.seconds, args.slow_after, args.slow_ms = 8.0, 4.0, 50.0
+        # connect (a hold of 0 sees it), not how small a slowdown the guard can see; slowed
+        # for twice as long as it ran fast, so the slow steps are well over 5% of the window
+        # and move its p95 however fast the fast steps were (at 4 s and 4 s, fast steps of
+        # 2 ms make them under 4%: a busy CI run once saw no trip at a hold of 0)
+        args.seconds, args.slow_after, args.slow_ms = 12.0, 4.0, 50.0
     reports = record(args.seconds, args.slow_after, args.slow_ms)
     # the window is full (30 s) from then on; a smoke run takes what it has
     warm = 35.0 if args.slow_after > 60 else 0.0
