@@ -1,6 +1,7 @@
 """The SLA guard's noise benchmark runs end to end in smoke mode: a harness run slowed half-way,
-its reports replayed through the guard (its figures are not judged here, only that a hold of 0
-sees the slowdown)."""
+its reports replayed through the guard (its figures are not judged here, only that each check
+sees the slowdown at some hold: a hold of 0 may already have tripped on noise before it, and a
+tripped check reports nothing new until it clears, so on a busy machine it shows "-")."""
 
 from __future__ import annotations
 
@@ -22,5 +23,5 @@ def test_guard_noise_benchmark_smoke() -> None:
     ).stdout
     rows = [line.split() for line in out.splitlines() if line.startswith(("throughput", "latency"))]
     assert {(r[0], r[1]) for r in rows} >= {("throughput", "0"), ("latency", "20")}
-    held0 = {r[0]: r[3] for r in rows if r[1] == "0"}
-    assert held0["throughput"] != "-" and held0["latency"] != "-"  # the slowdown was seen
+    seen = {r[0] for r in rows if r[3] != "-"}
+    assert seen == {"throughput", "latency"}, out  # the slowdown was seen by both checks
