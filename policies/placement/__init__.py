@@ -1,6 +1,6 @@
 """Placement policies, selected by name through ``PLACEMENTS``."""
 
-from policies.placement.base import PLACEMENTS, Placement, without
+from policies.placement.base import PLACEMENTS, FreeIndex, Placement, without
 from policies.placement.most_free import MostFreePlacement
 from policies.placement.pack import PackPlacement
 from policies.placement.spread import SpreadPlacement
@@ -8,6 +8,7 @@ from policies.placement.topology import TopologyPlacement
 
 __all__ = [
     "PLACEMENTS",
+    "FreeIndex",
     "MostFreePlacement",
     "PackPlacement",
     "Placement",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from policies.decisions import Decision, DecisionKind
 from policies.gpu_memory import memory_note, usable
-from policies.placement import Placement
+from policies.placement import FreeIndex, Placement
 from policies.scheduling.churn import unused_preemptions
 from policies.scheduling.resize import drop_gpus, grow_gpus
 from policies.snapshot import QueuedJob, RunningJob, Snapshot
@@ -50,7 +50,7 @@ def apply_sizes(
             and GPUs.
         late: queued jobs preempted last round: they take only what the others leave.
         hold: GPUs each running job holds (updated).
-        free: free GPUs per node (updated).
+        free: free GPUs per node (updated by the releases only).
         preempted: jobs preempted so far this round (updated; the bulk victims are added).
         touched: running jobs shrunk so far this round (updated).
         placement: where new GPUs go.
@@ -59,6 +59,7 @@ def apply_sizes(
     growing, shrinks = _release(
         sizes, queued, kept, hold, free, preempted, touched, placement, snapshot
     )
+    free = FreeIndex(free)  # hundreds of gangs placed one after another: best fit indexed
     # grows and starts, largest first (placement quality), then priority order; then the
     # preemptions whose GPUs nobody took are undone; jobs preempted recently last (they
     # take only what the others leave)
