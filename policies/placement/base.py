@@ -94,25 +94,25 @@ class FreeIndex(dict[str, int]):
         super().__init__(free)
         self._names = list(free)
         self._pos = {n: i for i, n in enumerate(self._names)}
-        # free count -> heap of pool positions; a node may be stale there (its count changed)
-        self._at: dict[int, list[int]] = {}
+        # heaps of pool positions by free count (index); a node may be stale in one (its
+        # count changed since), and is dropped from it when met
+        self._at: list[list[int]] = [[] for _ in range(max(free.values(), default=0) + 1)]
         for i, f in enumerate(free.values()):
             if f > 0:
-                self._at.setdefault(f, []).append(i)  # ascending: already a heap
+                self._at[f].append(i)  # ascending: already a heap
 
     def __setitem__(self, node: str, count: int) -> None:
         dict.__setitem__(self, node, count)
         if count > 0:
-            heap = self._at.get(count)
-            if heap is None:
-                self._at[count] = [self._pos[node]]
-            else:
-                heappush(heap, self._pos[node])
+            at = self._at
+            while count >= len(at):
+                at.append([])
+            heappush(at[count], self._pos[node])
 
     def best_fit(self, gpus: int) -> str | None:
         """:func:`best_fit` over every node (see there)."""
         names, at = self._names, self._at
-        for count in sorted(c for c in at if c >= gpus):
+        for count in range(gpus, len(at)):
             heap = at[count]
             while heap:
                 node = names[heap[0]]
