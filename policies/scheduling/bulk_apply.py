@@ -166,7 +166,8 @@ def place_growth(
                 )
             )
         else:
-            nodes = placement.place(extra, usable(free, snapshot, j))
+            mine = free if j.gpu_memory_gb is None else usable(free, snapshot, j)
+            nodes = placement.place(extra, mine)
             if nodes is None:
                 continue
             for n in nodes:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from policies.preemption import Preemption, VictimIndex
 from policies.scheduling.resize import drop_gpus
-from policies.snapshot import INTERACTIVE, RunningJob, Snapshot
+from policies.snapshot import RunningJob, Snapshot
 
 
 class Room:
@@ -37,6 +37,8 @@ class Room:
         touched: jobs shrunk this round (updated).
         inter_held: GPUs each team's interactive jobs hold, those started this round
             included (read, kept up to date by the caller).
+        bulk: the running bulk jobs with their ``lo``, ``hi`` and snapshot GPUs, in snapshot
+            order (read once per round by the caller).
     """
 
     def __init__(
@@ -49,6 +51,7 @@ class Room:
         preempted: list[str],
         touched: set[str],
         inter_held: Mapping[str, int],
+        bulk: Sequence[tuple[RunningJob, int, int, int]],
     ) -> None:
         self.preemption = preemption
         self.now = snapshot.now
@@ -61,8 +64,10 @@ class Room:
         self.gone = set(preempted)
         self.touched = touched
         self.inter_held = inter_held
+        self.bulk = bulk
         self.running: dict[str, RunningJob] = {}  # by id, once needed
-        self._spare: list[tuple[int, int, str]] | None = None  # heap: (-spare, seq, job id)
+        # heap: (-spare, seq, job id, lo, team), the job id unique (the rest never compared)
+        self._spare: list[tuple[int, int, str, int, str]] = []
         self._victims: VictimIndex | None = None
         self._held: Counter[str] = Counter()  # GPUs per team, once victims are chosen
         self._above: Counter[str] | None = None  # GPUs per team above its guarantee, to shrink
@@ -77,7 +82,7 @@ class Room:
         jobs (a preemption for nothing).
         """
         if self._bulk is None:
-            self._bulk = sum(len(self.hold[r.job_id]) for r in self._live())
+            self._bulk = self._index()
         if short > self._bulk:
             return 0
         left = self._shrink(short)
@@ -86,26 +91,32 @@ class Room:
         self._bulk -= short - left
         return short - left
 
+    def _index(self) -> int:
+        """The shrink order, in one pass over the bulk jobs (the first :meth:`make`; bulk jobs
+        lose GPUs only here, so it stays valid as it is kept); returns the GPUs they hold."""
+        hold, gone = self.hold, self.gone
+        total = 0
+        spare = self._spare
+        for r, lo, _, _ in self.bulk:
+            job_id = r.job_id
+            if job_id in gone:
+                continue
+            held = len(hold[job_id])
+            total += held
+            if held > lo:
+                spare.append((lo - held, r.seq, job_id, lo, r.team))
+        heapq.heapify(spare)
+        self.running = {r.job_id: r for r in self.snapshot.running}
+        return total
+
     def _live(self) -> list[RunningJob]:
         """Running bulk jobs not preempted, in the snapshot's order."""
-        if not self.running:
-            self.running = {r.job_id: r for r in self.snapshot.running}
-        return [
-            self.running[k]
-            for k in self.hold
-            if k not in self.gone and self.running[k].job_class != INTERACTIVE  # not .interactive
-        ]
+        return [r for r, _, _, _ in self.bulk if r.job_id not in self.gone]
 
     def _shrink(self, short: int) -> int:
         """Shrink elastic jobs towards their minimum; return the GPUs still short."""
         hold = self.hold
-        if self._spare is None:
-            self._spare = [
-                (r.lo - len(hold[r.job_id]), r.seq, r.job_id)
-                for r in self._live()
-                if len(hold[r.job_id]) > r.lo
-            ]
-            heapq.heapify(self._spare)
+        if self._above is None:
             # A shrink must not take a team below its guarantee (that is for preemption to
             # decide, borrowed capacity first); teams only lose GPUs during a round.
             self._above = Counter()
@@ -117,11 +128,10 @@ class Room:
         above = self._above
         assert above is not None
         while short > 0 and self._spare:
-            neg_spare, seq, job_id = heapq.heappop(self._spare)
-            spare = len(hold[job_id]) - self.running[job_id].lo
+            neg_spare, seq, job_id, lo, team = heapq.heappop(self._spare)
+            spare = len(hold[job_id]) - lo
             if job_id in self.gone or spare != -neg_spare:
                 continue  # stale: only the shrinks below change a job's spare GPUs
-            team = self.running[job_id].team
             take = min(spare, short, above[team])
             if take <= 0:
                 continue  # its team is at its guarantee: it stays as it is this round
@@ -132,7 +142,7 @@ class Room:
             above[team] -= take
             self.touched.add(job_id)
             if spare > take and above[team] > 0:
-                heapq.heappush(self._spare, (take - spare, seq, job_id))
+                heapq.heappush(self._spare, (take - spare, seq, job_id, lo, team))
         return short
 
     def _preempt(self, short: int, team: str, gpus: int) -> int:

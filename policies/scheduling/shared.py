@@ -221,7 +221,15 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         inter = rnd.inter
         inter.sort(key=lambda q: (q.submitted_at + q.wait_target_s, q.seq, q.job_id))
         room = Room(
-            self.preemption, snapshot, hold, free, ent, rnd.preempted, rnd.touched, inter_held
+            self.preemption,
+            snapshot,
+            hold,
+            free,
+            ent,
+            rnd.preempted,
+            rnd.touched,
+            inter_held,
+            rnd.running_bulk,
         )
         services = services_to_resize(snapshot)
         if services:  # services first: they are measured at risk (or idle) now
