@@ -174,25 +174,50 @@ class BulkAdmission:
                 after a reclaim, what the reclaim leaves them).
         """
         now, late, nostep, touched, lost = self.now, self.late, self.nostep, self.touched, self.lost
+        served = self.served
         room = dict(self.room)
         groups: tuple[list[ElasticJob], ...] = ([], [], [], [], [])
-        for _, j, lo, hi, cur, gpus, started in self.rows:
-            team = j.team
-            kept = keep.get(j.job_id, 0) if cur > 0 and keep else 0
-            floor = floors.get(j.job_id, 0) if floors else 0
-            if (touched and j.job_id in touched) or (nostep and j.job_id in nostep):
-                hi = cur  # shrunk for an interactive job, or no step yet: no growth
-            # a row holding GPUs (cur > 0) is a running job's, and its ``gpus`` is what it
-            # holds in the snapshot (``RunningJob.gpus``): ``urgent`` and ``lost_s`` read it
-            # without isinstance or the property (this runs for every job every round)
-            if lost and cur > 0 and gpus:
+        nostep_g, kept_g, within, rest, late_g = groups
+        # the job id from the row's key (it ends with it): this runs for every job every round
+        for (_, _, job_id), j, lo, hi, cur, gpus, started in self.rows:
+            floor = floors.get(job_id, 0) if floors else 0
+            if cur <= 0:  # queued: nothing kept, nothing lost, not urgent
+                ej = ElasticJob(  # positional: this runs for every job every round
+                    job_id,
+                    lo,
+                    hi if hi >= lo else lo,
+                    gpus,
+                    cur,
+                    j.speedup,
+                    floor,
+                    now - started,
+                    False,
+                    0.0,
+                    j.attained_service if served else 0.0,
+                )
+                if late and job_id in late:
+                    late_g.append(ej)
+                elif room.get(j.team, 0) >= lo:
+                    room[j.team] -= lo
+                    within.append(ej)
+                else:
+                    rest.append(ej)
+                continue
+            kept = keep.get(job_id, 0) if keep else 0
+            no_step = nostep and job_id in nostep
+            if no_step or (touched and job_id in touched):
+                hi = cur  # no step yet, or shrunk for an interactive job: no growth
+            # a row holding GPUs is a running job's, and its ``gpus`` is what it holds in the
+            # snapshot (``RunningJob.gpus``): ``urgent`` and ``lost_s`` read it without
+            # isinstance or the property
+            if lost and gpus:
                 ckpt = j.checkpoint_at  # type: ignore[union-attr]
                 since = now - (started if started > ckpt else ckpt)  # max(ckpt, started)
                 lost_s = gpus * (since if since > 0.0 else 0.0) / gpus  # as lost_work(j) / gpus
             else:
                 lost_s = 0.0
-            ej = ElasticJob(  # positional: this runs for every job every round
-                j.job_id,
+            ej = ElasticJob(
+                job_id,
                 lo,
                 hi if hi >= lo else lo,
                 gpus,
@@ -200,21 +225,19 @@ class BulkAdmission:
                 j.speedup,
                 max(floor, kept) if kept else floor,
                 now - started,
-                cur > 0 and j.urgent,  # type: ignore[union-attr]
+                j.urgent,  # type: ignore[union-attr]
                 lost_s,
-                (j.attained_service + gpus * (now - started) if cur else j.attained_service)
-                if self.served
-                else 0.0,
+                j.attained_service + gpus * (now - started) if served else 0.0,
             )
             if kept:
-                groups[0 if nostep and j.job_id in nostep else 1].append(ej)
-            elif late and j.job_id in late:
-                groups[4].append(ej)
-            elif room.get(team, 0) >= lo:
-                room[team] -= lo
-                groups[2].append(ej)
+                (nostep_g if no_step else kept_g).append(ej)
+            elif late and job_id in late:
+                late_g.append(ej)
+            elif room.get(j.team, 0) >= lo:
+                room[j.team] -= lo
+                within.append(ej)
             else:
-                groups[3].append(ej)
+                rest.append(ej)
         return groups
 
     def _reclaim(
