@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from policies.preemption import Preemption, VictimIndex
 from policies.scheduling.resize import drop_gpus
-from policies.snapshot import RunningJob, Snapshot
+from policies.snapshot import INTERACTIVE, RunningJob, Snapshot
 
 
 class Room:
@@ -65,12 +65,13 @@ class Room:
         self.touched = touched
         self.inter_held = inter_held
         self.bulk = bulk
-        self.running: dict[str, RunningJob] = {}  # by id, once needed
+        self.running: dict[str, RunningJob] = {}  # by id, once victims are chosen
         # heap: (-spare, seq, job id, lo, team), the job id unique (the rest never compared)
         self._spare: list[tuple[int, int, str, int, str]] = []
         self._victims: VictimIndex | None = None
         self._held: Counter[str] = Counter()  # GPUs per team, once victims are chosen
         self._above: Counter[str] | None = None  # GPUs per team above its guarantee, to shrink
+        self._team_bulk: Counter[str] = Counter()  # GPUs per team's bulk jobs, first make
         self._bulk: int | None = None  # GPUs bulk jobs hold, once needed
 
     def make(self, short: int, team: str, gpus: int) -> int:
@@ -94,7 +95,7 @@ class Room:
     def _index(self) -> int:
         """The shrink order, in one pass over the bulk jobs (the first :meth:`make`; bulk jobs
         lose GPUs only here, so it stays valid as it is kept); returns the GPUs they hold."""
-        hold, gone = self.hold, self.gone
+        hold, gone, team_bulk = self.hold, self.gone, self._team_bulk
         total = 0
         spare = self._spare
         for r, lo, _, _ in self.bulk:
@@ -103,10 +104,10 @@ class Room:
                 continue
             held = len(hold[job_id])
             total += held
+            team_bulk[r.team] += held
             if held > lo:
                 spare.append((lo - held, r.seq, job_id, lo, r.team))
         heapq.heapify(spare)
-        self.running = {r.job_id: r for r in self.snapshot.running}
         return total
 
     def _live(self) -> list[RunningJob]:
@@ -119,10 +120,10 @@ class Room:
         if self._above is None:
             # A shrink must not take a team below its guarantee (that is for preemption to
             # decide, borrowed capacity first); teams only lose GPUs during a round.
-            self._above = Counter()
-            for k, nodes in hold.items():
-                if k not in self.gone:
-                    self._above[self.running[k].team] += len(nodes)
+            self._above = above = Counter(self._team_bulk)  # bulk jobs: as when first made
+            for r in self.snapshot.running:  # interactive ones: as they hold now
+                if r.job_class == INTERACTIVE and r.job_id not in self.gone:  # not .interactive
+                    above[r.team] += len(hold[r.job_id])
             for team in self._above:
                 self._above[team] -= self.guarantee.get(team, 0)
         above = self._above
@@ -156,6 +157,7 @@ class Room:
         """
         hold, held = self.hold, self._held
         if self._victims is None:
+            self.running = {r.job_id: r for r in self.snapshot.running}
             current = [
                 RunningJob(
                     r.job_id,

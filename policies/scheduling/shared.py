@@ -319,7 +319,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         snapshot, inter_held = rnd.snapshot, rnd.inter_held
         rows, running_rows, dl, nostep = self._rows(rnd, queued, running)
         # the deadline class: admitted deadline jobs, EDF, each with its share as its floor
-        fixed = sum(row[4] for row in running_rows if row[1].job_id in nostep)
+        fixed = sum(row[4] for row in running_rows if row[0][2] in nostep) if nostep else 0
         how = (self.deadline_margin, self.defer, self.short_first_s)
         dl_jobs, dl_held = deadline_class(dl, bulk_pool - fixed, snapshot, *how) if dl else ([], {})
         if dl_jobs:
@@ -385,23 +385,25 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         running_rows: list[Row] = []
         nostep: set[str] = set()
         for r, lo, hi, gpus in running:
-            run = now - r.started_at
+            job_id, started = r.job_id, r.started_at
+            run = now - started
             served = r.attained_service + gpus * (run if run > 0.0 else 0.0)
             level = 0 if fifo or served < first else level_of(served, first, factor)
             # the GPUs it holds now: its own unless an interactive job made it shrink
-            cur = len(hold[r.job_id]) if touched and r.job_id in touched else gpus
-            running_rows.append(((level, r.seq, r.job_id), r, lo, hi, cur, gpus, r.started_at))
+            shrunk = touched and job_id in touched
+            cur = len(hold[job_id]) if shrunk else gpus
+            running_rows.append(((level, r.seq, job_id), r, lo, hi, cur, gpus, started))
             stepped = r.stepped(now)
             if not stepped:
-                nostep.add(r.job_id)
+                nostep.add(job_id)
             # one that may not change size this round (no step yet, or shrunk for an
             # interactive job) keeps what it holds: it is not in the class this round
             if (
                 edf
                 and r.deadline is not None
                 and stepped
-                and not (touched and r.job_id in touched)
-                and not (declined and r.job_id in declined)
+                and not shrunk
+                and not (declined and job_id in declined)
             ):
                 dl.append((r, lo, hi, cur, lost_work(r, now) / gpus if gpus else 0.0))
         rows += running_rows
