@@ -63,11 +63,16 @@ def best_fit(gpus: int, free: Mapping[str, int], among: Iterable[str] | None = N
 
     Args:
         gpus: GPUs the node must have free, at least 1.
-        free: free GPUs per node id.
+        free: free GPUs per node id (a :class:`FreeIndex` answers from its index).
         among: the nodes to consider, in the order ties go by (default: every node, pool order).
     """
     if among is None and type(free) is FreeIndex:
         return free.best_fit(gpus)
+    return _scan(gpus, free, among)
+
+
+def _scan(gpus: int, free: Mapping[str, int], among: Iterable[str] | None) -> str | None:
+    """:func:`best_fit` by looking at every node (with free GPUs, or ``among``)."""
     best: str | None = None
     most = 0
     for n in compress(free, free.values()) if among is None else among:
@@ -80,38 +85,46 @@ def best_fit(gpus: int, free: Mapping[str, int], among: Iterable[str] | None = N
 
 
 class FreeIndex(dict[str, int]):
-    """Free GPUs per node (a ``dict``, pool order) that keeps its nodes by free count, so
-    :func:`best_fit` over the whole pool looks at a few nodes instead of scanning them all.
+    """Free GPUs per node (a ``dict``, pool order) that files its nodes by free count once
+    placements come one after another, so :func:`best_fit` over the whole pool looks at a few
+    nodes instead of scanning them all.
 
-    For a round that places hundreds of gangs one after another (``shared`` starts about 900
-    at 1,000 queued jobs, most of one GPU): a scan per gang was a third of the round. Every
+    For a round that places hundreds of gangs in a row (``shared`` starts about 900 at 1,000
+    queued jobs, most of one GPU), a scan per gang was a third of the round; building the index
+    costs about ten scans, so the first :data:`SCANS` calls scan (most rounds place a few). Every
     change goes through ``free[node] = count`` (``-=``, ``+=``), which files the node under its
     new count; entries left under an old count are dropped when met (lazily). Same answers as
     the scan: the fewest free GPUs that hold the gang, the first in pool order among those.
     """
 
+    SCANS = 8
+
     def __init__(self, free: Mapping[str, int]) -> None:
         super().__init__(free)
-        self._names = list(free)
-        self._pos = {n: i for i, n in enumerate(self._names)}
-        # heaps of pool positions by free count (index); a node may be stale in one (its
-        # count changed since), and is dropped from it when met
-        self._at: list[list[int]] = [[] for _ in range(max(free.values(), default=0) + 1)]
-        for i, f in enumerate(free.values()):
-            if f > 0:
-                self._at[f].append(i)  # ascending: already a heap
+        self._scans = 0
+        self._names: list[str] = []
+        self._pos: dict[str, int] = {}
+        # heaps of pool positions by free count (the index), once built: a node may be stale
+        # in one (its count changed since), and is dropped from it when met
+        self._at: list[list[int]] | None = None
 
     def __setitem__(self, node: str, count: int) -> None:
         dict.__setitem__(self, node, count)
-        if count > 0:
-            at = self._at
+        at = self._at
+        if at is not None and count > 0:
             while count >= len(at):
                 at.append([])
             heappush(at[count], self._pos[node])
 
     def best_fit(self, gpus: int) -> str | None:
         """:func:`best_fit` over every node (see there)."""
-        names, at = self._names, self._at
+        at = self._at
+        if at is None:
+            self._scans += 1
+            if self._scans <= self.SCANS:
+                return _scan(gpus, self, None)
+            at = self._build()
+        names = self._names
         for count in range(gpus, len(at)):
             heap = at[count]
             while heap:
@@ -120,3 +133,14 @@ class FreeIndex(dict[str, int]):
                     return node
                 heappop(heap)  # stale: the node has another count now
         return None
+
+    def _build(self) -> list[list[int]]:
+        """The index, from the counts as they are."""
+        self._names = names = list(self)
+        self._pos = {n: i for i, n in enumerate(names)}
+        at: list[list[int]] = [[] for _ in range(max(self.values(), default=0) + 1)]
+        for i, f in enumerate(self.values()):
+            if f > 0:
+                at[f].append(i)  # ascending: already a heap
+        self._at = at
+        return at

@@ -110,17 +110,18 @@ def _release(
     # bulk shrinks and preemptions release first; the jobs to grow or start are noted
     growing: list[QueuedJob | RunningJob] = [q for q, _, _ in queued if sizes.get(q.job_id, 0) > 0]
     for r, _, _, _ in kept:
-        target = sizes.get(r.job_id, 0)
-        holds = len(hold[r.job_id])
+        job_id = r.job_id
+        target = sizes.get(job_id, 0)
+        holds = len(hold[job_id])
         if target == 0:
-            preempted.append(r.job_id)
-            for n in hold.pop(r.job_id):
+            preempted.append(job_id)
+            for n in hold.pop(job_id):
                 free[n] += 1
         elif target < holds:
-            smaller = hold[r.job_id] = list(hold[r.job_id])
+            smaller = hold[job_id] = list(hold[job_id])
             for n in drop_gpus(smaller, holds - target):
                 free[n] += 1
-            touched.add(r.job_id)
+            touched.add(job_id)
         elif target > holds:
             growing.append(r)
     shrinks = [
