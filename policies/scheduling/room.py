@@ -6,9 +6,10 @@ import heapq
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from policies.gpu_memory import capacity
 from policies.preemption import Preemption, VictimIndex
 from policies.scheduling.resize import drop_gpus
-from policies.snapshot import INTERACTIVE, RunningJob, Snapshot
+from policies.snapshot import INTERACTIVE, QueuedJob, RunningJob, Snapshot
 
 
 class Room:
@@ -91,6 +92,15 @@ class Room:
             left = self._preempt(left, team, gpus)
         self._bulk -= short - left
         return short - left
+
+    def may_make(self, job: QueuedJob, small: frozenset[str]) -> bool:
+        """Whether :meth:`make` may free GPUs for an interactive ``job`` that ``small`` nodes
+        are too small for: only when it fits the other nodes at all and no bulk job holds a GPU
+        on ``small`` (:meth:`make` frees GPUs wherever bulk jobs hold them)."""
+        if job.gpus > capacity(self.snapshot, job):
+            return False
+        hold = self.hold
+        return not any(any(n in small for n in hold.get(r.job_id, ())) for r, _, _, _ in self.bulk)
 
     def _index(self) -> int:
         """The shrink order, in one pass over the bulk jobs (the first :meth:`make`; bulk jobs

@@ -243,7 +243,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             short = q.gpus - (sum(mine.values()) if small else free_total)
             # the room is made wherever bulk GPUs are: with nodes too small for the job, only
             # when no bulk job is on those and it can fit at all (never a preemption for nothing)
-            if short > 0 and (not small or _may_make_room(q, small, hold, snapshot)):
+            if short > 0 and (not small or room.may_make(q, small)):
                 free_total += room.make(short, q.team, q.gpus)
                 mine = without(free, small)
             nodes = self.placement.place(q.gpus, mine) if q.gpus <= free_total else None
@@ -485,20 +485,6 @@ def _read(snapshot: Snapshot) -> _Round:
             demand[r.team] = demand.get(r.team, 0) + (hi if hi > gpus else gpus)
     return _Round(
         snapshot, free, hold, demand, inter, queued_bulk, late, inter_held, running_bulk, waits
-    )
-
-
-def _may_make_room(
-    job: QueuedJob, small: frozenset[str], hold: dict[str, Sequence[str]], snapshot: Snapshot
-) -> bool:
-    """Whether bulk GPUs may be freed for an interactive ``job`` that ``small`` nodes are too
-    small for: only when it fits the other nodes at all and no bulk job holds a GPU on
-    ``small`` (``Room`` frees GPUs wherever bulk jobs hold them)."""
-    if job.gpus > capacity(snapshot, job):
-        return False
-    return not any(
-        not r.interactive and any(n in small for n in hold.get(r.job_id, ()))
-        for r in snapshot.running
     )
 
 

@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies import PLACEMENTS, PackPlacement, Placement, SpreadPlacement, UnknownPolicyError
-from policies.placement import MostFreePlacement, TopologyPlacement
+from policies.placement import FreeIndex, MostFreePlacement, TopologyPlacement
+from policies.placement.base import best_fit
 
 free_maps = st.lists(st.integers(min_value=0, max_value=8), min_size=1, max_size=6).map(
     lambda xs: {f"node{i}": x for i, x in enumerate(xs)}
@@ -121,3 +122,30 @@ def test_a_policy_is_named_as_users_type_it_through_its_wrappers() -> None:
         assert SCHEDULING_POLICIES.name_of(TeamCaps(policy)) == name
     assert PLACEMENTS.name_of(PackPlacement()) == "pack"
     assert PLACEMENTS.name_of(object()) == "object"  # not registered: its class
+
+
+@settings(max_examples=200)
+@given(
+    free=st.lists(st.integers(min_value=-1, max_value=8), min_size=1, max_size=12).map(
+        lambda xs: {f"node{i}": x for i, x in enumerate(xs)}
+    ),
+    steps=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=11), st.integers(min_value=-1, max_value=9)),
+        max_size=40,
+    ),
+)
+def test_free_index_places_as_the_plain_dict(
+    free: dict[str, int], steps: list[tuple[int, int]]
+) -> None:
+    """A FreeIndex changed node by node answers every placement as the plain dict would, before
+    and after its index is built (it scans the first ``SCANS`` calls)."""
+    plain, index = dict(free), FreeIndex(free)
+    placement = TopologyPlacement()
+    nodes = list(free)
+    for i, count in steps:
+        node = nodes[i % len(nodes)]
+        plain[node] = index[node] = count
+        assert index == plain
+        for gpus in range(1, 10):
+            assert best_fit(gpus, index) == best_fit(gpus, dict(plain))
+            assert placement.place(gpus, index) == placement.place(gpus, dict(plain))
