@@ -59,14 +59,13 @@ def apply_sizes(
     growing, shrinks = _release(
         sizes, queued, kept, hold, free, preempted, touched, placement, snapshot
     )
-    free = FreeIndex(free)  # hundreds of gangs placed one after another: best fit indexed
+    free = FreeIndex(free)  # up to hundreds of gangs placed one after another
     # grows and starts, largest first (placement quality), then priority order; then the
     # preemptions whose GPUs nobody took are undone; jobs preempted recently last (they
     # take only what the others leave)
     growing.sort(key=lambda j: -sizes[j.job_id])
-    grows = place_growth(
-        [j for j in growing if j.job_id not in late], sizes, hold, free, placement, snapshot
-    )
+    first = [j for j in growing if j.job_id not in late] if late else growing
+    grows = place_growth(first, sizes, hold, free, placement, snapshot)
     if preempted:
         undone = unused_preemptions(preempted, snapshot, free)
         preempted[:] = [job_id for job_id in preempted if job_id not in undone]
