@@ -47,7 +47,9 @@ def test_bulk_job_grows_then_shrinks_and_trains_on(shared: Orch, hold: Path) -> 
         "args": {"slow_ms": SLOW_MS, "hold": str(hold)},
     }
     # 6 GPUs: a rigid 4-GPU job and an elastic one (1-4 GPUs, global batch 16 = 8 x 2 GPUs).
-    filler = o.store.submit(mlp_job("filler", gpus=4, steps=300)).id
+    # The filler only holds its 4 GPUs for 15 s, paced (its four ranks computing flat out took
+    # the cores the jobs under test need)
+    filler = o.store.submit(mlp_job("filler", gpus=4, workload=HOLDER, duration_s=15)).id
     spec = mlp_job(
         "elastic",
         gpus={"min": 1, "max": 4},

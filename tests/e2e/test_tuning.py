@@ -153,8 +153,9 @@ def test_a_trial_that_runs_out_of_memory_stops_the_gang_and_tuning_goes_on(
     )
     try:
         # up to 16, the first micro-batch that does not fit: 32 too only added a second OOM
-        # (and a second gang replaced) before the search came back down to 16
-        space = SearchSpace(micro_batches=(2, 4, 8, 16), gpus=(1, 2), shardings=("ddp", "fsdp"))
+        # (and a second gang replaced) before the search came back down to 16; from 4, the
+        # least below the boundary that still makes it a search (2 only added trials)
+        space = SearchSpace(micro_batches=(4, 8, 16), gpus=(1, 2), shardings=("ddp", "fsdp"))
         result = Tuner(
             space, Goal("latency", ceiling_ms=10_000.0), ev, STRATEGIES.create("sla"), patience=None
         ).run()
