@@ -234,15 +234,23 @@ class Simulator(DecisionApplier):
         nxt = math.inf
         if arrivals < len(self.jobs):
             nxt = self.jobs[arrivals].spec.submit_time
-        now = self.now
-        for job in self.running.values():
-            done_at = now + job.restart_left + job.model.remaining_time(job.placement)
-            if done_at < nxt:
-                nxt = done_at
         if self.queued:
             nxt = min(nxt, self.now + cfg.max_idle_s)
-        gap = max(step, math.ceil((nxt - self.now) / step - 1e-9) * step)
-        return self.now + gap
+        # the gap only grows with ``nxt``, and is never below a step: when the next arrival
+        # (or the idle limit) is within one step, no completion can make it shorter, and
+        # the running jobs' completions are not asked for (half the rounds, every job each)
+        if nxt == math.inf or self._gap_to(nxt) > step:
+            now = self.now
+            for job in self.running.values():
+                done_at = now + job.restart_left + job.model.remaining_time(job.placement)
+                if done_at < nxt:
+                    nxt = done_at
+        return self.now + self._gap_to(nxt)
+
+    def _gap_to(self, nxt: float) -> float:
+        """The step from now to the first round at or after ``nxt`` (at least one step)."""
+        step = self.config.interval_s
+        return max(step, math.ceil((nxt - self.now) / step - 1e-9) * step)
 
     def _advance(self, until: float) -> bool:
         """Run the jobs until ``until``; whether any of them did work (past its restart)."""
@@ -256,9 +264,14 @@ class Simulator(DecisionApplier):
         team_held: dict[str, int] = {}
         if self.services:
             self.services.serve(self.by_id, self.now, dt)
+        now = self.now
+        completed = self._completed
+        # every running job every round: the usual job (no restart left, no checkpoint to
+        # take) costs a team count and one step of its model
         for job in self.running.values():
             gpus = len(job.nodes)
-            team_held[job.team] = team_held.get(job.team, 0) + gpus
+            team = job.team
+            team_held[team] = team_held.get(team, 0) + gpus
             if job.completed_at is not None:
                 continue
             left = dt
@@ -267,22 +280,23 @@ class Simulator(DecisionApplier):
                 job.restart_left -= d
                 left -= d
                 restarting += d * gpus
-            if left > 0:
-                progressed = True
-            ckpt = job.checkpoint_s
-            elapsed = dt - left
-            if ckpt <= 0:  # the usual case: one step, no checkpoint to take
-                used = job.model.advance(job.placement, left) if left > 0 else None
-                if used is not None:
-                    job.completed_at = self.now + elapsed + used
-                    self._completed.append(job)
+            if left <= 0:  # restarting all along: no work, no checkpoint clock
                 continue
+            progressed = True
+            ckpt = job.checkpoint_s
+            if ckpt <= 0:  # the usual case: one step, no checkpoint to take
+                used = job.model.advance(job.placement, left)
+                if used is not None:
+                    job.completed_at = now + (dt - left) + used
+                    completed.append(job)
+                continue
+            elapsed = dt - left
             while left > 0:
                 chunk = min(left, ckpt - job.since_ckpt) if ckpt > 0 else left
                 used = job.model.advance(job.placement, chunk)
                 if used is not None:
-                    job.completed_at = self.now + elapsed + used
-                    self._completed.append(job)
+                    job.completed_at = now + elapsed + used
+                    completed.append(job)
                     break
                 elapsed += chunk
                 left -= chunk
