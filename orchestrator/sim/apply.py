@@ -26,6 +26,7 @@ class DecisionApplier:
     running: dict[str, SimJob]
     free: dict[str, int]
     _changed: set[str]
+    _team_gpus: dict[str, int]
 
     def _apply(self, d: Decision) -> None:
         job = self.by_id.get(d.job_id)
@@ -93,6 +94,7 @@ class DecisionApplier:
             self.free[node] -= count
         self._changed.update(need)
         job.nodes = tuple(d.nodes)
+        self._team_gpus[job.team] = self._team_gpus.get(job.team, 0) + len(job.nodes)
         job.placement = placement_of(job.nodes)
         model = job.model
         job.start_s = (
@@ -124,6 +126,7 @@ class DecisionApplier:
         for node in job.nodes:
             self.free[node] += 1
         self._changed.update(job.nodes)
+        self._team_gpus[job.team] -= len(job.nodes)
         job.nodes = ()
         job.placement = ()
         job.view = None

@@ -145,6 +145,9 @@ class Simulator(DecisionApplier):
         self._changed: set[str] = set()  # nodes whose free GPUs changed since the last snapshot
         self._completed: list[SimJob] = []  # running jobs that completed in the last interval
         self._asked = 0  # GPUs the queued and running jobs asked for
+        # GPUs held per team, kept by taking and releasing (as ``Usage.add`` reads it: every
+        # team that has held GPUs, in the order each first did, 0 once it holds none)
+        self._team_gpus: dict[str, int] = {}
 
     def _node_view(self, node_id: str) -> NodeView:
         return NodeView(
@@ -261,17 +264,13 @@ class Simulator(DecisionApplier):
         # jobs make the same demand under every policy)
         demand = self._asked
         restarting = 0.0
-        team_held: dict[str, int] = {}
         if self.services:
             self.services.serve(self.by_id, self.now, dt)
         now = self.now
         completed = self._completed
         # every running job every round: the usual job (no restart left, no checkpoint to
-        # take) costs a team count and one step of its model
+        # take) costs one step of its model
         for job in self.running.values():
-            gpus = len(job.nodes)
-            team = job.team
-            team_held[team] = team_held.get(team, 0) + gpus
             if job.completed_at is not None:
                 continue
             left = dt
@@ -279,7 +278,7 @@ class Simulator(DecisionApplier):
                 d = min(job.restart_left, left)
                 job.restart_left -= d
                 left -= d
-                restarting += d * gpus
+                restarting += d * len(job.nodes)
             if left <= 0:  # restarting all along: no work, no checkpoint clock
                 continue
             progressed = True
@@ -305,7 +304,7 @@ class Simulator(DecisionApplier):
                     if job.since_ckpt >= ckpt - 1e-9:
                         job.since_ckpt = 0.0
                         job.ckpt = job.model.state()
-        self.usage.add(dt, held, restarting, demand, team_held)
+        self.usage.add(dt, held, restarting, demand, self._team_gpus)
         self.now = until
         return progressed
 
