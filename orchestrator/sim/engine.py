@@ -148,6 +148,9 @@ class Simulator(DecisionApplier):
         # GPUs held per team, kept by taking and releasing (as ``Usage.add`` reads it: every
         # team that has held GPUs, in the order each first did, 0 once it holds none)
         self._team_gpus: dict[str, int] = {}
+        # each team's demand and its jobs queued or running, kept as jobs come and go (see
+        # DecisionApplier._ask): [GPUs asked for, jobs]
+        self._demand: dict[str, list[int]] = {}
 
     def _node_view(self, node_id: str) -> NodeView:
         return NodeView(
@@ -204,6 +207,7 @@ class Simulator(DecisionApplier):
                 job = self.jobs[arrivals]
                 job.state = QUEUED
                 self.queued[job.spec.name] = job
+                self._ask(job, job.lo, 1)
                 self._asked += job.spec.gpus
                 arrivals += 1
             if self.queued or self.running:
@@ -332,13 +336,8 @@ class Simulator(DecisionApplier):
             self.admissions += [(self.now, v) for v in verdicts]
         # each team's demand for its entitlement (see Usage.note_entitlement), from the jobs
         # as the snapshot shows them: a queued job asks for its lo, a running one for
-        # max(gpus, lo)
-        demand: dict[str, int] = {}
-        for job in self.queued.values():
-            demand[job.team] = demand.get(job.team, 0) + job.lo
-        for job in self.running.values():
-            gpus = len(job.nodes)
-            demand[job.team] = demand.get(job.team, 0) + (gpus if gpus >= job.lo else job.lo)
+        # max(gpus, lo) (kept as jobs come and go, not summed over every job every round)
+        demand = {team: asked for team, (asked, _) in self._demand.items()}
         if self.config.time_decisions:
             t0 = time.perf_counter()
             decisions = self.policy.decide(snapshot)
