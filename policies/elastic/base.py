@@ -119,8 +119,10 @@ def grow_urgent(
     """
     grown: set[str] = set()
     for j in jobs:
+        if not j.urgent:  # most jobs: no size to look up (every bulk job, every round)
+            continue
         n = size[j.job_id]
-        if j.urgent and n and n < j.hi and left > 0:
+        if n and n < j.hi and left > 0:
             add = min(j.hi - n, left)
             size[j.job_id] = n + add
             left -= add
