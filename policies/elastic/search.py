@@ -25,8 +25,9 @@ CURVES_CACHED = 65_536
 """Speedup curves kept as arrays; the cache is emptied when it holds this many."""
 EXACT_CELLS = 400_000
 """Largest ``jobs x (GPUs + 1) x counts`` table solved exactly; larger ones by the price."""
-FEW_MOVING = 128
-"""Rows whose pick may still move, at most, that the bisection prices alone (in Python)."""
+FEW_MOVING = 16
+"""Rows whose pick may still move, at most, that the bisection prices alone (in Python),
+when at most 4 times as many cells lie between their picks at the bracket's ends."""
 SERVED_SCALE_S = 4 * 3600.0
 """The served weight's scale by default: a job that has run 4 GPU-hours counts 1/sqrt(2)."""
 
@@ -328,9 +329,14 @@ def _bisect(table: _Cells, gpus: int, steps: int, below: NDArray) -> NDArray:
     slack = table.slack(high)
     while steps > 0:
         mid = (low + high) / 2
-        moving = np.flatnonzero(below != at)
-        if len(moving) <= FEW_MOVING and min(mid - low, high - mid) > slack:
-            low, high, steps = _narrowed(table, gpus, steps, (low, high, slack), moving, below, at)
+        moving = below != at
+        if (
+            np.count_nonzero(moving) <= FEW_MOVING
+            and _wide(low, high, slack)
+            and int(np.abs(at[moving] - below[moving]).sum()) <= FEW_MOVING * 4
+        ):  # few cells between the moving rows' picks at the ends (wide rows move first)
+            rows = np.flatnonzero(moving)
+            low, high, steps = _narrowed(table, gpus, steps, (low, high, slack), rows, below, at)
             continue
         steps -= 1
         trial = table.pick(mid)
@@ -354,40 +360,48 @@ def _narrowed(
     at: NDArray,
 ) -> tuple[float, float, int]:
     """:func:`_bisect`'s steps while only the rows ``moving`` may change their pick and the
-    bracket (``low``, ``high``, ``slack``) is wide enough, each priced by
-    :meth:`_Cells.least_in`; the rows' picks at the bracket's ends are written back into
-    ``below`` and ``at``. Returns the bracket's ends and the steps left (0 once every GPU
-    is priced in, as the bisection stops there)."""
+    bracket (``low``, ``high``, ``slack``) is wide enough, each row priced between the cells
+    it picks at the bracket's ends (:meth:`_Cells.least_in`), in Python; their picks at the
+    ends are written back into ``below`` and ``at``. Returns the bracket's ends and the
+    steps left (0 once every GPU is priced in, as the bisection stops there)."""
     low, high, slack = bracket
-    cols = table.col
+    cols = table.col.tolist()
     rows = moving.tolist()
-    lo = {r: int(below[r]) for r in rows}
-    hi = {r: int(at[r]) for r in rows}
-    fixed = int(cols[at].sum()) - sum(int(cols[c]) for c in hi.values())  # the rows settled
-    while steps > 0:  # (with no row left moving, a step's count is the settled rows')
+    lo = [int(below[r]) for r in rows]
+    hi = [int(at[r]) for r in rows]
+    fixed = int(table.col[at].sum()) - sum(cols[c] for c in hi)  # the rows settled
+    least_in = table.least_in
+    while steps > 0 and _wide(low, high, slack):
         mid = (low + high) / 2
-        if not min(mid - low, high - mid) > slack:
-            break
         steps -= 1
-        # a row's pick between the bracket's ends lies between the cells it picks there
-        picks = {r: table.least_in(min(hi[r], lo[r]), max(hi[r], lo[r]), mid) for r in rows}
-        used = fixed + sum(int(cols[c]) for c in picks.values())
+        # a row's pick lies between its picks at the ends (the cells rise with the count)
+        picks = [least_in(min(l_, h), max(l_, h), mid) for l_, h in zip(lo, hi, strict=True)]
+        used = fixed + sum(cols[c] for c in picks)
         if used <= gpus:
-            high = mid
-            hi.update(picks)
+            high, hi = mid, picks
             if used == gpus:  # every GPU priced in: nothing better at a lower price
                 steps = 0
         else:
-            low = mid
-            lo.update(picks)
-        settled = [r for r in rows if lo[r] == hi[r]]
-        fixed += sum(int(cols[hi[r]]) for r in settled)
-        rows = [r for r in rows if lo[r] != hi[r]]
-    for r, c in hi.items():
-        at[r] = c
-    for r, c in lo.items():
-        below[r] = c
+            low, lo = mid, picks
+        if any(map(int.__eq__, lo, hi)):  # rows that pick the same at both ends settle
+            keep = []
+            for i, (r, l_, h) in enumerate(zip(rows, lo, hi, strict=True)):
+                if l_ == h:
+                    below[r] = at[r] = h
+                    fixed += cols[h]
+                else:
+                    keep.append(i)
+            rows, lo, hi = [rows[i] for i in keep], [lo[i] for i in keep], [hi[i] for i in keep]
+    for r, l_, h in zip(rows, lo, hi, strict=True):
+        below[r], at[r] = l_, h
     return low, high, steps
+
+
+def _wide(low: float, high: float, slack: float) -> bool:
+    """Whether the middle of ``low..high`` is more than ``slack`` from both ends (see
+    :func:`_bisect`; never for a NaN or ``inf`` slack)."""
+    mid = (low + high) / 2
+    return mid - low > slack and high - mid > slack
 
 
 class _Cells:
