@@ -26,6 +26,8 @@ class DecisionApplier:
     running: dict[str, SimJob]
     free: dict[str, int]
     _changed: set[str]
+    _team_gpus: dict[str, int]
+    _demand: dict[str, list[int]]
 
     def _apply(self, d: Decision) -> None:
         job = self.by_id.get(d.job_id)
@@ -40,6 +42,7 @@ class DecisionApplier:
             self._take(d, job, ())
             job.state = RUNNING
             del self.queued[d.job_id]
+            self._ask(job, -job.lo, -1)  # no longer queued: its lo no longer asked for
             self.running[d.job_id] = job
             job.waits.append(self.now - job.queued_since)
             if job.first_start is None:
@@ -57,6 +60,7 @@ class DecisionApplier:
             job.queued_since = self.now
             job.preemptions += 1
             self.queued[d.job_id] = job
+            self._ask(job, job.lo, 1)
         elif d.kind is DecisionKind.RESIZE:
             if job.state != RUNNING:
                 raise PolicyViolation(f"RESIZE for {d.job_id}, which is not running")
@@ -93,6 +97,9 @@ class DecisionApplier:
             self.free[node] -= count
         self._changed.update(need)
         job.nodes = tuple(d.nodes)
+        gpus = len(job.nodes)
+        self._team_gpus[job.team] = self._team_gpus.get(job.team, 0) + gpus
+        self._ask(job, gpus if gpus >= job.lo else job.lo, 1)
         job.placement = placement_of(job.nodes)
         model = job.model
         job.start_s = (
@@ -124,10 +131,27 @@ class DecisionApplier:
         for node in job.nodes:
             self.free[node] += 1
         self._changed.update(job.nodes)
+        gpus = len(job.nodes)
+        self._team_gpus[job.team] -= gpus
+        self._ask(job, -(gpus if gpus >= job.lo else job.lo), -1)
         job.nodes = ()
         job.placement = ()
         job.view = None
         self.running.pop(job.spec.name, None)
+
+    def _ask(self, job: SimJob, gpus: int, jobs: int) -> None:
+        """Change the demand of the job's team by ``gpus`` and its count of jobs queued or
+        running by ``jobs``: a queued job asks for its ``lo``, a running one for
+        ``max(gpus, lo)`` (read every round by the entitlements; a team with no such job
+        is not in it)."""
+        entry = self._demand.get(job.team)
+        if entry is None:
+            self._demand[job.team] = [gpus, jobs]
+        else:
+            entry[0] += gpus
+            entry[1] += jobs
+            if not entry[1]:
+                del self._demand[job.team]
 
     def _lose_work(self, job: SimJob) -> None:
         if job.spec.checkpoint > 0 and job.since_ckpt > 0:

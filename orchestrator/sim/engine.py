@@ -145,6 +145,12 @@ class Simulator(DecisionApplier):
         self._changed: set[str] = set()  # nodes whose free GPUs changed since the last snapshot
         self._completed: list[SimJob] = []  # running jobs that completed in the last interval
         self._asked = 0  # GPUs the queued and running jobs asked for
+        # GPUs held per team, kept by taking and releasing (as ``Usage.add`` reads it: every
+        # team that has held GPUs, in the order each first did, 0 once it holds none)
+        self._team_gpus: dict[str, int] = {}
+        # each team's demand and its jobs queued or running, kept as jobs come and go (see
+        # DecisionApplier._ask): [GPUs asked for, jobs]
+        self._demand: dict[str, list[int]] = {}
 
     def _node_view(self, node_id: str) -> NodeView:
         return NodeView(
@@ -201,6 +207,7 @@ class Simulator(DecisionApplier):
                 job = self.jobs[arrivals]
                 job.state = QUEUED
                 self.queued[job.spec.name] = job
+                self._ask(job, job.lo, 1)
                 self._asked += job.spec.gpus
                 arrivals += 1
             if self.queued or self.running:
@@ -234,15 +241,23 @@ class Simulator(DecisionApplier):
         nxt = math.inf
         if arrivals < len(self.jobs):
             nxt = self.jobs[arrivals].spec.submit_time
-        now = self.now
-        for job in self.running.values():
-            done_at = now + job.restart_left + job.model.remaining_time(job.placement)
-            if done_at < nxt:
-                nxt = done_at
         if self.queued:
             nxt = min(nxt, self.now + cfg.max_idle_s)
-        gap = max(step, math.ceil((nxt - self.now) / step - 1e-9) * step)
-        return self.now + gap
+        # the gap only grows with ``nxt``, and is never below a step: when the next arrival
+        # (or the idle limit) is within one step, no completion can make it shorter, and
+        # the running jobs' completions are not asked for (half the rounds, every job each)
+        if nxt == math.inf or self._gap_to(nxt) > step:
+            now = self.now
+            for job in self.running.values():
+                done_at = now + job.restart_left + job.model.remaining_time(job.placement)
+                if done_at < nxt:
+                    nxt = done_at
+        return self.now + self._gap_to(nxt)
+
+    def _gap_to(self, nxt: float) -> float:
+        """The step from now to the first round at or after ``nxt`` (at least one step)."""
+        step = self.config.interval_s
+        return max(step, math.ceil((nxt - self.now) / step - 1e-9) * step)
 
     def _advance(self, until: float) -> bool:
         """Run the jobs until ``until``; whether any of them did work (past its restart)."""
@@ -253,12 +268,13 @@ class Simulator(DecisionApplier):
         # jobs make the same demand under every policy)
         demand = self._asked
         restarting = 0.0
-        team_held: dict[str, int] = {}
         if self.services:
             self.services.serve(self.by_id, self.now, dt)
+        now = self.now
+        completed = self._completed
+        # every running job every round: the usual job (no restart left, no checkpoint to
+        # take) costs one step of its model
         for job in self.running.values():
-            gpus = len(job.nodes)
-            team_held[job.team] = team_held.get(job.team, 0) + gpus
             if job.completed_at is not None:
                 continue
             left = dt
@@ -266,23 +282,24 @@ class Simulator(DecisionApplier):
                 d = min(job.restart_left, left)
                 job.restart_left -= d
                 left -= d
-                restarting += d * gpus
-            if left > 0:
-                progressed = True
-            ckpt = job.checkpoint_s
-            elapsed = dt - left
-            if ckpt <= 0:  # the usual case: one step, no checkpoint to take
-                used = job.model.advance(job.placement, left) if left > 0 else None
-                if used is not None:
-                    job.completed_at = self.now + elapsed + used
-                    self._completed.append(job)
+                restarting += d * len(job.nodes)
+            if left <= 0:  # restarting all along: no work, no checkpoint clock
                 continue
+            progressed = True
+            ckpt = job.checkpoint_s
+            if ckpt <= 0:  # the usual case: one step, no checkpoint to take
+                used = job.model.advance(job.placement, left)
+                if used is not None:
+                    job.completed_at = now + (dt - left) + used
+                    completed.append(job)
+                continue
+            elapsed = dt - left
             while left > 0:
                 chunk = min(left, ckpt - job.since_ckpt) if ckpt > 0 else left
                 used = job.model.advance(job.placement, chunk)
                 if used is not None:
-                    job.completed_at = self.now + elapsed + used
-                    self._completed.append(job)
+                    job.completed_at = now + elapsed + used
+                    completed.append(job)
                     break
                 elapsed += chunk
                 left -= chunk
@@ -291,7 +308,7 @@ class Simulator(DecisionApplier):
                     if job.since_ckpt >= ckpt - 1e-9:
                         job.since_ckpt = 0.0
                         job.ckpt = job.model.state()
-        self.usage.add(dt, held, restarting, demand, team_held)
+        self.usage.add(dt, held, restarting, demand, self._team_gpus)
         self.now = until
         return progressed
 
@@ -319,13 +336,8 @@ class Simulator(DecisionApplier):
             self.admissions += [(self.now, v) for v in verdicts]
         # each team's demand for its entitlement (see Usage.note_entitlement), from the jobs
         # as the snapshot shows them: a queued job asks for its lo, a running one for
-        # max(gpus, lo)
-        demand: dict[str, int] = {}
-        for job in self.queued.values():
-            demand[job.team] = demand.get(job.team, 0) + job.lo
-        for job in self.running.values():
-            gpus = len(job.nodes)
-            demand[job.team] = demand.get(job.team, 0) + (gpus if gpus >= job.lo else job.lo)
+        # max(gpus, lo) (kept as jobs come and go, not summed over every job every round)
+        demand = {team: asked for team, (asked, _) in self._demand.items()}
         if self.config.time_decisions:
             t0 = time.perf_counter()
             decisions = self.policy.decide(snapshot)

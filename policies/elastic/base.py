@@ -89,6 +89,7 @@ def admit(jobs: Sequence[ElasticJob], gpus: int, size: dict[str, int]) -> int:
     """
     left = gpus
     size.update(dict.fromkeys([j.job_id for j in jobs], 0))
+    floored = False  # whether any job got its floor: else every size is still 0
     for j in jobs:
         if j.floor:
             want = min(max(j.floor, j.lo), j.hi)
@@ -99,8 +100,10 @@ def admit(jobs: Sequence[ElasticJob], gpus: int, size: dict[str, int]) -> int:
         if want and want <= left:
             size[j.job_id] = want
             left -= want
+            floored = True
+    # runs for every bulk job every round: without floors, no size to look up
     for j in jobs:
-        if j.lo <= left and size[j.job_id] == 0:
+        if j.lo <= left and (not floored or size[j.job_id] == 0):
             size[j.job_id] = j.lo
             left -= j.lo
     return left
@@ -116,8 +119,10 @@ def grow_urgent(
     """
     grown: set[str] = set()
     for j in jobs:
+        if not j.urgent:  # most jobs: no size to look up (every bulk job, every round)
+            continue
         n = size[j.job_id]
-        if j.urgent and n and n < j.hi and left > 0:
+        if n and n < j.hi and left > 0:
             add = min(j.hi - n, left)
             size[j.job_id] = n + add
             left -= add
@@ -137,6 +142,12 @@ def growth_left(
     """
     left = admit(jobs, gpus, size)
     left, grown = grow_urgent(jobs, size, left)
-    admitted = sum(1 for j in jobs if size[j.job_id])
-    open_ = [j for j in jobs if 0 < size[j.job_id] < j.hi and j.job_id not in grown]
+    admitted = 0
+    open_ = []
+    for j in jobs:  # one pass: this runs over every bulk job every round
+        n = size[j.job_id]
+        if n:
+            admitted += 1
+            if 0 < n < j.hi and j.job_id not in grown:
+                open_.append(j)
     return left, open_, math.ceil(gpus / admitted) if admitted else gpus

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from orchestrator.sim import (
     TraceError,
     TraceJob,
     UnplaceableJobs,
+    philly_jobs,
     read_trace,
     uniform_pool,
     write_trace,
@@ -266,3 +268,36 @@ def test_restarts_and_most_gpus_count_the_runs_that_ended_and_went_on() -> None:
         (120.0, "QueuedJob", 1, 1),  # preempted at 60: its next run is a restart
         (180.0, "RunningJob", 1, 1),
     ]
+
+
+class _Recounted(Simulator):
+    """A simulator that checks, every round, the per-team figures it keeps as jobs come and
+    go against a recount over every queued and running job (what it summed before)."""
+
+    def _round(self) -> None:
+        demand: dict[str, int] = {}
+        for job in self.queued.values():
+            demand[job.team] = demand.get(job.team, 0) + job.lo
+        held: dict[str, int] = {}
+        for job in self.running.values():
+            gpus = len(job.nodes)
+            demand[job.team] = demand.get(job.team, 0) + max(gpus, job.lo)
+            held[job.team] = held.get(job.team, 0) + gpus
+        assert {t: d for t, (d, _) in self._demand.items()} == demand
+        assert {t: g for t, g in self._team_gpus.items() if t in held} == held
+        assert all(g == 0 for t, g in self._team_gpus.items() if t not in held)
+        super()._round()
+
+
+@pytest.mark.parametrize("policy", ["tiresias", "shared", "pollux"])
+def test_the_per_team_demand_and_gpus_kept_are_a_recount(policy: str) -> None:
+    # Philly jobs of 4 teams on 64 GPUs, half checkpointing: queueing, preemptions (shared),
+    # resizes (shared, pollux) and completions
+    trace = [
+        replace(j, submit_time=j.submit_time / 100, team=f"t{i % 4}", checkpoint=1800.0 * (i % 2))
+        for i, j in enumerate(philly_jobs(200, seed=1))
+    ]
+    sim = _Recounted(trace, SCHEDULING_POLICIES.create(policy), uniform_pool(8, 8))
+    result = sim.run()
+    assert all(r.completed_at is not None for r in result.records)
+    assert not sim._demand and not any(sim._team_gpus.values())
