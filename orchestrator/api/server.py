@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import socket
 import threading
 import time
@@ -28,6 +29,7 @@ from orchestrator.store import JobStore
 __all__ = ["ApiServer", "app_from_env", "bind", "parse_address", "serve", "start"]
 
 _START_TIMEOUT_S = 15.0
+_uvicorn_log = logging.getLogger("uvicorn.error")  # where uvicorn's own shutdown logs
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -117,6 +119,10 @@ class _Server(uvicorn.Server):
         try:
             await asyncio.wait_for(self._drained(), self.config.timeout_graceful_shutdown)
         except TimeoutError:
+            _uvicorn_log.error(
+                "Cancel %s running task(s), timeout graceful shutdown exceeded",
+                len(self.server_state.tasks),
+            )
             for task in self.server_state.tasks:
                 task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
         for server in self.servers:
