@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -98,14 +100,23 @@ def _trim_heap() -> None:
 
     Hand-written through ctypes: no maintained package wraps this one call.
     """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or ``None`` (not glibc: musl, macOS). Looked up once: finding
+    the C library runs ``ldconfig -p`` in a child process, at every run otherwise."""
     name = ctypes.util.find_library("c")
     if name is None:
-        return
+        return None
     try:
-        trim = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
-        return
-    trim(0)
+        trim: Callable[[int], int] = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return trim
 
 
 def energy_per_sample_j(start_mj: int | None, end_mj: int | None, samples: int) -> float | None:

@@ -56,6 +56,18 @@ def test_an_address_in_use_is_a_clear_error(api: ApiServer, store: JobStore) -> 
         start(store, taken)
 
 
+def test_a_stopped_server_has_ended_and_closed_its_connections(store: JobStore) -> None:
+    """``stop`` no longer waits on uvicorn's pauses, but still stops cleanly: the serving
+    thread has ended, a kept-alive connection was closed and nothing listens any more."""
+    server = start(store, "127.0.0.1:0")
+    with httpx.Client(base_url=server.url, timeout=5) as client:
+        assert client.get("/healthz").status_code == 200  # its connection kept alive, idle
+        server.stop()
+        assert not server.thread.is_alive() and server.server.should_exit
+        with pytest.raises(httpx.ConnectError):
+            client.get("/healthz")
+
+
 def test_orch_up_runs_on_without_the_api_when_its_address_is_taken(
     api: ApiServer, redis_url: str, namespace: str
 ) -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import gc
 import os
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from tests.workers.helpers import tiny
 from workers.actor import WorkerActor
@@ -21,6 +24,16 @@ class Reports:
         return self.reports.append
 
 
+@pytest.fixture
+def refrozen() -> Iterator[None]:
+    """After the test, freeze again what the session froze once collected (tests/conftest.py),
+    which the test's ``gc.unfreeze`` thawed: the test's own objects are gone by then."""
+    yield
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.mark.usefixtures("refrozen")
 def test_a_warmed_up_actor_bound_to_a_job_runs_it_and_says_it_started_warm() -> None:
     actor = WorkerActor("", 0, 1, num_threads=1)
     try:
