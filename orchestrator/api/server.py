@@ -88,7 +88,8 @@ class _Server(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)  # raises SystemExit where it cannot start
-        self.ready.set()
+        if self.started:  # not where the app's own start-up failed (it then exits)
+            self.ready.set()
 
     def exit_soon(self) -> None:
         """Ask the server to stop, from any thread, waking its main loop at once."""
