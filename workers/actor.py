@@ -18,6 +18,7 @@ that returns the report sink (for instance one that writes to Redis). Output lea
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import sys
@@ -258,6 +259,7 @@ class WorkerActor:
             )
         from workers.harness import Harness
 
+        _freeze_imports()
         harness = Harness(
             config,
             rank=rank,
@@ -334,6 +336,16 @@ class WorkerActor:
             sink({**data, "job_id": job_id, "warm_start": warm, "visible_devices": devices})
 
         return report
+
+
+@functools.cache
+def _freeze_imports() -> None:
+    """Once per process, after the first run's imports: what is alive then (torch, the
+    modules) lives as long as the process, so it is put out of the collector's reach, as a warm
+    worker does after its warm-up; each run's first collection (its memory peak is its own)
+    then scans only what came after (0.2-0.3 s over torch's heap otherwise)."""
+    gc.collect()
+    gc.freeze()
 
 
 def _release_memory() -> None:
