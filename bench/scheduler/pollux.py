@@ -14,7 +14,9 @@ Reads the Pollux data from ``$ORCH_POLLUX_TRACES`` or ``bench/data/pollux`` (see
   ``shared`` (ours, defaults) and ``shared-genetic`` (ours with the settings of issue 16) see
   each job as elastic (1 GPU up to what its largest batch can use) with its measured profile,
   and adapt the batch per epoch; all are compared with the published Pollux JCT (the
-  reproduction's gate: every workload within 10%);
+  reproduction's gate: every workload within 10%). The reproduced Pollux plans, as the
+  artifact's does, with each job's speedup as its agent fits it to the step times the job has
+  measured (:data:`FITTED_VIEW`); ours see the true speedup; every job runs at its true speed;
 * the settings explored for issue 16 (not in the default list): :mod:`variants`.
 
 The same comparison per application (:mod:`per_app`, issue 26): each application's mean JCT
