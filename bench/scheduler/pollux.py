@@ -59,10 +59,12 @@ PUBLISHED = {
 }
 """Mean JCT (s) per workload, from the artifact's result files (see the traces README)."""
 POLICIES = ("tiresias", "pollux", "shared", "shared-genetic")
-FITTED_VIEW = ("pollux",)
-"""Policies shown each job's speedup as the published Pollux's agent fits it (issue 26: the
-artifact plans with a fitted model, :mod:`orchestrator.sim.pollux_view`); the others see the
-true one. Either way every job runs at its true speed."""
+FITTED_VIEW = {"pollux": False, "pollux-beyond": True}
+"""Policy names (all the reproduced Pollux) shown each job's speedup as the published Pollux's
+agent fits it (issue 26: the artifact plans with a fitted model,
+:mod:`orchestrator.sim.pollux_view`), with its ``beyond_only`` setting (``pollux-beyond``: the
+fit only beyond the nodes a job has run on); the others see the true one. Either way every job
+runs at its true speed."""
 GATE = per_app.GATE
 """A reproduction passes when every workload's mean JCT is within 10% of the published one (and
 every application's: :mod:`per_app`; one limit for both)."""
@@ -74,11 +76,14 @@ def run_one(policy: str, load: float, workload: int, limit: int | None) -> dict[
     jobs = pollux_workload(f"workload-{workload}", load, adaptive=policy != "tiresias")
     if limit:
         jobs = jobs[:limit]
-    models = None
+    models, name = None, policy
     if policy in FITTED_VIEW:
-        models = {j.name: FittedViewJobModel(j.app, j.batch_size) for j in jobs if j.app}
+        beyond, name = FITTED_VIEW[policy], "pollux"
+        models = {
+            j.name: FittedViewJobModel(j.app, j.batch_size, None, beyond) for j in jobs if j.app
+        }
     t0 = time.perf_counter()
-    result = Simulator(jobs, variants.create(policy), uniform_pool(16, 4), models=models).run()
+    result = Simulator(jobs, variants.create(name), uniform_pool(16, 4), models=models).run()
     s = result.summary()
     app_of = {j.name: j.app for j in jobs}
     jcts: dict[str, list[float]] = defaultdict(list)

@@ -20,7 +20,13 @@ from __future__ import annotations
 import numpy as np
 
 from orchestrator.sim.models import ProfileJobModel
-from policies.scheduling.pollux_fit import GradParams, PerfParams, fit_perf_params, speedup_table
+from policies.scheduling.pollux_fit import (
+    PER_NODE,
+    GradParams,
+    PerfParams,
+    fit_perf_params,
+    speedup_table,
+)
 
 
 class FittedViewJobModel(ProfileJobModel):
@@ -28,6 +34,13 @@ class FittedViewJobModel(ProfileJobModel):
 
     Args:
         app, batch_size, root: as for :class:`ProfileJobModel`.
+        beyond_only: the fit only beyond the nodes the job has run on: the true speedup on as
+            many nodes as it has run on, and beyond, that on the last such count times the
+            fit's gain from there. The artifact's job runs the batches its fit picks, which
+            soon gives it several micro-batches to fit; ours runs the true best batch, often
+            one micro-batch a placement, which leaves the fit's compute term held at the
+            artifact's guess. Where the job has run, the truth stands in for a fit that has
+            seen enough; beyond, only the prior can say.
 
     Attributes:
         observed: step and sync time (s) per (nodes, replicas, micro-batch) the job has run on.
@@ -35,8 +48,11 @@ class FittedViewJobModel(ProfileJobModel):
         grad: the gradient statistics of the latest step run.
     """
 
-    def __init__(self, app: str, batch_size: int = 0, root: str | None = None) -> None:
+    def __init__(
+        self, app: str, batch_size: int = 0, root: str | None = None, beyond_only: bool = False
+    ) -> None:
         super().__init__(app, batch_size, root)
+        self.beyond_only = beyond_only
         self.observed: dict[tuple[int, int, int], tuple[float, float]] = {}
         self.params: PerfParams | None = None
         self.grad: GradParams | None = None
@@ -77,15 +93,26 @@ class FittedViewJobModel(ProfileJobModel):
         before the first measurement), at the best batch for each, as Pollux plans with."""
         if self.params is None or self.grad is None:
             return ()
-        key = (self.params, self.grad, max_gpus)
+        seen = max(nodes for nodes, _, _ in self.observed) if self.beyond_only else 0
+        key = (self.params, self.grad, max_gpus, seen, self.epoch if seen else -1)
         if key != self._view_key:
             app = self.app
             self._view_key = key
-            self._view = speedup_table(
+            fitted = speedup_table(
                 self.params,
                 self.grad,
                 max_gpus,
                 (app.init_batch_size, app.max_batch_size),
                 (app.min_local_bsz, app.max_local_bsz),
             )
+            self._view = fitted if not seen else _join(super().speedup(max_gpus), fitted, seen)
         return self._view
+
+
+def _join(true: tuple[float, ...], fitted: tuple[float, ...], nodes: int) -> tuple[float, ...]:
+    """``true`` on up to ``nodes`` full nodes, then ``fitted`` scaled to meet it there."""
+    last = min(nodes * PER_NODE, len(true))
+    if last >= len(fitted) or fitted[last - 1] <= 0:
+        return true
+    scale = true[last - 1] / fitted[last - 1]
+    return true[:last] + tuple(f * scale for f in fitted[last:])

@@ -50,3 +50,14 @@ def test_the_view_is_cached_until_a_measurement_changes_it() -> None:
     assert job.speedup(8) is view  # the simulator rebuilds a job's view only on a new tuple
     job.advance((2,), 1.0)  # the same configuration, the same epoch: nothing new
     assert job.speedup(8) is view
+
+
+def test_beyond_only_keeps_the_truth_where_the_job_ran() -> None:
+    job = FittedViewJobModel("yolov3", beyond_only=True)
+    for placement, seconds in RUNS[:3]:
+        job.advance(placement, seconds)
+    truth = ProfileJobModel("yolov3")
+    truth.epoch = job.epoch
+    true, view = truth.speedup(16), job.speedup(16)
+    assert view[:4] == true[:4]  # one node, run on: the true speedup
+    assert view[7] > view[3] > true[7]  # two nodes, not run on: the prior's gain from 4
