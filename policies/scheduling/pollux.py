@@ -30,11 +30,14 @@ class PolluxSchedulingPolicy(SchedulingPolicy):
     1. Jobs, queued and running, in priority order: least attained service first, then
        submission (the order in which the search's repair serves them when GPUs run out).
     2. Each job's speedup on ``n`` GPUs is its goodput there (``speedup``, from its goodput
-       model: throughput x statistical efficiency at the best batch and micro-batch for ``n``)
-       over its goodput at the fair share ``ceil(GPUs / jobs)``, scaled by ``nodes / GPUs`` as
-       the artifact does (a node's worth of fair share is 1). A change of allocation (a start
-       too) multiplies it by the restart penalty ``max(age - restarts x restart_cost_s, 0) /
-       (age + restart_cost_s)``, ``age`` counted from submission and ``restarts`` the job's
+       model: throughput x statistical efficiency at the best batch and micro-batch for ``n``;
+       the artifact's agent fits that model to what the job has run on, prior included, and
+       the reproduction benchmark shows this policy the same view:
+       :class:`~orchestrator.sim.pollux_view.FittedViewJobModel`) over its goodput at the
+       fair share ``ceil(GPUs / jobs)``, scaled by ``nodes / GPUs`` as the artifact does
+       (a node's worth of fair share is 1). A change of allocation (a start too) multiplies it
+       by the restart penalty ``max(age - restarts x restart_cost_s, 0) / (age +
+       restart_cost_s)``, ``age`` counted from submission and ``restarts`` the job's
        allocations after its first (``restarts``), as the artifact's.
     3. A job may get at most twice the most GPUs it has run on (1 if none): Pollux trusts its
        fitted throughput model only up to twice the largest allocation it has measured
