@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class DecisionKind(enum.Enum):
@@ -20,9 +20,12 @@ class DecisionKind(enum.Enum):
     RESIZE = "resize"  # move the running job to exactly ``nodes`` (restart from checkpoint)
 
 
-@dataclass(frozen=True)
-class Decision:
-    """One decision about one job.
+class Decision(NamedTuple):
+    """One decision about one job: a value (immutable, compared by its fields).
+
+    A named tuple rather than a frozen dataclass: a round at 1,000 queued jobs makes about
+    1,800 of them, and a frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field,
+    ~480 ns) cost about 8% of the decision against ~210 ns for a named tuple.
 
     Attributes:
         kind: what to do.
