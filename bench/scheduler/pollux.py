@@ -49,6 +49,8 @@ import variants
 
 from orchestrator.sim import Simulator, pollux_workload, uniform_pool
 from orchestrator.sim.pollux_view import FittedViewJobModel
+from policies.scheduling.base import SchedulingPolicy
+from policies.scheduling.pollux import PolluxSchedulingPolicy
 
 RESULTS = Path(__file__).parent / "results"
 PUBLISHED = {
@@ -59,12 +61,19 @@ PUBLISHED = {
 }
 """Mean JCT (s) per workload, from the artifact's result files (see the traces README)."""
 POLICIES = ("tiresias", "pollux", "shared", "shared-genetic")
-FITTED_VIEW = {"pollux": False, "pollux-beyond": True}
+FITTED_VIEW = {
+    "pollux": (False, True),
+    "pollux-beyond": (True, True),
+    "pollux-packed-fair": (False, False),
+}
 """Policy names (all the reproduced Pollux) shown each job's speedup as the published Pollux's
 agent fits it (issue 26: the artifact plans with a fitted model,
-:mod:`orchestrator.sim.pollux_view`), with its ``beyond_only`` setting (``pollux-beyond``: the
-fit only beyond the nodes a job has run on); the others see the true one. Either way every job
-runs at its true speed."""
+:mod:`orchestrator.sim.pollux_view`): ``(beyond_only, one-node fair share)``. ``beyond_only``
+(``pollux-beyond``): the fit only beyond the nodes a job has run on. One-node fair share: the
+baseline each speedup is relative to is the fitted goodput of the fair share on one node, as
+the artifact's (``FittedViewJobModel.fair_goodput``); ``pollux-packed-fair``: on the packed
+placement, as before. The others see the true speedup. Either way every job runs at its true
+speed."""
 GATE = per_app.GATE
 """A reproduction passes when every workload's mean JCT is within 10% of the published one (and
 every application's: :mod:`per_app`; one limit for both)."""
@@ -76,14 +85,20 @@ def run_one(policy: str, load: float, workload: int, limit: int | None) -> dict[
     jobs = pollux_workload(f"workload-{workload}", load, adaptive=policy != "tiresias")
     if limit:
         jobs = jobs[:limit]
-    models, name = None, policy
+    models: dict[str, FittedViewJobModel] | None = None
     if policy in FITTED_VIEW:
-        beyond, name = FITTED_VIEW[policy], "pollux"
+        beyond, one_node = FITTED_VIEW[policy]
         models = {
             j.name: FittedViewJobModel(j.app, j.batch_size, None, beyond) for j in jobs if j.app
         }
+        view = models
+        sched: SchedulingPolicy = PolluxSchedulingPolicy(
+            fair_rate=(lambda job, gpus: view[job].fair_goodput(gpus)) if one_node else None
+        )
+    else:
+        sched = variants.create(policy)
     t0 = time.perf_counter()
-    result = Simulator(jobs, variants.create(name), uniform_pool(16, 4), models=models).run()
+    result = Simulator(jobs, sched, uniform_pool(16, 4), models=models).run()
     s = result.summary()
     app_of = {j.name: j.app for j in jobs}
     jcts: dict[str, list[float]] = defaultdict(list)

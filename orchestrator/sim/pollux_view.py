@@ -24,6 +24,7 @@ from policies.scheduling.pollux_fit import (
     PER_NODE,
     GradParams,
     PerfParams,
+    best_goodput,
     fit_perf_params,
     speedup_table,
 )
@@ -107,6 +108,34 @@ class FittedViewJobModel(ProfileJobModel):
             )
             self._view = fitted if not seen else _join(super().speedup(max_gpus), fitted, seen)
         return self._view
+
+    def fair_goodput(self, gpus: int) -> float:
+        """The fitted goodput on ``gpus`` GPUs of **one** node, in :meth:`speedup`'s unit (1 GPU
+        is 1): what the artifact's Pollux divides each job's goodput by, its fair-share
+        baseline. petuum/adaptdl ``simulator/pollux.py`` ``Problem.__init__`` sets
+        ``_base_goodput`` to ``GoodputFunction.optimize(num_nodes=fair_nodes,
+        num_replicas=fair_replicas)`` with ``fair_nodes = ceil(nodes x dominant share)``, 1
+        in the 16-node cluster of 1-GPU replicas, whatever ``fair_replicas`` is (several nodes'
+        worth when few jobs run): no inter-node synchronisation in the baseline. Linear (the
+        artifact's ``r / num_replicas``) before the first measurement. With ``beyond_only``,
+        the view's own goodput there times the fit's one-node over packed ratio."""
+        if self.params is None or self.grad is None:
+            return float(gpus)
+        app = self.app
+        good = best_goodput(
+            self.params,
+            self.grad,
+            np.array([1.0, 1.0, -(-gpus // PER_NODE)]),
+            np.array([1.0, gpus, gpus], dtype=np.float64),
+            (app.init_batch_size, app.max_batch_size),
+            (app.min_local_bsz, app.max_local_bsz),
+        )
+        if good[0] <= 0:
+            return float(gpus)
+        if not self.beyond_only or not self._view or good[2] <= 0:
+            return float(good[1] / good[0])
+        view = self._view[min(gpus, len(self._view)) - 1]
+        return float(view * good[1] / good[2])
 
 
 def _join(true: tuple[float, ...], fitted: tuple[float, ...], nodes: int) -> tuple[float, ...]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from policies.decisions import Decision, DecisionKind
 from policies.gpu_memory import capacity
@@ -34,8 +34,9 @@ class PolluxSchedulingPolicy(SchedulingPolicy):
        the artifact's agent fits that model to what the job has run on, prior included, and
        the reproduction benchmark shows this policy the same view:
        :class:`~orchestrator.sim.pollux_view.FittedViewJobModel`) over its goodput at the
-       fair share ``ceil(GPUs / jobs)``, scaled by ``nodes / GPUs`` as the artifact does
-       (a node's worth of fair share is 1). A change of allocation (a start too) multiplies it
+       fair share ``ceil(GPUs / jobs)`` (on the packed placement; ``fair_rate`` where given,
+       e.g. the artifact's one-node baseline), scaled by ``nodes / GPUs`` as the artifact
+       does (a node's worth of fair share is 1). A change of allocation (a start too) multiplies it
        by the restart penalty ``max(age - restarts x restart_cost_s, 0) / (age +
        restart_cost_s)``, ``age`` counted from submission and ``restarts`` the job's
        allocations after its first (``restarts``), as the artifact's.
@@ -68,6 +69,12 @@ class PolluxSchedulingPolicy(SchedulingPolicy):
         generations: generations per round.
         ramp: cap a job at twice what it holds (see 3).
         placement: where a new or moved job goes (default ``topology``: fewest nodes).
+        fair_rate: ``(job id, GPUs) ->`` the job's goodput at the fair share, in its
+            ``speedup`` unit, instead of ``rate(fair)``: the artifact computes that baseline
+            as if the fair share sat on one node (petuum/adaptdl ``simulator/pollux.py``
+            ``Problem.__init__``, ``fair_nodes`` is 1 in its 16-node cluster), which a GPU-count
+            table cannot say; the reproduction benchmark passes
+            :meth:`~orchestrator.sim.pollux_view.FittedViewJobModel.fair_goodput`.
     """
 
     def __init__(
@@ -77,6 +84,7 @@ class PolluxSchedulingPolicy(SchedulingPolicy):
         generations: int = 40,
         ramp: bool = True,
         placement: Placement | str = "topology",
+        fair_rate: Callable[[str, int], float] | None = None,
     ) -> None:
         if p == 0:
             raise ValueError("p must be non-zero (-1: harmonic mean, 1: sum of speedups)")
@@ -85,6 +93,7 @@ class PolluxSchedulingPolicy(SchedulingPolicy):
         self.generations = generations
         self.ramp = ramp
         self.placement = PLACEMENTS.create(placement) if isinstance(placement, str) else placement
+        self.fair_rate = fair_rate
 
     def decide(self, snapshot: Snapshot) -> list[Decision]:
         """See :meth:`SchedulingPolicy.decide`."""
@@ -140,7 +149,8 @@ class PolluxSchedulingPolicy(SchedulingPolicy):
         restart = snapshot.restart_cost_s
         for i, j in enumerate(jobs):
             rates = np.array([j.rate(n) for n in range(width)])
-            speedup = rates / max(j.rate(fair), 1e-12) * scale
+            at_fair = self.fair_rate(j.job_id, fair) if self.fair_rate else j.rate(fair)
+            speedup = rates / max(at_fair, 1e-12) * scale
             age = max(now - j.submitted_at, 0.0)
             penalty = max(age - j.restarts * restart, 0.0) / (age + restart) if restart else 1.0
             cost[i] = power_cost(speedup, int(base[i]), penalty, self.p)
@@ -152,9 +162,14 @@ def place_counts(
 ) -> list[Decision]:
     """Decisions that give every job its target GPU count (0: not running).
 
-    Stopped and shrinking jobs first (they free GPUs); then growing and new jobs, largest
-    target first, each on the most compact of (its own GPUs plus free ones, the free ones
-    only): a job that moves does so in one resize. A job that spans several nodes never
+    Stopped and shrinking jobs first (they free GPUs); then growing and new jobs in priority
+    order (``jobs``: least attained service first), each on the most compact of (its own GPUs
+    plus free ones, the free ones only): a job that moves does so in one resize. Priority
+    order, as the artifact's repair settles conflicts (petuum/adaptdl ``simulator/pollux.py``
+    ``Problem._repair``: node capacity and the one-distributed-job-per-node rule are enforced
+    by a cumulative sum over the jobs in ``optimize``'s order, so an earlier job keeps its
+    GPUs); largest target first instead left a young job's growth unplaced once the large
+    ones had taken the free nodes. A job that spans several nodes never
     shares a node with another such job (interference avoidance); a target that cannot be
     placed so is lowered until it can (a queued job that fits nowhere waits).
     """
@@ -174,7 +189,7 @@ def place_counts(
     spread = Counter(n for nodes in hold.values() if len(set(nodes)) > 1 for n in set(nodes))
     rank = {j.job_id: i for i, j in enumerate(jobs)}
     growing = [j for j in jobs if sizes.get(j.job_id, 0) > len(hold.get(j.job_id, ()))]
-    growing.sort(key=lambda j: (-sizes[j.job_id], rank[j.job_id]))
+    growing.sort(key=lambda j: rank[j.job_id])
     started: set[str] = set()
     for j in growing:
         have = hold.get(j.job_id, [])

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from policies import DecisionKind, NodeView, QueuedJob, RunningJob, Snapshot
 from policies.scheduling import PolluxSchedulingPolicy
+from policies.scheduling.pollux_search import EPSILON
 from tests.policies.test_scheduling_contract import apply, snapshots
 
 NODES = tuple(NodeView(f"n{i}", 4, 4) for i in range(4))
@@ -52,6 +54,28 @@ def test_the_restart_penalty_subtracts_the_restarts_so_far_from_the_age() -> Non
     assert _sizes(Snapshot(nodes, running=(replace(running[0], restarts=20),), now=600.0)) == {
         "r": 2
     }
+
+
+def test_the_fair_share_baseline_may_come_from_the_caller() -> None:
+    # speedups are relative to the goodput at the fair share; the artifact's is on one node,
+    # which the caller's fair_rate says: twice the baseline, half each speedup
+    nodes = (NodeView("n0", 4, 2), *NODES[1:])
+    running = (
+        RunningJob("r", "bulk", "t", ("n0", "n0"), submitted_at=0.0, min_gpus=1, max_gpus=16),
+    )
+    snap = Snapshot(nodes, running=running, now=600.0)
+    packed = PolluxSchedulingPolicy().problem(snap, running)
+    calls: list[tuple[str, int]] = []
+
+    def fair_rate(job: str, gpus: int) -> float:
+        calls.append((job, gpus))
+        return 2.0 * gpus  # linear speedups, twice the packed baseline
+
+    one_node = PolluxSchedulingPolicy(fair_rate=fair_rate).problem(snap, running)
+    assert calls == [("r", 16)]  # one job, 16 GPUs: the fair share is all of them
+    for n in (1, 2, 4):  # cost (s + EPSILON) ** -1 (the harmonic mean)
+        half = 1 / one_node.cost[0][n] - EPSILON
+        assert 2 * half == pytest.approx(1 / packed.cost[0][n] - EPSILON)
 
 
 def test_every_job_gets_a_gpu_before_one_gets_more() -> None:

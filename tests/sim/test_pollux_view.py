@@ -61,3 +61,14 @@ def test_beyond_only_keeps_the_truth_where_the_job_ran() -> None:
     true, view = truth.speedup(16), job.speedup(16)
     assert view[:4] == true[:4]  # one node, run on: the true speedup
     assert view[7] > view[3] > true[7]  # two nodes, not run on: the prior's gain from 4
+
+
+def test_the_fair_share_baseline_sits_on_one_node() -> None:
+    job = FittedViewJobModel("yolov3")
+    assert job.fair_goodput(8) == 8.0  # nothing measured: linear (the artifact's r / replicas)
+    for placement, seconds in RUNS[:4]:  # up to two nodes: the fit knows inter-node costs more
+        job.advance(placement, seconds)
+    view = job.speedup(16)
+    assert job.fair_goodput(1) == pytest.approx(1.0)
+    assert job.fair_goodput(4) == pytest.approx(view[3])  # one node either way
+    assert job.fair_goodput(8) > view[7]  # 8 GPUs on one node: no inter-node sync
