@@ -25,9 +25,6 @@ CURVES_CACHED = 65_536
 """Speedup curves kept as arrays; the cache is emptied when it holds this many."""
 EXACT_CELLS = 400_000
 """Largest ``jobs x (GPUs + 1) x counts`` table solved exactly; larger ones by the price."""
-FEW_MOVING = 16
-"""Rows whose pick may still move, at most, that the bisection prices alone (in Python),
-when at most 4 times as many cells lie between their picks at the bracket's ends."""
 SERVED_SCALE_S = 4 * 3600.0
 """The served weight's scale by default: a job that has run 4 GPU-hours counts 1/sqrt(2)."""
 
@@ -281,7 +278,19 @@ def _priced(table: _Cells, gpus: int, steps: int = 30) -> NDArray:
         # rounds of a 10,000-job simulation end here (3,040 of 4,410 priced)
         least: NDArray = table.col[at].astype(np.int64)
         return least
-    at = _bisect(table, gpus, steps, at)
+    # above ``spread`` no job gains from a GPU: every job picks 0 more
+    low, high = 0.0, table.spread() + 1.0
+    at = table.pick(high)
+    for _ in range(steps):
+        mid = (low + high) / 2
+        trial = table.pick(mid)
+        used = int(table.col[trial].sum())
+        if used <= gpus:
+            high, at = mid, trial
+            if used == gpus:  # every GPU priced in: nothing better at a lower price
+                break
+        else:
+            low = mid
     x = table.col[at]
     left = gpus - int(x.sum())
     vals, k, rowid = table.vals, table.k, table.row
@@ -301,107 +310,6 @@ def _priced(table: _Cells, gpus: int, steps: int = 30) -> NDArray:
         x[row], at[row] = col, cell
     out: NDArray = x.astype(np.int64)
     return out
-
-
-def _bisect(table: _Cells, gpus: int, steps: int, below: NDArray) -> NDArray:
-    """The pick at the lowest price, bisected, whose counts fit ``gpus`` (``below``: the pick
-    at price 0, which does not fit); above ``spread`` no job gains from a GPU: every job
-    picks 0 more.
-
-    The bisection tries ``steps`` prices between the last that did not fit and the last
-    that did; a row whose pick is the same at both ends of that bracket picks it at every
-    price between them, so once few rows differ (after ~12 steps of a simulated round's
-    table, one row from ~18) only those are priced, in Python (:func:`_narrowed`), not the
-    whole table: the same picks, from the same sums. Why it holds to the last digit: the
-    cell a row picks at both ends beats each other cell there, and moving the price towards
-    the middle moves every other cell's sum away from its own by at least the distance
-    moved (each other cell's count differs by one or more); rounding moves each sum by at
-    most ``2 u M`` (``u = 2**-53``, ``M`` the largest ``|cost| + price x count``), so when
-    the middle is more than ``slack`` (``2**-48 M``, 4 times ``8 u M``) from both ends, no
-    rounding can undo the order. Otherwise (a bracket that narrow, or many rows moving)
-    the whole table is priced. The picks of a 10,000-job simulation's bisected rounds took
-    ~9% of its time, most of them with one row moving.
-    """
-    import numpy as np
-
-    low, high = 0.0, table.spread() + 1.0
-    at = table.pick(high)
-    slack = table.slack(high)
-    while steps > 0:
-        mid = (low + high) / 2
-        moving = below != at
-        if (
-            np.count_nonzero(moving) <= FEW_MOVING
-            and _wide(low, high, slack)
-            and int(np.abs(at[moving] - below[moving]).sum()) <= FEW_MOVING * 4
-        ):  # few cells between the moving rows' picks at the ends (wide rows move first)
-            rows = np.flatnonzero(moving)
-            low, high, steps = _narrowed(table, gpus, steps, (low, high, slack), rows, below, at)
-            continue
-        steps -= 1
-        trial = table.pick(mid)
-        used = int(table.col[trial].sum())
-        if used <= gpus:
-            high, at = mid, trial
-            if used == gpus:  # every GPU priced in: nothing better at a lower price
-                break
-        else:
-            low, below = mid, trial
-    return at
-
-
-def _narrowed(
-    table: _Cells,
-    gpus: int,
-    steps: int,
-    bracket: tuple[float, float, float],
-    moving: NDArray,
-    below: NDArray,
-    at: NDArray,
-) -> tuple[float, float, int]:
-    """:func:`_bisect`'s steps while only the rows ``moving`` may change their pick and the
-    bracket (``low``, ``high``, ``slack``) is wide enough, each row priced between the cells
-    it picks at the bracket's ends (:meth:`_Cells.least_in`), in Python; their picks at the
-    ends are written back into ``below`` and ``at``. Returns the bracket's ends and the
-    steps left (0 once every GPU is priced in, as the bisection stops there)."""
-    low, high, slack = bracket
-    cols = table.col.tolist()
-    rows = moving.tolist()
-    lo = [int(below[r]) for r in rows]
-    hi = [int(at[r]) for r in rows]
-    fixed = int(table.col[at].sum()) - sum(cols[c] for c in hi)  # the rows settled
-    least_in = table.least_in
-    while steps > 0 and _wide(low, high, slack):
-        mid = (low + high) / 2
-        steps -= 1
-        # a row's pick lies between its picks at the ends (the cells rise with the count)
-        picks = [least_in(min(l_, h), max(l_, h), mid) for l_, h in zip(lo, hi, strict=True)]
-        used = fixed + sum(cols[c] for c in picks)
-        if used <= gpus:
-            high, hi = mid, picks
-            if used == gpus:  # every GPU priced in: nothing better at a lower price
-                steps = 0
-        else:
-            low, lo = mid, picks
-        if any(map(int.__eq__, lo, hi)):  # rows that pick the same at both ends settle
-            keep = []
-            for i, (r, l_, h) in enumerate(zip(rows, lo, hi, strict=True)):
-                if l_ == h:
-                    below[r] = at[r] = h
-                    fixed += cols[h]
-                else:
-                    keep.append(i)
-            rows, lo, hi = [rows[i] for i in keep], [lo[i] for i in keep], [hi[i] for i in keep]
-    for r, l_, h in zip(rows, lo, hi, strict=True):
-        below[r], at[r] = l_, h
-    return low, high, steps
-
-
-def _wide(low: float, high: float, slack: float) -> bool:
-    """Whether the middle of ``low..high`` is more than ``slack`` from both ends (see
-    :func:`_bisect`; never for a NaN or ``inf`` slack)."""
-    mid = (low + high) / 2
-    return mid - low > slack and high - mid > slack
 
 
 class _Cells:
@@ -424,7 +332,6 @@ class _Cells:
         self.starts = np.flatnonzero(col == 0)
         self.jobs = len(self.starts)
         self.cells = np.arange(len(col))
-        self._lists: tuple[list[float], list[float]] | None = None  # least_in's, as floats
 
     @classmethod
     def of(cls, cost: NDArray[np.float64]) -> _Cells:
@@ -451,32 +358,6 @@ class _Cells:
         at = np.where(hit, self.cells, len(self.cells))
         out: NDArray = np.minimum.reduceat(at, self.starts)
         return out
-
-    def least_in(self, first: int, last: int, price: float) -> int:
-        """The first cell at the least sum among cells ``first..last`` (of one row) at
-        ``price``, from :meth:`pick`'s sums (``cost + price * col`` in IEEE doubles, here
-        Python floats: for the few rows :func:`_narrowed` prices alone, between the cells
-        they pick at the bracket's ends)."""
-        if self._lists is None:
-            self._lists = self.vals.tolist(), self.k.tolist()
-        vals, k = self._lists
-        best, at = vals[first] + price * k[first], first
-        for cell in range(first + 1, last + 1):
-            s = vals[cell] + price * k[cell]
-            if s < best:
-                best, at = s, cell
-        return at
-
-    def slack(self, price: float) -> float:
-        """How near two prices up to ``price`` may be while rounding cannot reorder a row's
-        sums between them (see :func:`_bisect`): ``2**-48`` times the largest
-        ``|cost| + price * col`` (``inf`` or NaN when ``price`` is not finite: never near
-        enough)."""
-        import numpy as np
-
-        finite = self.vals[np.isfinite(self.vals)]
-        most = float(np.max(np.abs(finite))) if len(finite) else 0.0
-        return (most + price * float(np.max(self.k))) * 2.0**-48
 
     def spread(self) -> float:
         """The largest drop of a row's cost from 0 GPUs to its best: above it, no job gains

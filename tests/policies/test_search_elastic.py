@@ -11,7 +11,7 @@ import pytest
 
 from policies.elastic import ELASTIC, ElasticJob, GeneticElastic, GoodputElastic, SearchElastic
 from policies.elastic.search import EXACT_CELLS as EXACT_CELLS_DEFAULT
-from policies.elastic.search import _bisect, _Cells, best_counts
+from policies.elastic.search import _Cells, best_counts
 
 DIP = (1.0, 1.9, 2.7, 3.4, 3.0, 4.6, 6.0, 7.2)  # a GPU on a second node costs before it pays
 LINEAR = tuple(float(n) for n in range(1, 9))
@@ -173,58 +173,6 @@ def test_the_price_picks_each_rows_first_cheapest_count_from_its_cells() -> None
         with np.errstate(invalid="ignore"):
             drop = float(np.max(finite[:, 0] - np.min(finite, axis=1)))
             assert table.spread() == pytest.approx(drop, nan_ok=True)
-
-
-def _bisected_on_the_whole_table(table: _Cells, gpus: int, steps: int = 30) -> np.ndarray:
-    """The price's bisection as it was, every row priced at every step: the reference."""
-    low, high = 0.0, table.spread() + 1.0
-    at = table.pick(high)
-    for _ in range(steps):
-        mid = (low + high) / 2
-        trial = table.pick(mid)
-        used = int(table.col[trial].sum())
-        if used <= gpus:
-            high, at = mid, trial
-            if used == gpus:
-                break
-        else:
-            low = mid
-    return at
-
-
-@pytest.mark.parametrize("decimals", [1, 3, 12])
-def test_the_bisection_prices_the_rows_left_moving_to_the_same_picks(
-    decimals: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # once few rows differ between the bracket's ends only those are priced: the same
-    # picks, then the same fill, as pricing every row at every step (ties and inf included)
-    rng = np.random.default_rng(7)
-    narrowed = 0
-    least_in = _Cells.least_in
-
-    def counted(self: _Cells, first: int, last: int, price: float) -> int:
-        nonlocal narrowed
-        narrowed += 1
-        return least_in(self, first, last, price)
-
-    monkeypatch.setattr(_Cells, "least_in", counted)
-    for _ in range(200):
-        jobs, width = int(rng.integers(1, 60)), int(rng.integers(2, 20))
-        # convex-ish rows (costs falling with the count) with noise, rounded: ties
-        drop = np.cumsum(rng.random((jobs, width)), axis=1)
-        cost = np.round(10 - drop + 0.3 * rng.random((jobs, width)), decimals)
-        caps = rng.integers(1, width, jobs)
-        cost[np.arange(width)[None, :] > caps[:, None]] = np.inf
-        cost[rng.random((jobs, width)) < 0.02] = np.inf
-        table = _Cells.of(cost)
-        fits = int(table.col[table.pick(0.0)].sum())
-        # 60 steps: brackets too narrow for the rows' order to be sure of (the whole table
-        # priced again)
-        for gpus, steps in itertools.product({0, fits // 3, fits // 2, max(fits - 1, 0)}, (30, 60)):
-            with np.errstate(invalid="ignore"):  # an inf at column 0: an inf price
-                got = _bisect(table, gpus, steps, table.pick(0.0))
-                assert np.array_equal(got, _bisected_on_the_whole_table(table, gpus, steps))
-    assert narrowed > 1000  # the narrowed steps ran
 
 
 def test_the_served_weight_gives_spare_gpus_to_the_jobs_that_ran_least() -> None:
