@@ -181,42 +181,23 @@ class BulkAdmission:
         # the job id from the row's key (it ends with it): this runs for every job every round
         for (_, _, job_id), j, lo, hi, cur, gpus, started in self.rows:
             floor = floors.get(job_id, 0) if floors else 0
-            if cur <= 0:  # queued: nothing kept, nothing lost, not urgent
-                ej = ElasticJob(  # positional: this runs for every job every round
-                    job_id,
-                    lo,
-                    hi if hi >= lo else lo,
-                    gpus,
-                    cur,
-                    j.speedup,
-                    floor,
-                    now - started,
-                    False,
-                    0.0,
-                    j.attained_service if served else 0.0,
-                )
-                if late and job_id in late:
-                    late_g.append(ej)
-                elif room.get(j.team, 0) >= lo:
-                    room[j.team] -= lo
-                    within.append(ej)
-                else:
-                    rest.append(ej)
-                continue
-            kept = keep.get(job_id, 0) if keep else 0
-            no_step = nostep and job_id in nostep
-            if no_step or (touched and job_id in touched):
-                hi = cur  # no step yet, or shrunk for an interactive job: no growth
-            # a row holding GPUs is a running job's, and its ``gpus`` is what it holds in the
-            # snapshot (``RunningJob.gpus``): ``urgent`` and ``lost_s`` read it without
-            # isinstance or the property
-            if lost and gpus:
-                ckpt = j.checkpoint_at  # type: ignore[union-attr]
-                since = now - (started if started > ckpt else ckpt)  # max(ckpt, started)
-                lost_s = gpus * (since if since > 0.0 else 0.0) / gpus  # as lost_work(j) / gpus
-            else:
-                lost_s = 0.0
-            ej = ElasticJob(
+            kept, no_step, urgent, lost_s = 0, False, False, 0.0
+            attained = j.attained_service if served else 0.0
+            if cur > 0:  # a running job's row (a queued one keeps, loses, hurries nothing)
+                kept = keep.get(job_id, 0) if keep else 0
+                no_step = bool(nostep) and job_id in nostep
+                if no_step or (touched and job_id in touched):
+                    hi = cur  # no step yet, or shrunk for an interactive job: no growth
+                # its ``gpus`` is what it holds in the snapshot (``RunningJob.gpus``):
+                # ``urgent`` and ``lost_s`` read it without isinstance or the property
+                if lost and gpus:
+                    ckpt = j.checkpoint_at  # type: ignore[union-attr]
+                    since = now - (started if started > ckpt else ckpt)  # max(ckpt, started)
+                    lost_s = gpus * (since if since > 0.0 else 0.0) / gpus  # lost_work(j) / gpus
+                urgent = j.urgent  # type: ignore[union-attr]
+                if served:
+                    attained += gpus * (now - started)
+            ej = ElasticJob(  # positional: this runs for every job every round
                 job_id,
                 lo,
                 hi if hi >= lo else lo,
@@ -225,9 +206,9 @@ class BulkAdmission:
                 j.speedup,
                 max(floor, kept) if kept else floor,
                 now - started,
-                j.urgent,  # type: ignore[union-attr]
+                urgent,
                 lost_s,
-                j.attained_service + gpus * (now - started) if served else 0.0,
+                attained,
             )
             if kept:
                 (nostep_g if no_step else kept_g).append(ej)
