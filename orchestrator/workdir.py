@@ -2,15 +2,18 @@
 
 ``orch submit --working-dir DIR`` packs ``DIR`` into one zip (:func:`pack`), stores it in the
 job store under its content digest, and names that digest in the job's
-``workload.working_dir``. When the job runs, the runtime hands the zip to Ray as the worker
-actors' ``runtime_env`` ``working_dir``: Ray ships it to every host of the gang, where the
-worker copies it into a folder of the job's sandbox user and runs the command there.
+``workload.working_dir``. When the job runs, the runtime hands the zip's bytes to every rank
+of the gang (through Ray's object store: ``orchestrator.runtime.workdir``), and each worker
+checks them against the digest and unpacks them into a folder of the job's sandbox user alone
+(``workers.workdir``), where the command runs.
 
 Why a zip of our own rather than passing ``DIR`` to Ray directly: the submitter and the
 scheduler are different processes (often different machines), so the directory must travel
 with the submission; a deterministic archive (sorted names, fixed times) also gives the same
-digest for the same files, so resubmitting a job stores nothing new and Ray's per-URI cache
-on each host is hit.
+digest for the same files, so resubmitting a job stores nothing new. Why not Ray's
+``runtime_env`` ``working_dir``: Ray unpacks it into a cache every job on the host can write,
+and makes it the worker's current folder and import path, where a team's ``sitecustomize.py``
+would run with the worker's rights.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import WorkingDirError
+from workers.workdir import DEFAULT_MAX_MB, MAX_MB_ENV, archive_problem
+from workers.workdir import max_bytes as _max_bytes
 
 __all__ = [
     "DEFAULT_MAX_MB",
@@ -34,11 +39,8 @@ __all__ = [
     "check_archive",
     "max_bytes",
     "pack",
-    "unpack",
 ]
 
-MAX_MB_ENV = "ORCH_WORKING_DIR_MAX_MB"
-DEFAULT_MAX_MB = 50.0
 SKIPPED = frozenset({".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
 """Folder names never shipped: version control, caches, virtual environments."""
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -53,25 +55,6 @@ class Packed:
     files: int
     size: int
     """Bytes of the files packed (before compression)."""
-
-
-def max_bytes() -> int:
-    """The size limit on a working directory's files: ``ORCH_WORKING_DIR_MAX_MB`` megabytes
-    (10^6 bytes; default 50).
-
-    Raises:
-        WorkingDirError: the variable is not a positive number.
-    """
-    text = os.environ.get(MAX_MB_ENV, "")
-    if not text:
-        return int(DEFAULT_MAX_MB * 1e6)
-    try:
-        mb = float(text)
-    except ValueError:
-        mb = -1.0
-    if not 0 < mb < 1e6:
-        raise WorkingDirError(f"{MAX_MB_ENV} must be a number of megabytes > 0, got {text!r}")
-    return int(mb * 1e6)
 
 
 def pack(folder: str | Path, limit: int | None = None) -> Packed:
@@ -155,40 +138,24 @@ def _inside(root: Path, link: Path) -> Path:
 def check_archive(data: bytes, limit: int | None = None) -> None:
     """Check a packed working directory received from elsewhere (the API): a zip whose files
     add up to at most ``limit`` bytes unpacked (default :func:`max_bytes`), none of them named
-    outside the folder it unpacks into.
+    outside the folder it unpacks into (the worker checks the same again, and the digest,
+    before it unpacks: ``workers.workdir``).
 
     Raises:
         WorkingDirError: not a zip, too large unpacked, or a name leaving the folder.
     """
-    limit = max_bytes() if limit is None else limit
-    try:
-        entries = zipfile.ZipFile(io.BytesIO(data)).infolist()
-    except (zipfile.BadZipFile, ValueError):
-        raise WorkingDirError("the working directory must be a zip archive") from None
-    size = sum(e.file_size for e in entries)  # as declared: what unpacking would write
-    if size > limit:
-        raise WorkingDirError(
-            f"the working directory unpacks to {size / 1e6:.1f} MB, over the limit of "
-            f"{limit / 1e6:g} MB ({MAX_MB_ENV})"
-        )
-    for e in entries:
-        parts = Path(e.filename).parts
-        if e.filename.startswith("/") or ".." in parts:
-            raise WorkingDirError(f"the working directory names {e.filename!r}, outside it")
+    problem = archive_problem(data, max_bytes() if limit is None else limit)
+    if problem is not None:
+        raise WorkingDirError(problem)
 
 
-def unpack(data: bytes, folder: str | Path, limit: int | None = None) -> None:
-    """Unpack a working directory packed by :func:`pack` into ``folder`` (checked first, as
-    :func:`check_archive` does), keeping its files' modes (an executable script stays one).
+def max_bytes() -> int:
+    """The size limit on a working directory's files (``workers.workdir.max_bytes``).
 
     Raises:
-        WorkingDirError: see :func:`check_archive`.
+        WorkingDirError: ``ORCH_WORKING_DIR_MAX_MB`` is not a positive number.
     """
-    check_archive(data, limit)
-    root = Path(folder)
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        for entry in archive.infolist():
-            path = Path(archive.extract(entry, root))
-            mode = (entry.external_attr >> 16) & 0o777
-            if mode and not entry.is_dir():
-                path.chmod(mode)
+    try:
+        return _max_bytes()
+    except ValueError as err:
+        raise WorkingDirError(str(err)) from None

@@ -18,6 +18,7 @@ that returns the report sink (for instance one that writes to Redis). Output lea
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import os
@@ -29,6 +30,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from workers.config import HarnessConfig
+    from workers.contain import Limits
     from workers.logs import LogSink
 
 __all__ = ["WorkerActor"]
@@ -73,6 +76,8 @@ class WorkerActor:
         self._stop = threading.Event()
         self._warm = False  # warmed up before it was given a job (see warm_up)
         self._set_up = threading.Event()  # a run's harness is built (see is_set_up)
+        self._working_dir: bytes | None = None  # a command job's archive (see run)
+        _close_ray_logs()
 
     def warm_up(self, imports: tuple[str, ...] = (), *, gpuless: bool = False) -> dict[str, float]:
         """Get this process ready for a job before there is one: import torch, the harness
@@ -186,6 +191,7 @@ class WorkerActor:
         world_size: int | None = None,
         fence: Callable[[], bool] | None = None,
         run_tag: str = "",
+        working_dir: bytes | None = None,
     ) -> dict[str, Any]:
         """Run the harness for ``config_dict`` (see ``HarnessConfig.from_dict``).
 
@@ -196,7 +202,8 @@ class WorkerActor:
 
         A team's code (an entry point, not a built-in) runs in a sandboxed child process as an
         unprivileged user (:mod:`workers.sandbox`); this actor relays its reports, output and
-        stop requests. A command job's script runs the same way (:mod:`workers.command`).
+        stop requests. A command job's script runs the same way (:mod:`workers.command`),
+        from ``working_dir``, its archive as stored (checked against its digest there).
 
         Returns:
             ``RunResult.to_dict()``.
@@ -209,6 +216,7 @@ class WorkerActor:
         """
         rank = self.rank if rank is None else rank
         args = (config_dict, init_method, checkpoint_dir, rank, world_size, fence, run_tag)
+        self._working_dir = working_dir
         if self._log_sink_factory is None:
             return self._run(*args)
         from workers.logs import OutputCapture
@@ -240,7 +248,7 @@ class WorkerActor:
         config = HarnessConfig.from_dict(config_dict)
         if config.command is not None:
             self._set_up.set()  # the script builds its own model: nothing to wait for here
-            return self._run_command(config_dict, init_method, checkpoint_dir, rank, world, fence)
+            return self._run_command(config, init_method, checkpoint_dir, rank, world, fence)
         if needs_sandbox(config.workload):
             self._set_up.set()  # the child builds its harness: nothing to wait for here
             return run_sandboxed(
@@ -256,6 +264,7 @@ class WorkerActor:
                 fence=fence or (lambda: True),
                 num_threads=self._num_threads,
                 run_tag=run_tag,
+                limits=_limits(config, world),
             )
         from workers.harness import Harness
 
@@ -281,25 +290,21 @@ class WorkerActor:
 
     def _run_command(
         self,
-        config_dict: dict[str, Any],
+        config: HarnessConfig,
         init_method: str | None,
         checkpoint_dir: str | None,
         rank: int,
         world: int,
         fence: Callable[[], bool] | None,
     ) -> dict[str, Any]:
-        """A command job's rank (:mod:`workers.command`), in the working directory Ray
-        unpacked as this actor's current folder (its ``runtime_env``)."""
-        import ray
-
+        """A command job's rank (:mod:`workers.command`), from the archive :meth:`run` got."""
         from workers.command import run_command
         from workers.errors import CommandError
 
-        if not ray.get_runtime_context().runtime_env.get("working_dir"):
-            # without it the current folder is Ray's own, not the team's: never ship that
+        if self._working_dir is None:
             raise CommandError("the job's working directory did not reach this worker")
         return run_command(
-            config_dict,
+            config.to_dict(),
             job_id=self.job_id,
             rank=rank,
             world_size=world,
@@ -310,7 +315,8 @@ class WorkerActor:
             should_stop=self._stop.is_set,
             fence=fence or (lambda: True),
             num_threads=self._num_threads,
-            source_dir=os.getcwd(),
+            archive=self._working_dir,
+            limits=_limits(config, world),
         )
 
     def request_stop(self) -> None:
@@ -336,6 +342,43 @@ class WorkerActor:
             sink({**data, "job_id": job_id, "warm_start": warm, "visible_devices": devices})
 
         return report
+
+
+def _limits(config: HarnessConfig, world: int) -> Limits:
+    """What a run of a team's code may use here: the job's memory and network (a gang of more
+    than one rank keeps the network its ranks meet over), the operator's bounds."""
+    from workers.contain import limits_from_env
+
+    return limits_from_env(config.memory_gb, config.network or world > 1, _node_gpu_slots())
+
+
+@functools.cache
+def _node_gpu_slots() -> int | None:
+    """GPU slots of this worker's node (Ray's view), which share its memory; ``None`` when
+    not in Ray."""
+    try:
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+        for n in ray.nodes():
+            if n.get("NodeID") == node:
+                return int(n.get("Resources", {}).get("GPU", 0)) or None
+    except Exception:  # not in a Ray worker: the whole host
+        return None
+    return None
+
+
+def _close_ray_logs() -> None:
+    """Keep the Ray session folder of this node (its logs, which hold every job's output,
+    and its caches) to the worker's own user: ``0700`` on the session folder found through
+    this process's log file, when the worker owns it. A team's uid then reads no other job's
+    log lines; the job's own reach its owner through the store and the API."""
+    with contextlib.suppress(OSError):
+        log = os.path.realpath("/proc/self/fd/1")
+        session = os.path.dirname(os.path.dirname(log))  # .../session_*/logs/worker-*.out
+        in_logs = os.path.basename(os.path.dirname(log)) == "logs" and "session" in session
+        if in_logs and os.stat(session).st_uid == os.geteuid():
+            os.chmod(session, 0o700)
 
 
 @functools.cache

@@ -1,14 +1,14 @@
 """Command mode: a team's own script, run by the worker in its working directory.
 
 A job ``workload: {command: [python, train.py, ...]}`` ships its working directory with the
-submission; Ray unpacks it on every host of the gang as the worker actor's current folder
-(``runtime_env`` ``working_dir``: see ``orchestrator.runtime.gang_run``). For each rank,
-:func:`run_command`
+submission; the runtime hands its archive to every rank of the gang (see
+``orchestrator.runtime.workdir``). For each rank, :func:`run_command`
 
-- copies that folder into a private run folder of the job's sandbox user (the uid
-  :func:`workers.sandbox.claim_uid` gives the job on this host when the worker is root: the
-  script cannot read the data directory, the Redis password, ``~/.ray`` or another job's
-  checkpoints, as for an ``entry:`` workload);
+- checks the archive against the job's digest and unpacks it into a private run folder of the
+  job's sandbox user (:func:`workers.sandbox.sandbox`: the uid it claims for the job on this
+  host when the worker is root, 0700, the run's cgroup; the script cannot read the data
+  directory, the Redis password, ``~/.ray``, another job's checkpoints or code, as for an
+  ``entry:`` workload, and nothing it starts outlives the run);
 - runs the command there as that user, with the sandbox's scrubbed environment plus the job
   context (``ORCH_JOB_CONTEXT``, ``ORCH_JOB_FD``, ``ORCH_JOB_CONTROL_FD``: see
   :mod:`workers.job`); ``python`` is the worker's own interpreter (torch, ``workers.job``);
@@ -31,21 +31,23 @@ import contextlib
 import json
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
+from workers.contain import Limits
 from workers.errors import CommandError
 from workers.job import CONTEXT_ENV, CONTROL_FD_ENV, REPORT_FD_ENV
-from workers.sandbox import die_with_worker
 from workers.steps import CommandSteps
+from workers.workdir import unpack_verified
+
+if TYPE_CHECKING:
+    from workers.sandbox import RunSandbox
 
 __all__ = ["run_command"]
 
@@ -71,46 +73,44 @@ def run_command(
     should_stop: Callable[[], bool],
     fence: Callable[[], bool],
     num_threads: int | None,
-    source_dir: str,
+    archive: bytes,
     time_limit_s: float | None = None,
+    limits: Limits | None = None,
 ) -> dict[str, Any]:
     """Run one rank of a command job (``config``: a ``HarnessConfig`` dict with ``command``);
-    return its ``RunResult.to_dict()``. ``time_limit_s``: the script (and what it started) is
-    killed past this many seconds and the run fails (a tuning trial's bound: a script that
-    ignores its step budget and stop requests must not hold the tuner).
+    return its ``RunResult.to_dict()``. ``archive``: the job's working directory as stored
+    (checked against ``command.working_dir``, its digest, then unpacked for this run alone).
+    ``time_limit_s``: the script (and what it started) is killed past this many seconds and
+    the run fails (a tuning trial's bound: a script that ignores its step budget and stop
+    requests must not hold the tuner). ``limits``: what its processes may use
+    (:class:`workers.contain.Limits`).
 
     Raises:
         CommandError: see the module doc.
     """
-    from workers.sandbox import claim_uid
+    from workers.sandbox import sandbox
 
     if checkpoint_dir is not None and "://" in checkpoint_dir:
         raise CommandError(
             "a command job keeps its checkpoints in a local (or shared) folder; "
             f"the checkpoint store {checkpoint_dir!r} is a URL"
         )
-    with contextlib.ExitStack() as stack:
-        ckpt = Path(checkpoint_dir) if checkpoint_dir else None
-        uid = None
-        if os.geteuid() == 0:
-            uid = stack.enter_context(claim_uid(job_id, ckpt))
-        elif ckpt is not None:
-            ckpt.mkdir(mode=0o700, parents=True, exist_ok=True)
-        home = Path(tempfile.mkdtemp(prefix="orch-cmd-"))
-        stack.callback(shutil.rmtree, home, True)
-        work = home / "work"
-        shutil.copytree(source_dir, work, symlinks=False)
+    digest = config["command"].get("working_dir")
+    if not digest:
+        raise CommandError("the job names no working directory (workload.working_dir)")
+    ckpt = Path(checkpoint_dir) if checkpoint_dir else None
+    with sandbox(job_id, rank, world_size, limits, ckpt, "orch-cmd-") as box:
+        work = box.home / "work"
+        work.mkdir()
+        unpack_verified(archive, digest, work)  # checked against the job's digest first
         keep = ckpt is not None
         if ckpt is None:  # no job folder (a test, a trial): a private one, gone after the run
-            ckpt = home / "checkpoints"
+            ckpt = box.home / "checkpoints"
             ckpt.mkdir()
-        if uid is not None:
-            from workers.sandbox import _chown_tree
-
-            _chown_tree(home, uid)
+        box.give(box.home)
         run = _CommandRun(config, job_id, rank, world_size, init_method, ckpt, report, keep)
         run.time_limit_s = time_limit_s
-        return run.execute(home, work, uid, num_threads, report_every_s, should_stop, fence)
+        return run.execute(box, work, num_threads, report_every_s, should_stop, fence)
 
 
 class _CommandRun:
@@ -164,12 +164,12 @@ class _CommandRun:
         )
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.time_limit_s: float | None = None
+        self.stopped = self.fenced = False
 
     def execute(
         self,
-        home: Path,
+        box: RunSandbox,
         work: Path,
-        uid: int | None,
         num_threads: int | None,
         report_every_s: float,
         should_stop: Callable[[], bool],
@@ -177,6 +177,7 @@ class _CommandRun:
     ) -> dict[str, Any]:
         from workers.sandbox import _child_env
 
+        home, uid = box.home, box.uid
         context_file = home / "context.json"
         context_file.write_text(json.dumps(self.context))
         if uid is not None:
@@ -191,7 +192,6 @@ class _CommandRun:
             {CONTEXT_ENV: str(context_file), REPORT_FD_ENV: str(msg_w), CONTROL_FD_ENV: str(ctl_r)}
         )
         argv = [sys.executable, *self.argv[1:]] if self.argv[0] in PYTHONS else self.argv
-        ids: dict[str, Any] = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
         try:
             child = subprocess.Popen(
                 argv,
@@ -202,8 +202,7 @@ class _CommandRun:
                 cwd=work,
                 env=env,
                 start_new_session=True,  # a signal to the worker's group is not the child's
-                preexec_fn=die_with_worker(),
-                **ids,
+                preexec_fn=box.preexec(),  # cgroup, network, uid; dies with the worker
             )
         except FileNotFoundError:
             raise CommandError(
@@ -214,10 +213,14 @@ class _CommandRun:
                 f"command not executable by the job's user: {self.argv[0]} "
                 "(chmod +x it; the Python install must be readable by other users)"
             ) from None
+        except subprocess.SubprocessError as err:  # the launcher failed: nothing of theirs ran
+            raise CommandError(f"the job's process could not be set up: {err}") from None
         finally:
             os.close(msg_w)
             os.close(ctl_r)
-        return self._supervise(child, msg_r, ctl_w, report_every_s, should_stop, fence)
+        code = self._supervise(child, msg_r, ctl_w, report_every_s, should_stop, fence)
+        box.check(code)
+        return self._end(code)
 
     def _supervise(
         self,
@@ -227,7 +230,7 @@ class _CommandRun:
         report_every_s: float,
         should_stop: Callable[[], bool],
         fence: Callable[[], bool],
-    ) -> dict[str, Any]:
+    ) -> int:
         from workers.sandbox import _messages
 
         assert child.stdout is not None
@@ -282,7 +285,8 @@ class _CommandRun:
             with contextlib.suppress(OSError):
                 control.close()
             output.join(timeout=5)
-        return self._end(code, stopped, fenced)
+        self.stopped, self.fenced = stopped, fenced
+        return code
 
     def _take(self, message: dict[str, Any]) -> None:
         step = message.get("step")
@@ -293,7 +297,8 @@ class _CommandRun:
             if self.writes_state:
                 _write_state(self.state_file, self.steps.state())
 
-    def _end(self, code: int, stopped: bool, fenced: bool) -> dict[str, Any]:
+    def _end(self, code: int) -> dict[str, Any]:
+        stopped, fenced = self.stopped, self.fenced
         if fenced:
             return self.steps.result("fenced", 0.0, None).to_dict()
         if code != 0:

@@ -76,6 +76,11 @@ class HarnessConfig:
         command: for a command-mode job (``workload`` is then its command line, for display):
             ``{"argv": [...], "settings": {name: value}, "first_report_s": s,
             "working_dir": digest}``; the script applies the knobs (see :mod:`workers.job`).
+        network: whether a team's code (sandboxed) keeps the host's network; without it, it
+            runs in a network namespace of its own (a gang of more than one rank always
+            keeps it: its ranks meet over TCP). See :mod:`workers.contain`.
+        memory_gb: host memory a team's code may use per rank (GB of 10^9 bytes); ``None``:
+            the operator's default (``ORCH_SANDBOX_MEMORY``).
     """
 
     workload: str
@@ -100,6 +105,8 @@ class HarnessConfig:
     serve: dict[str, Any] | None = None
     command: dict[str, Any] | None = None
     loader: dict[str, Any] = field(default_factory=dict)
+    network: bool = False
+    memory_gb: float | None = None
 
     def __post_init__(self) -> None:
         problems = self._problems()
@@ -154,6 +161,10 @@ class HarnessConfig:
             isinstance(self.duration_s, int | float) and self.duration_s > 0
         ):
             p.append(f"duration_s must be > 0, got {self.duration_s!r}")
+        mem = self.memory_gb
+        finite = isinstance(mem, int | float) and math.isfinite(mem)
+        if mem is not None and not (finite and mem > 0):
+            p.append(f"memory_gb must be a number > 0, got {mem!r}")
         if not (isinstance(self.lr, int | float) and math.isfinite(self.lr) and self.lr > 0):
             p.append(f"lr must be a finite number > 0, got {self.lr!r}")
         return p

@@ -30,12 +30,12 @@ not its user, and a Ray worker process can itself submit Ray tasks; the child mu
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,20 +45,27 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from workers.contain import MEMORY_ENV, PIDS_ENV, Limits, RunCgroup, launcher
 from workers.errors import CheckpointError, HarnessConfigError
 from workers.workloads.base import WorkloadError
 from workers.workloads.registry import is_entry_point
 
 __all__ = [
+    "ALLOW_UNISOLATED_ENV",
+    "RunSandbox",
     "SandboxError",
     "claim_uid",
     "clean_report",
-    "die_with_worker",
     "needs_sandbox",
+    "refuse_unisolated",
     "run_sandboxed",
+    "sandbox",
 ]
 
 UIDS_ENV = "ORCH_SANDBOX_UIDS"
+ALLOW_UNISOLATED_ENV = "ORCH_ALLOW_UNISOLATED"
+"""Set to ``1`` by an operator whose workers cannot run as root, to run teams' code anyway
+(as the worker's own user: no isolation from it, or from each other)."""
 DEFAULT_UIDS = (61000, 64999)
 MAX_MESSAGE_BYTES = 1 << 20
 """A line from the child longer than this is not read as a message (it is dropped)."""
@@ -119,6 +126,7 @@ def run_sandboxed(
     fence: Callable[[], bool],
     num_threads: int | None,
     run_tag: str = "",
+    limits: Limits | None = None,
 ) -> dict[str, Any]:
     """Run one rank's harness for ``config`` in a sandboxed child; return its
     ``RunResult.to_dict()``.
@@ -138,16 +146,110 @@ def run_sandboxed(
         "run_tag": run_tag,
         "report": report is not None,
     }
+    local = Path(checkpoint_dir) if checkpoint_dir and "://" not in checkpoint_dir else None
+    with sandbox(job_id, rank, world_size, limits, local, "orch-run-") as box:
+        box.give(box.home)
+        outcome, code = _supervise(init, box, report, should_stop, fence)
+        box.check(code)
+        return _outcome(outcome, code)
+
+
+class RunSandbox:
+    """One run's sandbox (see :func:`sandbox`): the job's ``uid`` on this host (``None`` when
+    the worker is not root), a private ``home`` folder, the run's ``cgroup`` (``None`` where
+    the host offers none) and its ``limits``."""
+
+    def __init__(
+        self, uid: int | None, home: Path, cgroup: RunCgroup | None, limits: Limits
+    ) -> None:
+        self.uid, self.home, self.cgroup, self.limits = uid, home, cgroup, limits
+
+    def give(self, path: Path) -> None:
+        """Make ``path`` (and what is in it) the job's uid's alone (0700 at its top)."""
+        if self.uid is not None:
+            _chown_tree(path, self.uid)
+
+    def preexec(self) -> Callable[[], None] | None:
+        """The child's first steps: into the cgroup, off the network, down to the uid."""
+        return launcher(self.uid, self.cgroup, self.limits.network)
+
+    def check(self, code: int) -> None:
+        """After the team's process ended with ``code``: an out-of-memory kill is raised as
+        one; a fork refused by the process bound is said in the job's log.
+
+        Raises:
+            OutOfMemoryError: the kernel killed a process of the run for its memory.
+        """
+        if self.cgroup is None:
+            return
+        if self.cgroup.hit_process_bound():
+            print(
+                f"orch: the job's processes reached their bound of {self.limits.pids} "
+                f"tasks ({PIDS_ENV}): a fork failed",
+                file=sys.stderr,
+                flush=True,
+            )
+        if self.cgroup.out_of_memory():
+            mib = (self.limits.memory_bytes or 0) / (1 << 20)
+            raise OutOfMemoryError(
+                f"out of memory: the job's processes went over their host memory bound of "
+                f"{mib:.0f} MiB (resources.memory_gb, or the operator's {MEMORY_ENV}); "
+                f"the kernel killed one (exit code {code})"
+            )
+
+
+def refuse_unisolated() -> None:
+    """Refuse a team's code on a worker that cannot give it a uid of its own (not root),
+    unless the operator allowed it (:data:`ALLOW_UNISOLATED_ENV`).
+
+    Raises:
+        SandboxError: says why, and the setting.
+    """
+    if os.geteuid() == 0 or os.environ.get(ALLOW_UNISOLATED_ENV, "") in ("1", "true", "yes"):
+        return
+    raise SandboxError(
+        f"this worker runs as uid {os.geteuid()}, not root, so a team's code would run as the "
+        f"worker's own user, beside its credentials; the operator may allow that with "
+        f"{ALLOW_UNISOLATED_ENV}=1 (see docs/operator-guide.md, 'Team code')"
+    )
+
+
+@contextlib.contextmanager
+def sandbox(
+    job_id: str,
+    rank: int,
+    world_size: int,
+    limits: Limits | None,
+    checkpoint: Path | None,
+    prefix: str,
+) -> Iterator[RunSandbox]:
+    """The sandbox of one run of a team's code on this host, for the block: the job's uid
+    (claimed; with ``checkpoint``, the job's local checkpoint folder, lent to it), a private
+    folder, and the run's cgroup with ``limits`` (default: :class:`Limits`'s; a gang of more
+    than one rank keeps the network, its ranks meet over TCP). At the block's end, in this
+    order: every process left in the
+    cgroup is killed and awaited, the folder is removed, the uid is released (so no process of
+    this job is alive when the uid is claimed by another).
+
+    Raises:
+        SandboxError: the worker cannot isolate and the operator did not allow it
+            (:func:`refuse_unisolated`).
+    """
+    refuse_unisolated()
+    limits = limits or Limits()
+    if world_size > 1 and not limits.network:
+        limits = dataclasses.replace(limits, network=True)
     with contextlib.ExitStack() as stack:
         uid = None
         if os.geteuid() == 0:
-            local = Path(checkpoint_dir) if checkpoint_dir and "://" not in checkpoint_dir else None
-            uid = stack.enter_context(claim_uid(job_id, local))
-        home = Path(tempfile.mkdtemp(prefix="orch-run-"))
+            uid = stack.enter_context(claim_uid(job_id, checkpoint))
+        elif checkpoint is not None:
+            checkpoint.mkdir(mode=0o700, parents=True, exist_ok=True)
+        home = Path(tempfile.mkdtemp(prefix=prefix))
         stack.callback(shutil.rmtree, home, True)
-        if uid is not None:
-            os.chown(home, uid, uid)
-        return _supervise(init, home, uid, report, should_stop, fence)
+        cgroup = RunCgroup(f"{job_id}-{rank}", limits)
+        stack.callback(cgroup.close)
+        yield RunSandbox(uid, home, cgroup if cgroup.dirs else None, limits)
 
 
 def _child_env(home: Path, uid: int | None, num_threads: int | None) -> dict[str, str]:
@@ -167,14 +269,13 @@ def _child_env(home: Path, uid: int | None, num_threads: int | None) -> dict[str
 
 def _supervise(
     init: dict[str, Any],
-    home: Path,
-    uid: int | None,
+    box: RunSandbox,
     report: Callable[[dict[str, Any]], None] | None,
     should_stop: Callable[[], bool],
     fence: Callable[[], bool],
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], int]:
     msg_r, msg_w = os.pipe()
-    ids: dict[str, Any] = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
+    home, uid = box.home, box.uid
     try:
         child = _spawn(
             [sys.executable, "-m", "workers.sandbox_child", str(msg_w)],
@@ -185,8 +286,7 @@ def _supervise(
             cwd=home,
             env=_child_env(home, uid, init["num_threads"]),
             start_new_session=True,  # a signal to the worker's group is not the child's
-            preexec_fn=die_with_worker(),  # nor does it outlive a killed worker
-            **ids,
+            preexec_fn=box.preexec(),  # cgroup, network, uid; nor outlives a killed worker
         )
     finally:
         os.close(msg_w)
@@ -231,35 +331,21 @@ def _supervise(
             child.wait()
         for t in relays[:2]:
             t.join(timeout=5)
-    return _outcome(outcome, code)
-
-
-def die_with_worker() -> Callable[[], None] | None:
-    """What a team's process runs before the command: ask Linux to kill it when the
-    worker thread that started it dies (``PR_SET_PDEATHSIG``). A worker killed at the end of a
-    stop's grace period, or lost with its node's Ray, would otherwise leave behind a process
-    that ignores stop requests, holding its GPU. Set after the switch to the job's uid (the
-    kernel clears it on a change of credentials); ``prctl`` is looked up here, before the
-    fork, so the child only calls it. ``None`` off Linux."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    pr_set_pdeathsig = 1
-
-    def arm() -> None:
-        prctl(pr_set_pdeathsig, signal.SIGKILL)
-
-    return arm
+    return outcome, code
 
 
 def _spawn(args: list[str], **kw: Any) -> subprocess.Popen[bytes] | None:
-    """``Popen(args, **kw)``, or ``None`` when the job's user may not run the interpreter."""
+    """``Popen(args, **kw)``, or ``None`` when the job's user may not run the interpreter.
+
+    Raises:
+        SandboxError: the child could not become the job's user (it never runs as root).
+    """
     try:
         return subprocess.Popen(args, **kw)
     except PermissionError:
         return None
+    except subprocess.SubprocessError as err:  # the launcher failed: nothing of the team's ran
+        raise SandboxError(f"the job's process could not be set up: {err}") from None
 
 
 def _outcome(outcome: dict[str, Any], code: int) -> dict[str, Any]:

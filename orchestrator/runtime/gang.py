@@ -88,21 +88,18 @@ def start_workers(
     num_threads: int | None,
     reporter_factory: Callable[[], Callable[[dict[str, Any]], None]] | None = None,
     log_sink_factory: Callable[[int], Any] | None = None,
-    runtime_env: dict[str, Any] | None = None,
 ) -> list[Any]:
     """One :class:`workers.actor.WorkerActor` per bundle of ``pg``, rank ``i`` in bundle ``i``
     (a job's gang, or a tuning gang); only rank 0 gets the report sink, every rank the log
-    sink factory (``log_sink_factory(rank)``: where its captured output goes). ``runtime_env``:
-    Ray's runtime environment of every actor (a command job's ``working_dir``)."""
+    sink factory (``log_sink_factory(rank)``: where its captured output goes)."""
     import ray
 
     from workers.actor import WorkerActor
 
     world = len(pg.bundle_specs)
     remote_cls = ray.remote(WorkerActor)
-    env = {"runtime_env": runtime_env} if runtime_env else {}
     return [
-        remote_cls.options(**worker_options(pg, rank), **env).remote(
+        remote_cls.options(**worker_options(pg, rank)).remote(
             job_id=job_id,
             rank=rank,
             world_size=world,

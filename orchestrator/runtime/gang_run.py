@@ -53,8 +53,8 @@ class GangRun(threading.Thread):
             asked for (so it never waits on them).
         fence: picklable; rank 0 asks it whether the run is still current (see
             ``orchestrator.store.sink.RunFence``); ``None``: always.
-        working_dirs: a command job's working directory digest -> its Ray URI (see
-            :mod:`orchestrator.runtime.workdir`).
+        working_dirs: a command job's working directory digest -> its archive in Ray's object
+            store (see :mod:`orchestrator.runtime.workdir`), handed to every rank's run.
 
     Attributes:
         settled: set once the gang is placed and its workers are set up (rank 0 built its
@@ -75,7 +75,7 @@ class GangRun(threading.Thread):
         warm: WarmWorker | None = None,
         evicted: list[WarmWorker] | None = None,
         fence: Callable[[], bool] | None = None,
-        working_dirs: Callable[[str], str] | None = None,
+        working_dirs: Callable[[str], Any] | None = None,
     ) -> None:
         super().__init__(name=f"{launch.kind}-{launch.job_id}", daemon=True)
         self.fence = fence
@@ -251,7 +251,6 @@ class GangRun(threading.Thread):
                 num_threads=self.num_threads,
                 reporter_factory=self.reporter_factory,
                 log_sink_factory=self.log_sink_factory,
-                runtime_env=self._runtime_env(),
             )
         init_method = None
         if world > 1:
@@ -263,8 +262,16 @@ class GangRun(threading.Thread):
 
         ckpt = str(self.launch.checkpoint_dir)
         tag = run_tag(self.launch.generation, self.launch.serial)
+        archive = self._working_dir()
         refs = [
-            a.run.remote(cfg, init_method, ckpt, fence=self.fence if i == 0 else None, run_tag=tag)
+            a.run.remote(
+                cfg,
+                init_method,
+                ckpt,
+                fence=self.fence if i == 0 else None,
+                run_tag=tag,
+                working_dir=archive,
+            )
             for i, a in enumerate(self._actors)
         ]
         pending = list(refs)
@@ -299,12 +306,12 @@ class GangRun(threading.Thread):
             return Outcome(OutcomeKind.STOPPED, "stopped on request", result)
         return Outcome(OutcomeKind.FINISHED, "", result)
 
-    def _runtime_env(self) -> dict[str, str] | None:
-        """A command job's working directory, as the URI Ray ships to every host."""
+    def _working_dir(self) -> Any:
+        """A command job's working directory, as the object every rank's run receives."""
         digest = self.launch.spec.workload.working_dir
         if digest is None or self.working_dirs is None:
             return None
-        return {"working_dir": self.working_dirs(digest)}
+        return self.working_dirs(digest)
 
 
 class TuneRun(GangRun):

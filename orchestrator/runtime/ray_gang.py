@@ -29,7 +29,7 @@ from orchestrator.pool import GPUPool, NodeInfo
 from orchestrator.runtime.base import EventKind, Launch, Outcome, RunEvent
 from orchestrator.runtime.gang_run import GangRun, TuneRun
 from orchestrator.runtime.warm import WarmPool
-from orchestrator.runtime.workdir import ray_working_dir
+from orchestrator.runtime.workdir import working_dir_ref
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +111,8 @@ class RayRuntime:
         # Registered with the warm pool's lock held: a refill counts this run's GPUs as taken
         # from here on, and the warm workers it takes or gives up are out of the pool.
         with self.warm.lock:
-            # a warm actor's runtime environment is fixed: a command job needs its own
-            single = len(launch.nodes) == 1 and launch.spec.workload.command is None
-            adopt = launch.kind == "run" and single
+            # a command job's working directory comes with its run: a warm actor runs it too
+            adopt = launch.kind == "run" and len(launch.nodes) == 1
             warm, kw["evicted"] = self.warm.claim(launch.nodes, adopt=adopt)
             if launch.kind == "tune":
                 run = TuneRun(launch, emit, self.redis_url, self.namespace, self.tune, **kw)
@@ -121,7 +120,7 @@ class RayRuntime:
                 sink = functools.partial(MetricsSink, self.redis_url, self.namespace, launch.job_id)
                 logs = functools.partial(LogSink, self.redis_url, self.namespace, launch.job_id)
                 fence = RunFence(self.redis_url, self.namespace, launch.job_id, launch.generation)
-                zips = functools.partial(ray_working_dir, self.redis_url, self.namespace)
+                zips = functools.partial(working_dir_ref, self.redis_url, self.namespace)
                 run = GangRun(
                     launch,
                     emit,

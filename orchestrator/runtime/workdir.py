@@ -1,39 +1,37 @@
-"""A command job's working directory, from the store to Ray's cluster storage.
+"""A command job's working directory, from the store to the gang's workers.
 
-Ray's runtime environment gives an actor a ``working_dir``, unpacked on its host before the
-actor starts, but accepts a local folder or zip only at ``ray.init`` (the driver's job); for
-one actor it wants a URI. The scheduler uploads the job's zip (as the submitter stored it:
-see :mod:`orchestrator.workdir`) to the cluster's own package store (GCS, the same place
-``ray.init`` puts a local ``working_dir``) under a content-addressed ``gcs://`` URI, once per
-content; every host of the gang then fetches and unpacks it from there. No object storage
-(S3) is needed.
+The scheduler reads the job's archive (as the submitter stored it: see
+:mod:`orchestrator.workdir`) from the store and puts its bytes in Ray's object store, once per
+run; every rank's :meth:`workers.actor.WorkerActor.run` receives them (Ray ships an object to
+the hosts that need it), checks them against the job's digest and unpacks them into a folder
+of the job's sandbox user alone (:mod:`workers.workdir`).
 
-Why Ray's ``packaging`` module (not public API): it is the one way to put a package in GCS,
-the step ``ray.init`` itself takes; the alternative, a remote URI, would make every
-deployment run an object store for command jobs.
+Why not Ray's ``runtime_env`` ``working_dir``: Ray unpacks it into a per-host cache every
+job's processes can write (one team's job could change another's code there), makes it the
+privileged worker's current folder and puts it on its import path (a team's
+``sitecustomize.py`` or ``*.pth`` would run as the worker). Bytes handed to the run are
+never a folder anyone imports from.
 """
 
 from __future__ import annotations
 
-__all__ = ["ray_working_dir"]
+from typing import Any
+
+__all__ = ["working_dir_ref"]
 
 
-def ray_working_dir(redis_url: str, namespace: str, digest: str) -> str:
-    """The ``gcs://`` URI of the working directory ``digest``, uploaded if the cluster does
-    not hold it (Ray drops a package no actor or job has used for a while).
+def working_dir_ref(redis_url: str, namespace: str, digest: str) -> Any:
+    """The archive of the working directory ``digest`` in Ray's object store (an
+    ``ObjectRef``, passed to the workers' ``run``; it lives as long as the caller holds it).
 
     Raises:
         FileNotFoundError: the store holds no working directory ``digest``.
     """
-    from ray._private.runtime_env.packaging import package_exists, upload_package_to_gcs
+    import ray
 
-    uri = f"gcs://_ray_pkg_{digest.removeprefix('sha256:')}.zip"
-    if package_exists(uri):
-        return uri
     from orchestrator.store import JobStore
 
     data = JobStore.from_url(redis_url, namespace).working_dirs.get(digest)
     if data is None:
         raise FileNotFoundError(f"the job's working directory {digest} is not in the store")
-    upload_package_to_gcs(uri, data)
-    return uri
+    return ray.put(data)

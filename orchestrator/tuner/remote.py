@@ -97,19 +97,18 @@ def tune_job(
 
 def command_trials(spec: JobSpec, redis_url: str, namespace: str) -> dict[str, Any]:
     """What a tuning gang needs to run a command job's trials: the job's command (each trial
-    runs its script, as ``workers.command`` runs a job's) and its working directory shipped
-    by Ray to the gang's actors, as for a job run (``runtime.workdir``); nothing for a
-    workload the harness runs."""
+    runs its script, as ``workers.command`` runs a job's) and its working directory, handed to
+    the gang's trials as for a job run (``runtime.workdir``); nothing for a workload the
+    harness runs."""
     from orchestrator.runtime.harness_config import command_config
 
     command = command_config(spec.workload)
     digest = spec.workload.working_dir
     if command is None or digest is None:
         return {}
-    from orchestrator.runtime.workdir import ray_working_dir
+    from orchestrator.runtime.workdir import working_dir_ref
 
-    uri = ray_working_dir(redis_url, namespace, digest)
-    return {"command": command, "runtime_env": {"working_dir": uri}}
+    return {"command": command, "working_dir": working_dir_ref(redis_url, namespace, digest)}
 
 
 def _retune_of(store: Any, job_id: str) -> tuple[Config, Measurement | None] | None:

@@ -7,10 +7,8 @@ the cache entry (``JobStore.tune_cache``) and the profile (``JobStore.profiles``
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,7 +33,7 @@ if TYPE_CHECKING:
 
     from orchestrator.store.jobs import JobStore
 
-__all__ = ["TuneReport", "command_evaluator", "local_working_dir", "tune_spec"]
+__all__ = ["TuneReport", "command_evaluator", "stored_working_dir", "tune_spec"]
 
 CacheStatus = Literal["hit", "warm", "miss", "off"]
 
@@ -207,9 +205,8 @@ def tune_spec(
     job = job or spec.name
     options = _Options(strategy, use_cache, fresh, patience, on_trial, free_gpus, retune, measured)
     if evaluator is None and spec.workload.command is not None:
-        with local_working_dir(store, spec) as folder:  # tuned with it, then removed
-            evaluator = command_evaluator(spec, folder, caps=caps, job=job)
-            return _tune(spec, store, redis_url, job, evaluator, evaluator.caps, options)
+        evaluator = command_evaluator(spec, stored_working_dir(store, spec), caps=caps, job=job)
+        return _tune(spec, store, redis_url, job, evaluator, evaluator.caps, options)
     if evaluator is None:
         evaluator = default_evaluator(spec, caps, job=job)
     return _tune(spec, store, redis_url, job, evaluator, caps or evaluator.caps, options)
@@ -389,30 +386,25 @@ def _store_outcome(
     return report
 
 
-@contextlib.contextmanager
-def local_working_dir(store: JobStore, spec: JobSpec) -> Iterator[str]:
-    """A command job's working directory, unpacked from the store into a temporary folder
-    for the block (the trials run the script from a private copy of it).
+def stored_working_dir(store: JobStore, spec: JobSpec) -> bytes:
+    """A command job's working directory, its archive as stored (each trial checks it against
+    the job's digest and unpacks it for itself: ``workers.workdir``).
 
     Raises:
         TuneError: the store holds no working directory under the job's digest.
     """
-    from orchestrator.workdir import unpack
-
     digest = spec.workload.working_dir
     data = store.working_dirs.get(digest) if digest else None
     if data is None:
         raise TuneError(f"workload.working_dir: the store holds no working directory {digest}")
-    with tempfile.TemporaryDirectory(prefix="orch-tune-") as folder:
-        unpack(data, folder)
-        yield folder
+    return data
 
 
 def command_evaluator(
-    spec: JobSpec, folder: str, *, caps: DeviceCaps | None = None, job: str | None = None
+    spec: JobSpec, archive: bytes, *, caps: DeviceCaps | None = None, job: str | None = None
 ) -> Evaluator:
-    """The evaluator of a command job's trials on this host, from its working directory
-    unpacked in ``folder`` (``evaluators.command``: its script, sandboxed as a run)."""
+    """The evaluator of a command job's trials on this host, from its working directory's
+    ``archive`` (``evaluators.command``: its script, sandboxed as a run)."""
     from orchestrator.runtime.harness_config import command_config
     from orchestrator.tuner.evaluators.command import CommandEvaluator
 
@@ -421,7 +413,7 @@ def command_evaluator(
     return CommandEvaluator(
         command,
         spec.workload.args,
-        folder,
+        archive,
         caps=caps,
         job_id=_sandbox_key(spec, job),
         seed=spec.run.seed,

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.workdir import pack
 from workers.command import run_command
 from workers.errors import CommandError
 from workers.result import REPORT_KEYS
@@ -33,6 +34,14 @@ SCRIPTS = Path(__file__).parent / "command_dir"
 # folder to the worker when the job's last rank there ends, so two test processes (xdist
 # workers) must not run "the same job" at once.
 JOB = f"own-{uuid.uuid4().hex[:6]}"
+
+
+def source(cfg: dict[str, Any], folder: Path) -> dict[str, bytes]:
+    """``folder`` as the job's working directory: its digest in ``cfg``, its archive (the
+    keyword ``run_command`` takes)."""
+    packed = pack(folder)
+    cfg["command"]["working_dir"] = packed.digest
+    return {"archive": packed.data}
 
 
 def config(argv: list[str], steps: int = 60, **command: Any) -> dict[str, Any]:
@@ -61,7 +70,7 @@ def job_root() -> Iterator[Path]:
 def run(
     cfg: dict[str, Any],
     ckpt: Path | None,
-    source: Path = EXAMPLE,
+    folder: Path = EXAMPLE,
     reports: list[dict[str, Any]] | None = None,
     stop: threading.Event | None = None,
     first_report_s: float | None = None,
@@ -80,7 +89,7 @@ def run(
         should_stop=(stop or threading.Event()).is_set,
         fence=lambda: True,
         num_threads=1,
-        source_dir=str(source),
+        **source(cfg, folder),
     )
 
 
@@ -121,7 +130,7 @@ def test_a_stopped_run_resumes_to_the_loss_of_an_uninterrupted_one(job_root: Pat
         should_stop=stop.is_set,
         fence=lambda: True,
         num_threads=1,
-        source_dir=str(EXAMPLE),
+        **source(cfg, EXAMPLE),
     )
     assert first["status"] == "stopped" and 25 <= first["steps_done"] < 150
     resumed = run(cfg, job_root / "cut")
@@ -209,7 +218,7 @@ def _two_ranks(cfg: dict[str, Any], ckpt: Path, stop_at: int | None) -> dict[int
             should_stop=stop.is_set,
             fence=lambda: True,
             num_threads=1,
-            source_dir=str(EXAMPLE),
+            **source(cfg, EXAMPLE),
         )
 
     threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
@@ -252,11 +261,13 @@ def test_a_process_the_script_leaves_behind_does_not_outlive_the_run(job_root: P
 
 WORKER = """
 import sys, threading
+from orchestrator.workdir import pack
 from workers.command import run_command
-from tests.workers.test_command import config, JOB, SCRIPTS
-run_command(config(["python", "silent.py"]), job_id=JOB, rank=0, world_size=1,
+from tests.workers.test_command import config, source, JOB, SCRIPTS
+cfg = config(["python", "silent.py"])
+run_command(cfg, job_id=JOB, rank=0, world_size=1,
     init_method=None, checkpoint_dir=None, report=None, report_every_s=1.0,
-    should_stop=lambda: False, fence=lambda: True, num_threads=1, source_dir=str(SCRIPTS))
+    should_stop=lambda: False, fence=lambda: True, num_threads=1, **source(cfg, SCRIPTS))
 """
 
 

@@ -1,7 +1,7 @@
 """A command job's trial: a short run of the team's own script, sandboxed as a real run.
 
 The trial runs the script through :func:`workers.command.run_command`, the code path a job
-run of the script takes on a worker: copied into a private folder of the job's sandbox user
+run of the script takes on a worker: unpacked into a private folder of the job's sandbox user
 (a uid of its own when the tuner runs as root), run there as that user with the scrubbed
 environment and the job context, never in the tuner's process. The context carries the
 trial's settings: micro-batch, accumulation, precision, its step budget (``warmup_steps +
@@ -40,7 +40,7 @@ class CommandEvaluator(Evaluator):
         command: the job's ``HarnessConfig.command``
             (``orchestrator.runtime.harness_config.command_config``).
         workload_args: the job's ``workload.args`` (the script's ``ctx.args``).
-        source_dir: the job's working directory, unpacked here.
+        archive: the job's working directory as stored (each trial unpacks it afresh).
         caps: the device (``DeviceCaps.detect()`` by default; one GPU here).
         job_id: the job tuned (its sandbox uid is claimed under this id).
         warmup_steps: steps excluded from the figures.
@@ -54,7 +54,7 @@ class CommandEvaluator(Evaluator):
         self,
         command: Mapping[str, Any],
         workload_args: Mapping[str, Any] | None,
-        source_dir: str,
+        archive: bytes,
         *,
         caps: DeviceCaps | None = None,
         job_id: str = "tune",
@@ -66,7 +66,7 @@ class CommandEvaluator(Evaluator):
     ) -> None:
         self.command = dict(command)
         self.workload_args = dict(workload_args or {})
-        self.source_dir = source_dir
+        self.archive = archive
         self.caps = caps if caps is not None else DeviceCaps.detect(max_gpus=1)
         self.job_id = job_id
         self.warmup_steps = warmup_steps
@@ -123,7 +123,7 @@ class CommandEvaluator(Evaluator):
             should_stop=enough.is_set,
             fence=lambda: True,
             num_threads=self.num_threads,
-            source_dir=self.source_dir,
+            archive=self.archive,
             time_limit_s=self.trial_timeout_s,
         )
         return measurement_of(result, time.perf_counter() - t0)

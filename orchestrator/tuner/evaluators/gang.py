@@ -62,8 +62,8 @@ class GangEvaluator(Evaluator):
         gpus_per_node: GPUs of one pool node (where gradient sync starts crossing nodes).
         command: a command job's ``HarnessConfig.command``: each trial runs its script
             (``workers.command``, sandboxed as a job run is) with the trial's settings.
-        runtime_env: Ray's runtime environment of the gang's actors (a command job's
-            ``working_dir``, the folder its script runs from).
+        working_dir: a command job's working directory, its archive in Ray's object store
+            (``orchestrator.runtime.workdir``): every trial's run unpacks it afresh.
     """
 
     def __init__(
@@ -80,10 +80,10 @@ class GangEvaluator(Evaluator):
         trial_timeout_s: float = 600.0,
         gpus_per_node: int | None = None,
         command: dict[str, Any] | None = None,
-        runtime_env: dict[str, Any] | None = None,
+        working_dir: Any = None,
     ) -> None:
         self.command = command
-        self.runtime_env = runtime_env
+        self.working_dir = working_dir
         self.placement_group = placement_group
         self.size = len(placement_group.bundle_specs)
         self.workload = workload
@@ -201,7 +201,9 @@ class GangEvaluator(Evaluator):
             command=self.command,
         )
         refs = [
-            a.run.remote(run, init_method, None, rank=r, world_size=config.gpus)
+            a.run.remote(
+                run, init_method, None, rank=r, world_size=config.gpus, working_dir=self.working_dir
+            )
             for r, a in enumerate(actors)
         ]
         return measurement_of(self._collect(refs, actors), time.perf_counter() - t0)
@@ -262,7 +264,6 @@ class GangEvaluator(Evaluator):
             self.placement_group,
             self.job_id,
             num_threads=self.num_threads,
-            runtime_env=self.runtime_env,
         )
         self.gangs_started += 1
         return self._actors
