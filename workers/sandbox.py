@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from workers.contain import MEMORY_ENV, PIDS_ENV, Limits, RunCgroup, launcher
+from workers.contain import MEMORY_ENV, PIDS_ENV, Limits, RunCgroup, enforced, launcher
 from workers.errors import CheckpointError, HarnessConfigError
 from workers.workloads.base import WorkloadError
 from workers.workloads.registry import is_entry_point
@@ -56,13 +56,18 @@ __all__ = [
     "SandboxError",
     "claim_uid",
     "clean_report",
+    "isolation_report",
     "needs_sandbox",
     "refuse_unisolated",
     "run_sandboxed",
     "sandbox",
+    "team_code_path",
 ]
 
 UIDS_ENV = "ORCH_SANDBOX_UIDS"
+TEAM_CODE_ENV = "ORCH_TEAM_CODE_PATH"
+"""Folders (``os.pathsep``-separated) holding the teams' own packages (those the team config's
+``entry_modules`` name) on a worker host: on a team's process's import path only."""
 ALLOW_UNISOLATED_ENV = "ORCH_ALLOW_UNISOLATED"
 """Set to ``1`` by an operator whose workers cannot run as root, to run teams' code anyway
 (as the worker's own user: no isolation from it, or from each other)."""
@@ -214,6 +219,30 @@ def refuse_unisolated() -> None:
     )
 
 
+def isolation_report() -> list[str]:
+    """What ``orch up`` says once at start of how this host contains a team's code: one line
+    when everything holds, else one line per part that does not, and whether team code is
+    refused (no uid of its own, and the operator did not allow it)."""
+    found = enforced()
+    missing = {what: how for what, how in found.items() if how.startswith("not enforced")}
+    if not missing:
+        return [
+            "team code: isolated on this host (a uid per job; processes and memory bounded by "
+            f"{found['memory']}; every process ends with its run; no network unless declared)"
+        ]
+    lines = [f"team code: {what} {how}" for what, how in missing.items()]
+    if "user" in missing:
+        try:
+            refuse_unisolated()
+            lines.append(f"team code: runs anyway, as the worker's user ({ALLOW_UNISOLATED_ENV})")
+        except SandboxError:
+            lines.append(
+                f"team code: refused on this host's workers (set {ALLOW_UNISOLATED_ENV}=1 to "
+                "run it as the worker's own user)"
+            )
+    return lines
+
+
 @contextlib.contextmanager
 def sandbox(
     job_id: str,
@@ -252,11 +281,31 @@ def sandbox(
         yield RunSandbox(uid, home, cgroup if cgroup.dirs else None, limits)
 
 
+def team_code_path() -> list[str]:
+    """The folders of the teams' own packages on this host (:data:`TEAM_CODE_ENV`), on the
+    import path of a team's process and never on the worker's.
+
+    Raises:
+        SandboxError: one of them is on this worker's own import path, where the start-up
+            hooks of a team's tree (``sitecustomize.py``) would run with the worker's rights.
+    """
+    folders = [p for p in os.environ.get(TEAM_CODE_ENV, "").split(os.pathsep) if p]
+    own = {os.path.realpath(p or os.getcwd()) for p in sys.path}
+    for folder in folders:
+        if os.path.realpath(folder) in own:
+            raise SandboxError(
+                f"{TEAM_CODE_ENV} folder {folder} is on the worker's own import path "
+                "(PYTHONPATH): teams' packages go in that setting alone"
+            )
+    return folders
+
+
 def _child_env(home: Path, uid: int | None, num_threads: int | None) -> dict[str, str]:
     env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
     # the worker's own import path, so the child imports the same torch and packages
-    # ("" is the worker's current folder, which the child, started elsewhere, must name)
-    paths = (p or os.getcwd() for p in sys.path)
+    # ("" is the worker's current folder, which the child, started elsewhere, must name),
+    # then the teams' packages, which only a team's process ever imports from
+    paths = [p or os.getcwd() for p in sys.path] + team_code_path()
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if os.path.isdir(p))
     env.update(HOME=str(home), TMPDIR=str(home), PYTHONNOUSERSITE="1")
     # getpass.getuser() (torch.compile's cache folder) reads these before the passwd file,
@@ -523,6 +572,11 @@ def _lend(folder: Path, uid: int) -> None:
         st = parent.stat()
         if not st.st_mode & 0o001 and st.st_uid == os.geteuid():  # else: the operator's layout
             os.chmod(parent, (st.st_mode & 0o7777) | 0o001)
+    # the jobs' folders side by side: reachable by name, never listed (a job id is no
+    # business of another team's)
+    st = folder.parent.stat()
+    if st.st_uid == os.geteuid() and st.st_mode & 0o044:
+        os.chmod(folder.parent, (st.st_mode & 0o7733) | 0o011)
     _chown_tree(folder, uid)
 
 

@@ -102,6 +102,10 @@ def up(
         f"Redis {redact(settings.redis_url) if settings.redis_url else embedded}, "
         f"Ray {settings.ray_address or 'local'}; Ctrl-C to stop"
     )
+    from workers.sandbox import isolation_report
+
+    for line in isolation_report():  # once, at start: what holds around a team's code here
+        console.print(line)
     if settings.standby and not running.scheduler.lease.held:
         console.print("standby: another scheduler drives the namespace; taking over if it stops")
     stop = threading.Event()

@@ -135,6 +135,8 @@ def job_harness_config(spec: JobSpec) -> dict[str, Any]:
     command = command_config(spec.workload)
     if command is not None:
         config["command"] = command
+    config["network"] = spec.resources.network
+    config["memory_gb"] = spec.resources.memory_gb
     return config
 
 

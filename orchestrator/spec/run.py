@@ -30,12 +30,21 @@ class GPURange(SpecModel):
 
 
 class Resources(SpecModel):
-    """GPU count range and, optionally, the GPU memory each worker needs."""
+    """GPU count range and, optionally, the GPU memory each worker needs; for a team's own
+    code (an ``entry:`` module or a command), the host memory each rank may use and whether
+    it may reach the network."""
 
     gpus: GPURange = Field(default_factory=GPURange)
     # Placement puts the job only on nodes whose GPUs have this much (GB of 10^9 bytes; a
     # virtual slot has Settings.virtual_gpu_memory_gb); submission refuses it when no node does.
     gpu_memory_gb: float | None = Field(default=None, gt=0, le=1 << 20)
+    # Host memory (GB) all processes of one rank of a team's code may hold; past it the kernel
+    # kills one and the run fails "out of memory". Unset: the operator's ORCH_SANDBOX_MEMORY,
+    # else the node's memory shared by its GPU slots (workers.contain).
+    memory_gb: float | None = Field(default=None, gt=0, le=1 << 20)
+    # A team's code runs with no network (a namespace of its own) unless the job says so; the
+    # ranks of a multi-GPU job always keep it, they meet over TCP.
+    network: bool = False
 
     @field_validator("gpus", mode="before")
     @classmethod

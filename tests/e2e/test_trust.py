@@ -21,7 +21,7 @@ from tests.e2e.conftest import start_orch
 DONE = {JobState.FINISHED, JobState.FAILED}
 
 
-def job(name: str, workload: dict[str, Any]) -> JobSpec:
+def job(name: str, workload: dict[str, Any], **resources: Any) -> JobSpec:
     return parse_spec(
         {
             "name": name,
@@ -29,7 +29,7 @@ def job(name: str, workload: dict[str, Any]) -> JobSpec:
             "class": "bulk",
             "workload": workload,
             "sla": {"throughput": {"min_samples_per_s": 1}},
-            "resources": {"gpus": 1},
+            "resources": {"gpus": 1, **resources},
             "run": {"micro_batch": 4, "warmup_steps": 1, "steps": 3},
         }
     )
@@ -53,7 +53,8 @@ def test_a_teams_code_runs_without_the_control_planes_secrets(
             "redis_port": where["port"],
         }
         entry = {"entry": "tests.workers.hostile_workload:build", "args": args}
-        hostile = orch.store.submit(job("hostile", entry)).id
+        # with the network it declares (else it has none: tests/e2e/test_hostile.py)
+        hostile = orch.store.submit(job("hostile", entry, network=True)).id
         rec = orch.wait(hostile, DONE)
         assert rec.state is JobState.FINISHED, rec.message
         out = orch.cli("logs", hostile)
