@@ -256,6 +256,28 @@ def test_a_body_that_is_not_utf8_is_422(api: ApiServer, tokens: dict[str, str]) 
     assert as_text.json()["detail"][0]["input"] == "\ufffd\ufffd"
 
 
+def test_steps_within_the_warm_up_are_422_naming_both_fields(
+    api: ApiServer, store: JobStore, tokens: dict[str, str]
+) -> None:
+    """``run.steps`` at or under the warm-up (the default 3 when not given) could measure
+    nothing: refused at submission, as the CLI refuses it, not at placement."""
+    short = {**spec_data(), "run": {"steps": 1}}
+    equal = {**spec_data(), "run": {"steps": 5, "warmup_steps": 5}}
+    before = snapshot(store)
+    with http(api, tokens["member"]) as client:
+        replies = [
+            client.post("/v1/jobs", json=short),
+            client.post("/v1/jobs/batch", json={"jobs": [spec_data(name="fine"), short]}),
+            client.post("/v1/jobs", json=equal),
+        ]
+    messages = [[e["msg"] for e in r.json()["detail"]] for r in replies]
+    assert [r.status_code for r in replies] == [422, 422, 422], messages
+    for got, (steps, warmup) in zip(messages, [(1, 3), (1, 3), (5, 5)], strict=True):
+        wanted = f"run.steps ({steps}) must be greater than run.warmup_steps ({warmup})"
+        assert any(wanted in m for m in got), got
+    assert snapshot(store) == before
+
+
 LONE = "\ud800"
 """Half a surrogate pair: JSON's ``"\\ud800"`` parses to it, and UTF-8 cannot encode it."""
 ODD_TEXTS = {

@@ -150,6 +150,6 @@ def _spec() -> JobSpec:
             "workload": WORKLOAD,
             "sla": {"throughput": {"min_samples_per_s": 1}},
             "resources": {"gpus": 1},
-            "run": {"steps": 2},
+            "run": {"steps": 2, "warmup_steps": 1},
         }
     )
