@@ -57,7 +57,7 @@ def _attributes(doc: str) -> dict[str, str]:
 def _default(name: str, value: Any) -> str:
     if value is None:
         return "unset"
-    if name == "retention_s":
+    if name in ("retention_s", "api_body_timeout_s"):
         return format_duration(float(value))
     if name in ("api_max_body", "api_max_batch_body"):
         return f"{int(value) >> 20}M" if int(value) % (1 << 20) == 0 else str(value)

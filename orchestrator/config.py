@@ -37,6 +37,7 @@ ENV_VARS = {
     "warm_workers": "ORCH_WARM_WORKERS",
     "api_max_body": "ORCH_API_MAX_BODY",
     "api_max_batch_body": "ORCH_API_MAX_BATCH_BODY",
+    "api_body_timeout_s": "ORCH_API_BODY_TIMEOUT",
 }
 
 DEFAULT_RETENTION_S = 30 * 86400.0
@@ -145,6 +146,10 @@ class Settings(BaseModel):
             a batch of jobs: a larger one is refused with 413 before it is read, so a client
             cannot make the server hold an upload of any size (one job is under 70 KiB).
         api_max_batch_body: the largest body of ``POST /v1/jobs/batch`` (up to 10,000 jobs).
+        api_body_timeout_s: the longest the API waits for a request's whole body once its
+            headers are in (``30s``, ``2m`` or seconds in ``ORCH_API_BODY_TIMEOUT``): a body
+            not in by then is answered 408 and its connection closed, so clients that send a
+            byte now and then cannot hold the server's connections open.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -171,6 +176,7 @@ class Settings(BaseModel):
     checkpoint_uri: str | None = Field(default=None, min_length=1)
     api_max_body: int = Field(default=1 << 20, ge=1 << 10, le=1 << 30)
     api_max_batch_body: int = Field(default=32 << 20, ge=1 << 10, le=1 << 30)
+    api_body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
 
     @field_validator("checkpoint_uri")
     @classmethod
@@ -198,7 +204,7 @@ class Settings(BaseModel):
     def _size(cls, value: object) -> object:
         return parse_size(value) if isinstance(value, str) else value
 
-    @field_validator("retention_s", mode="before")
+    @field_validator("retention_s", "api_body_timeout_s", mode="before")
     @classmethod
     def _duration(cls, value: object) -> object:
         return parse_duration(value) if isinstance(value, str) else value

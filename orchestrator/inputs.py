@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 from collections.abc import Mapping
@@ -289,7 +290,36 @@ def parse_json(text: str, source: str = "<input>") -> Any:
         raise SpecError(source, [f"nested more than {MAX_DEPTH} levels deep"]) from None
     if _depth(data) > MAX_DEPTH:
         raise SpecError(source, [f"nested more than {MAX_DEPTH} levels deep"])
+    if "\\u" in text and (lone := _lone_surrogate(data)) is not None:
+        raise SpecError(
+            source,
+            [
+                f"not valid JSON: {lone} is half of a UTF-16 surrogate pair, not a character "
+                "(escape the whole pair, or write the character itself)"
+            ],
+        )
     return data
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(data: Any) -> str | None:
+    """The first code point of a surrogate pair left alone in ``data``'s strings (keys too),
+    as ``\\udXXX``: JSON's ``"\\ud800"`` parses to one, and it is no character, so no text
+    (a reply echoing it, a Redis field) can be encoded. A pair escaped whole parses to its
+    character. Iterative: no recursion limit."""
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str) and (found := _SURROGATE.search(value)) is not None:
+            return f"\\u{ord(found[0]):04x}"
+    return None
 
 
 def _depth(data: Any) -> int:

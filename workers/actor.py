@@ -25,7 +25,6 @@ import os
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -208,8 +207,12 @@ class WorkerActor:
         Returns:
             ``RunResult.to_dict()``.
 
-        What the run prints (its warnings, and its traceback if it fails) goes to the rank's log
-        sink as well as to the process's own streams, when there is a log sink.
+        What the run prints (its warnings; a team's own code, the traceback of its failure)
+        goes to the rank's log sink as well as to the process's own streams, when there is a
+        log sink. A failure ends the log with one line saying why (``[orch] the run failed:
+        ...``), never this worker's traceback: its frames name the server's install paths,
+        and the team has its own code's frames and the reason (Ray reports the whole error
+        to the orchestrator).
 
         Raises:
             HarnessConfigError, WorkloadError, CheckpointError: the job cannot run as given.
@@ -225,8 +228,9 @@ class WorkerActor:
             try:
                 return self._run(*args)
             except BaseException as err:
-                if not getattr(err, "printed", False):  # a sandboxed child printed its own
-                    traceback.print_exc()  # to the captured stderr: Ray reports it elsewhere
+                from workers.errors import failure_line
+
+                print(f"[orch] the run failed: {failure_line(err)}", file=sys.stderr)
                 raise
 
     def _run(

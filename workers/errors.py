@@ -26,3 +26,14 @@ class CheckpointError(WorkerError, ValueError):
 class CommandError(WorkerError):
     """A command-mode job's script could not start (not found, not executable), exited with
     an error, or never reported a step: the message says which, with its last output."""
+
+
+def failure_line(err: BaseException) -> str:
+    """Why a run failed, in one line of at most 500 characters: the error's type and the first
+    line of its message (a sandboxed job's error, whose message names the job's own error type
+    first, without its wrapper's). What a failed job's log ends with; the control plane words
+    the job's message alike (``orchestrator.runtime.gang.failure_message``)."""
+    text = str(err).strip().splitlines()
+    if type(err).__name__ == "SandboxError" and text:
+        return text[0][:500]
+    return f"{type(err).__name__}: {text[0] if text else ''}"[:500]

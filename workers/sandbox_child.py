@@ -62,14 +62,47 @@ def _child_main(msg_fd: int) -> int:
         )
         say({"result": harness.run().to_dict()})
     except Exception as err:
-        import traceback
-
-        traceback.print_exc()
+        print_team_traceback(err)
         say({"error": {"type": type(err).__name__, "message": f"{err}"}})
         return 1
     finally:
         time.sleep(0)  # let the report writer's last line out before the pipe closes
     return 0
+
+
+def _server_roots() -> tuple[str, ...]:
+    """The folders of the server's own code: this package (the harness), the control plane
+    beside it, and Python's install (its standard library and site-packages)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    roots = {here, os.path.join(os.path.dirname(here), "orchestrator")}
+    roots |= {os.path.abspath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    return tuple(os.path.join(r, "") for r in sorted(roots))
+
+
+def print_team_traceback(err: BaseException, file: Any = None) -> None:
+    """The traceback of a failure as the team's own output: the frames of its code only (its
+    workload's files), each exception of the chain with its message. The harness's frames and
+    those of the libraries installed with the server name the server's paths and tell the team
+    nothing it can change; a failure with no frame of the team's code prints nothing here,
+    its one-line reason ends the log all the same (``workers.actor``)."""
+    import traceback
+
+    roots = _server_roots()
+    shown = traceback.TracebackException.from_exception(err)
+    team_frames = 0
+    seen: set[int] = set()
+    stack: list[traceback.TracebackException | None] = [shown]
+    while stack:
+        te = stack.pop()
+        if te is None or id(te) in seen:
+            continue
+        seen.add(id(te))
+        own = [f for f in te.stack if not os.path.abspath(f.filename).startswith(roots)]
+        team_frames += len(own)
+        te.stack = traceback.StackSummary.from_list(own)
+        stack += [te.__cause__, te.__context__]
+    if team_frames:
+        print("".join(shown.format()), end="", file=file or sys.stderr)
 
 
 if __name__ == "__main__":

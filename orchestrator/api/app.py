@@ -39,8 +39,9 @@ Submit, follow and cancel PyTorch jobs with SLAs on a shared GPU pool.
 Every route but `/healthz` needs `Authorization: Bearer <token>` (an admin makes tokens with
 `orch tokens create`). Roles: **admin** (teams, tokens, audit, any job), **member** (submits
 and cancels its own team's jobs; a job naming another team is refused with 403), **viewer**
-(reads its team's jobs, or every team's when it has none). Every mutation is recorded in the
-audit stream with who made it.
+(reads its team's jobs, or every team's when it has none). A job the caller may not read
+answers 404, exactly as a missing one. Every mutation is recorded in the audit stream with who
+made it.
 
 `/metrics` (Prometheus) takes any valid token, or none when the server runs with
 `ORCH_METRICS_PUBLIC=1`. The web dashboard is at `/dashboard/`: it asks for a token and uses

@@ -8,7 +8,9 @@
 - A 422 echoes what was refused (``input``, ``ctx``). Python's parser accepts ``NaN`` and
   ``Infinity`` (the models refuse them, naming the field), but they cannot be encoded as JSON,
   so FastAPI's own handler failed with a 500 and a reset connection; :func:`validation_failed`
-  shows non-finite numbers as strings (``"nan"``, ``"inf"``) and bytes as text.
+  shows non-finite numbers as strings (``"nan"``, ``"inf"``) and bytes as text. A lone
+  surrogate (``"\\ud800"``) is refused by the parser, naming it; any that reaches an answer
+  is shown escaped, as UTF-8 cannot encode it.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def strict_json(raw: bytes) -> Any:
 def _refused(problems: list[str]) -> HTTPException:
     # An HTTPException, not a RequestValidationError: FastAPI turns any other error raised
     # while it reads the body into a bare 400 "There was an error parsing the body".
-    detail = [{"type": "json_invalid", "loc": ["body"], "msg": p} for p in problems]
+    detail = [{"type": "json_invalid", "loc": ["body"], "msg": encodable(p)} for p in problems]
     return HTTPException(status_code=422, detail=detail)
 
 
@@ -88,9 +90,12 @@ class StrictJsonRoute(APIRoute):
 
 def encodable(value: Any) -> Any:
     """``value`` with everything JSON cannot hold exactly made text: non-finite numbers
-    (``nan``, ``inf``, ``-inf``), bytes (decoded, bad bytes replaced), anything not plain
-    data (its ``str``)."""
-    if value is None or isinstance(value, (str, bool, int)):
+    (``nan``, ``inf``, ``-inf``), a lone surrogate (which UTF-8 cannot encode: shown as
+    ``\\ud800``), bytes (decoded, bad bytes replaced), anything not plain data (its
+    ``str``)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)

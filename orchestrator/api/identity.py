@@ -7,6 +7,9 @@ The rules (see docs/operator-guide.md, "Tokens and roles"):
   team is refused with 403, never rewritten), cancels that team's jobs, reads that team's jobs.
 - ``viewer``: reads: one team's jobs, or every team's when it has no team.
 
+A job a principal may not read is not found (``orchestrator.api.operations.read_job``): the
+same 404 as a missing one, which tells an outsider nothing about another team's names.
+
 Every principal reads the pool view and the team config (the shared pool is no secret).
 """
 
@@ -59,13 +62,17 @@ class Principal:
         """Whether it reads every team's jobs (an admin, or a viewer with no team)."""
         return self.role is Role.ADMIN or self.team is None
 
+    def may_read(self, team: str) -> bool:
+        """Whether it reads the jobs of ``team`` (its own team's, or every team's)."""
+        return self.reads_all or team == self.team
+
     def check_read(self, team: str) -> None:
-        """Allow reading a job of ``team``.
+        """Allow reading the jobs of ``team`` (a listing or usage of a named team).
 
         Raises:
             Forbidden: a member or viewer of another team.
         """
-        if not self.reads_all and team != self.team:
+        if not self.may_read(team):
             raise Forbidden(f"{self.describe()} cannot read team {team!r}'s jobs")
 
     def check_write(self, team: str) -> None:

@@ -15,7 +15,15 @@ from pydantic import ValidationError
 
 from orchestrator.api.identity import Principal
 from orchestrator.api.models import JobDetail, JobView, Usage, UsageRow
-from orchestrator.errors import Forbidden, JobEnded, OrchError, SpecError, TuneError
+from orchestrator.errors import (
+    AmbiguousJob,
+    Forbidden,
+    JobEnded,
+    JobNotFound,
+    OrchError,
+    SpecError,
+    TuneError,
+)
 from orchestrator.sla import (
     DeadlineCheck,
     SLAVerdict,
@@ -190,11 +198,11 @@ def cancel(store: JobStore, who: Principal, ref: str) -> JobRecord:
     """Cancel a job (see :meth:`JobStore.cancel`), in the principal's name.
 
     Raises:
-        JobNotFound, AmbiguousJob: ``ref`` names no job, or several.
-        Forbidden: a viewer, or a member of another team.
+        JobNotFound, AmbiguousJob: ``ref`` names no job the principal may read, or several.
+        Forbidden: a viewer, or a viewer of every team.
         JobEnded: the job has ended or is being stopped already.
     """
-    job_id = store.resolve(ref)
+    job_id = read_job(store, who, ref).id
     who.check_write(store.get(job_id).team)
     rec = store.cancel(job_id, message=f"cancelled by {who.name}")
     _audit(store, who, "cancel", [job_id], f"team {rec.team}")
@@ -206,13 +214,13 @@ def request_tune(store: JobStore, who: Principal, ref: str) -> JobRecord:
     ``ControlLoop.forward_tune_requests``), in the principal's name.
 
     Raises:
-        JobNotFound, AmbiguousJob: ``ref`` names no job, or several.
-        Forbidden: a viewer, or a member of another team.
+        JobNotFound, AmbiguousJob: ``ref`` names no job the principal may read, or several.
+        Forbidden: a viewer, or a viewer of every team.
         JobEnded: the job has ended.
         TuneError: the job is not running, or does not ask to be tuned.
     """
-    job_id = store.resolve(ref)
-    rec = store.get(job_id)
+    rec = read_job(store, who, ref)
+    job_id = rec.id
     who.check_write(rec.team)
     if rec.state in TERMINAL:
         raise JobEnded(job_id, rec.state.value)
@@ -229,15 +237,28 @@ def request_tune(store: JobStore, who: Principal, ref: str) -> JobRecord:
 
 
 def read_job(store: JobStore, who: Principal, ref: str) -> JobRecord:
-    """The job ``ref`` names, if the principal may read it.
+    """The job ``ref`` names among those the principal may read.
+
+    Another team's job is not found, exactly as a missing one: a refusal (403) would tell an
+    outsider that the id or name exists. A name several teams use names the caller's own job.
 
     Raises:
-        JobNotFound, AmbiguousJob: ``ref`` names no job, or several.
-        Forbidden: a member or viewer of another team.
+        JobNotFound: ``ref`` names no job the principal may read (the same answer whether
+            or not another team's job has this id or name).
+        AmbiguousJob: ``ref`` names several jobs the principal may read (only those listed).
     """
-    rec = store.get(store.resolve(ref))
-    who.check_read(rec.team)
-    return rec
+    if who.reads_all:
+        return store.get(store.resolve(ref))
+    try:
+        candidates = [store.resolve(ref)]
+    except AmbiguousJob as err:
+        candidates = err.matches
+    readable = [rec for rec in store.get_many(candidates) if who.may_read(rec.team)]
+    if not readable:
+        raise JobNotFound(ref)
+    if len(readable) > 1:
+        raise AmbiguousJob(ref, [rec.id for rec in readable])
+    return readable[0]
 
 
 def list_jobs(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from redis.exceptions import RedisError
 from starlette.responses import JSONResponse
 
+from orchestrator.api.bodies import encodable
 from orchestrator.errors import (
     AmbiguousJob,
     ConfigError,
@@ -61,4 +62,5 @@ def refusal(err: OrchError | RedisError) -> JSONResponse:
         ]
     else:
         detail = str(err)
-    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+    # a message quoting what was sent may hold what UTF-8 cannot encode (a lone surrogate)
+    return JSONResponse({"detail": encodable(detail)}, status_code=status, headers=headers)

@@ -19,6 +19,7 @@ from rich.table import Table
 from orchestrator.api.models import Usage
 from orchestrator.api.operations import verdict_of
 from orchestrator.cli.output import age, iso
+from orchestrator.inputs import describe_errors
 from orchestrator.sla import SLAVerdict, describe_sla
 from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
@@ -145,29 +146,28 @@ def show_job(store: JobStore, rec: JobRecord) -> Group:
     return job_panel(rec, verdict_of(store, rec), metrics, events, store.profiles.load(rec.id))
 
 
-def job_panel(
+def _spec_rows(
+    head: Table,
     rec: JobRecord,
+    spec: JobSpec,
     verdict: SLAVerdict,
-    metrics: dict[str, Any],
-    events: Sequence[dict[str, Any]],
-    profile: dict[str, Any] | None = None,
-) -> Group:
-    """:func:`show_job` of a job whose verdict, metrics and events are known (the API sends
-    them)."""
-    spec = rec.spec
-    head = Table.grid(padding=(0, 2))
-    head.add_column(style="bold")
-    head.add_column()
+    profile: dict[str, Any] | None,
+) -> None:
+    """The rows of :func:`job_panel` read from the job's spec: workload, SLA, settings,
+    length."""
     run = spec.run
-    head.add_row("job", f"{rec.id}  ({rec.name}, team {rec.team}, {rec.job_class})")
-    head.add_row("state", f"{rec.state.value}  {rec.message}".rstrip())
     head.add_row("workload", f"{spec.workload.ref} {spec.workload.args or ''}".rstrip())
     measured = "not measured yet" if verdict.measured == "-" else verdict.measured
     head.add_row("SLA", f"{describe_sla(spec)}  ->  {measured}  {_met(verdict)}")
-    runs_with = running_spec(rec, profile)
-    head.add_row("settings", _settings(runs_with))
-    if _settings(runs_with) != _settings(spec):
-        head.add_row("submitted", _settings(spec))
+    try:
+        runs_with = running_spec(rec, profile)
+    except ValueError as err:  # a pydantic ValidationError among them
+        head.add_row("settings", _settings(spec))
+        head.add_row("tuned", f"not applicable: {_first_line(err)}")
+    else:
+        head.add_row("settings", _settings(runs_with))
+        if _settings(runs_with) != _settings(spec):
+            head.add_row("submitted", _settings(spec))
     length = (
         f"{run.steps} steps"
         if run.steps
@@ -178,6 +178,40 @@ def job_panel(
         "length",
         f"{length}, " + (f"checkpoint every {every} steps" if every else "no periodic checkpoints"),
     )
+
+
+def _first_line(err: Exception) -> str:
+    """The gist of an error: its first line that says something, without pydantic's
+    ``N validation errors for X`` header."""
+    if isinstance(err, ValidationError):
+        return describe_errors(err, JobSpec)[0]
+    return next((line.strip() for line in str(err).splitlines() if line.strip()), repr(err))
+
+
+def job_panel(
+    rec: JobRecord,
+    verdict: SLAVerdict,
+    metrics: dict[str, Any],
+    events: Sequence[dict[str, Any]],
+    profile: dict[str, Any] | None = None,
+) -> Group:
+    """:func:`show_job` of a job whose verdict, metrics and events are known (the API sends
+    them). A stored spec that no longer validates (written by an older version) or tuned
+    settings that no longer apply are said in a row, never raised: whatever is stored, the
+    rest of the job is shown."""
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("job", f"{rec.id}  ({rec.name}, team {rec.team}, {rec.job_class})")
+    head.add_row("state", f"{rec.state.value}  {rec.message}".rstrip())
+    try:
+        spec = rec.spec
+    except ValidationError as err:
+        problems = describe_errors(err, JobSpec)
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        head.add_row("spec", f"unreadable as stored: {problems[0]}{more}")
+    else:
+        _spec_rows(head, rec, spec, verdict, profile)
     if rec.placement:
         nodes = rec.placement.get("nodes", [])
         head.add_row(

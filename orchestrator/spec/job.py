@@ -70,12 +70,14 @@ class JobSpec(SpecModel):
             )
         has_work = self.sla.throughput is not None and self.sla.throughput.deadline_s is not None
         lengths = sum(x is not None for x in (self.run.steps, self.run.duration_s)) + has_work
-        steps = self.run.steps
-        explicit_warmup = "warmup_steps" in self.run.model_fields_set
-        if steps is not None and explicit_warmup and self.run.warmup_steps >= steps:
+        steps, warmup = self.run.steps, self.run.warmup_steps
+        # whether warmup_steps was given or is the default: a check that depended on it
+        # passed at submission and failed once the spec was written out whole (tuned settings
+        # at placement, `orch show`)
+        if steps is not None and steps <= warmup:
             problems.append(
-                f"run.warmup_steps ({self.run.warmup_steps}) must be < run.steps ({steps}), "
-                "or nothing is measured"
+                f"run.steps ({steps}) must be greater than run.warmup_steps ({warmup}): "
+                "warm-up steps are not measured (raise run.steps or lower run.warmup_steps)"
             )
         tp = self.sla.throughput
         if self.workload.command is not None and tp is not None and tp.work_tokens is not None:

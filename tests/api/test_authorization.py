@@ -66,8 +66,14 @@ def _only(*allowed: str, ok: int = 200) -> dict[str, int]:
     return {role: ok if role in allowed else 403 for role in ROLES}
 
 
+def _on_vision_job(*allowed: str, ok: int = 200) -> dict[str, int]:
+    """A route on a job of team vision: the outsider (of team speech) may not read it, so for
+    it the job does not exist (404, never a 403 that would say it does)."""
+    return {**_only(*allowed, ok=ok), "outsider": 404}
+
+
 ALL = {role: 200 for role in ROLES}
-READ_VISION = _only("admin", "member", "viewer", "viewer-all")
+READ_VISION = _on_vision_job("admin", "member", "viewer", "viewer-all")
 
 CASES: dict[str, Case] = {
     "whoami": Case("GET", lambda s: "/v1/whoami", ALL),
@@ -89,13 +95,24 @@ CASES: dict[str, Case] = {
     "events-stream": Case(
         "GET", lambda s: f"/v1/jobs/{_job(cancelled=True)(s)}/events/stream", READ_VISION
     ),
-    "cancel": Case("POST", lambda s: f"/v1/jobs/{_job()(s)}/cancel", _only("admin", "member")),
+    "logs": Case("GET", lambda s: f"/v1/jobs/{_job()(s)}/logs", READ_VISION),
+    "logs-stream": Case(
+        "GET", lambda s: f"/v1/jobs/{_job(cancelled=True)(s)}/logs/stream", READ_VISION
+    ),
+    "metrics": Case("GET", lambda s: f"/v1/jobs/{_job()(s)}/metrics", READ_VISION),
+    "cancel": Case(
+        "POST", lambda s: f"/v1/jobs/{_job()(s)}/cancel", _on_vision_job("admin", "member")
+    ),
     "tune": Case(
-        "POST", lambda s: f"/v1/jobs/{_running_tuned_job(s)}/tune", _only("admin", "member")
+        "POST",
+        lambda s: f"/v1/jobs/{_running_tuned_job(s)}/tune",
+        _on_vision_job("admin", "member"),
     ),
     # a waiting job is tuned when it starts: asking for a re-tune is a conflict (409)
     "tune-queued": Case(
-        "POST", lambda s: f"/v1/jobs/{_job()(s)}/tune", _only("admin", "member", ok=409)
+        "POST",
+        lambda s: f"/v1/jobs/{_job()(s)}/tune",
+        _on_vision_job("admin", "member", ok=409),
     ),
     "pool": Case("GET", lambda s: "/v1/pool", ALL),
     "teams": Case("GET", lambda s: "/v1/teams", ALL),
@@ -160,7 +177,7 @@ def test_each_role_at_each_endpoint(
     with http(api, tokens[role]) as client:
         reply = client.request(case.method, path, json=body)
     assert reply.status_code == case.expect[role], reply.text
-    if reply.status_code == 403:
+    if reply.status_code in (403, 404):
         assert "detail" in reply.json()
         assert snapshot(world) == before  # refused: nothing written, not even an audit entry
 
@@ -308,3 +325,57 @@ def test_a_recently_verified_token_is_still_held_to_its_role(
                 reply = client.post("/v1/jobs", json=spec_data(team))
                 assert reply.status_code == status, reply.text
     assert snapshot(world) == before
+
+
+JOB_ROUTES = [
+    ("GET", ""),
+    ("GET", "/events"),
+    ("GET", "/events/stream"),
+    ("GET", "/logs"),
+    ("GET", "/logs/stream"),
+    ("GET", "/metrics"),
+    ("POST", "/cancel"),
+    ("POST", "/tune"),
+]
+
+
+@pytest.mark.parametrize(("method", "suffix"), JOB_ROUTES)
+def test_another_teams_job_is_not_found_exactly_as_a_missing_one(
+    api: ApiServer, world: JobStore, tokens: dict[str, str], method: str, suffix: str
+) -> None:
+    """By id or by name, a job of team vision answers the outsider what a job that does not
+    exist answers (404, the same body but for the reference), so it learns nothing; an admin
+    still reaches it."""
+    job_id = operations.submit(world, ROOT, [job_spec("vision", name="secret-plan")])[0]
+    world.cancel(job_id)  # ended: a stream answers at once, and nothing can change it now
+    before = snapshot(world)
+    with http(api, tokens["outsider"]) as client:
+        replies = {
+            ref: client.request(method, f"/v1/jobs/{ref}{suffix}")
+            for ref in (job_id, "secret-plan", "vision-nosuch-0000", "no-such-plan")
+        }
+    for ref, reply in replies.items():
+        assert reply.status_code == 404, (ref, reply.text)
+        assert reply.json() == {"detail": f"no job matches {ref!r} (see `orch list`)"}
+    assert snapshot(world) == before
+    with http(api, tokens["admin"]) as client:
+        assert client.get(f"/v1/jobs/{job_id}").status_code == 200
+        assert client.get("/v1/jobs/secret-plan").json()["job"]["id"] == job_id
+
+
+def test_a_name_two_teams_use_names_the_callers_own_job(
+    api: ApiServer, world: JobStore, tokens: dict[str, str]
+) -> None:
+    """A name shared with another team's job is the caller's own job, not a conflict listing
+    the other team's ids; an admin, who reads both, is asked for the id."""
+    vision, speech = (
+        operations.submit(world, ROOT, [job_spec(team, name="shared")])[0]
+        for team in ("vision", "speech")
+    )
+    with http(api, tokens["outsider"]) as client:
+        assert client.get("/v1/jobs/shared").json()["job"]["id"] == speech
+    with http(api, tokens["member"]) as client:
+        assert client.get("/v1/jobs/shared").json()["job"]["id"] == vision
+    with http(api, tokens["admin"]) as client:
+        reply = client.get("/v1/jobs/shared")
+    assert reply.status_code == 409 and vision in reply.text and speech in reply.text

@@ -256,6 +256,107 @@ def test_a_body_that_is_not_utf8_is_422(api: ApiServer, tokens: dict[str, str]) 
     assert as_text.json()["detail"][0]["input"] == "\ufffd\ufffd"
 
 
+def test_steps_within_the_warm_up_are_422_naming_both_fields(
+    api: ApiServer, store: JobStore, tokens: dict[str, str]
+) -> None:
+    """``run.steps`` at or under the warm-up (the default 3 when not given) could measure
+    nothing: refused at submission, as the CLI refuses it, not at placement."""
+    short = {**spec_data(), "run": {"steps": 1}}
+    equal = {**spec_data(), "run": {"steps": 5, "warmup_steps": 5}}
+    before = snapshot(store)
+    with http(api, tokens["member"]) as client:
+        replies = [
+            client.post("/v1/jobs", json=short),
+            client.post("/v1/jobs/batch", json={"jobs": [spec_data(name="fine"), short]}),
+            client.post("/v1/jobs", json=equal),
+        ]
+    messages = [[e["msg"] for e in r.json()["detail"]] for r in replies]
+    assert [r.status_code for r in replies] == [422, 422, 422], messages
+    for got, (steps, warmup) in zip(messages, [(1, 3), (1, 3), (5, 5)], strict=True):
+        wanted = f"run.steps ({steps}) must be greater than run.warmup_steps ({warmup})"
+        assert any(wanted in m for m in got), got
+    assert snapshot(store) == before
+
+
+LONE = "\ud800"
+"""Half a surrogate pair: JSON's ``"\\ud800"`` parses to it, and UTF-8 cannot encode it."""
+ODD_TEXTS = {
+    "job-name": ("POST", "/v1/jobs", json.dumps({**spec_data(), "name": LONE})),
+    "job-key": ("POST", "/v1/jobs", json.dumps({**spec_data(), LONE: 1})),
+    "job-deep": (
+        "POST",
+        "/v1/jobs",
+        json.dumps({**spec_data(), "workload": {"name": "mlp", "args": {"x": [LONE]}}}),
+    ),
+    "batch": ("POST", "/v1/jobs/batch", json.dumps({"jobs": [{**spec_data(), "team": LONE}]})),
+    "teams-name": ("PUT", "/v1/teams", json.dumps({"teams": [{"name": LONE}]})),
+    "teams-key": ("PUT", "/v1/teams", json.dumps({"teams": [{"name": "vision", LONE: 1}]})),
+    "low-half": ("PUT", "/v1/teams", json.dumps({"teams": [{"name": "\udc00"}]})),
+}
+ODD_BYTES = {
+    "not-utf8": b'{"name": "\xff"}',
+    "encoded-surrogate": b'{"name": "\xed\xa0\x80"}',  # UTF-8 forbids encoding one
+    "overlong": b'{"name": "\xc0\xaf"}',
+    "cut-short": b'{"name": "\xe2\x82"}',
+}
+
+
+@pytest.mark.parametrize("case", list(ODD_TEXTS))
+def test_a_lone_surrogate_is_422_naming_it_and_writes_nothing(
+    api: ApiServer, store: JobStore, tokens: dict[str, str], case: str
+) -> None:
+    method, path, text = ODD_TEXTS[case]
+    assert "\\ud" in text or "\\udc" in text  # the JSON escape, sent as ASCII
+    before = snapshot(store)
+    with http(api, tokens["admin"]) as client:
+        reply = _raw(client, method, path, text)
+    assert reply.status_code == 422, reply.text
+    (problem,) = reply.json()["detail"]
+    assert "half of a UTF-16 surrogate pair" in problem["msg"]
+    assert snapshot(store) == before and store.teams() is None
+
+
+def test_a_lone_surrogate_in_a_json_file_is_refused_by_the_cli_too(tmp_path: Path) -> None:
+    file = tmp_path / "job.json"
+    file.write_text(json.dumps({**spec_data(), "name": LONE}))
+    with pytest.raises(SpecError, match=r"\\ud800 is half of a UTF-16 surrogate pair"):
+        load_document(file)
+
+
+@pytest.mark.parametrize("case", list(ODD_BYTES))
+@pytest.mark.parametrize(("method", "path"), [("POST", "/v1/jobs"), ("PUT", "/v1/teams")])
+@pytest.mark.parametrize("content_type", ["application/json", "text/plain", None])
+def test_bytes_that_are_not_utf8_are_4xx_with_a_json_error(
+    api: ApiServer,
+    store: JobStore,
+    tokens: dict[str, str],
+    case: str,
+    method: str,
+    path: str,
+    content_type: str | None,
+) -> None:
+    headers = {"content-type": content_type} if content_type else {}
+    before = snapshot(store)
+    with http(api, tokens["admin"]) as client:
+        reply = client.request(method, path, content=ODD_BYTES[case], headers=headers)
+    assert 400 <= reply.status_code < 500, reply.text
+    assert reply.headers["content-type"] == "application/json"
+    assert reply.json()["detail"]
+    assert snapshot(store) == before and store.teams() is None
+
+
+def test_a_refusal_quoting_a_lone_surrogate_still_encodes() -> None:
+    """Whatever a message quotes, the refusal is sent (escaped), never a 500."""
+    from orchestrator.api.statuses import refusal
+    from orchestrator.errors import JobNotFound
+
+    reply = refusal(JobNotFound(LONE))
+    assert reply.status_code == 404
+    assert json.loads(reply.body)["detail"] == "no job matches '\\ud800' (see `orch list`)"
+    spec = refusal(SpecError("body", [f"name {LONE}"]))
+    assert json.loads(spec.body)["detail"][0]["msg"] == "name \\ud800"
+
+
 def test_guarantees_past_the_pool_are_refused(
     api: ApiServer, store: JobStore, tokens: dict[str, str]
 ) -> None:

@@ -134,3 +134,32 @@ def test_version_and_direct_json(direct: dict[str, str], store: JobStore, vision
     assert json.loads(orch("list", "-o", "json", "--class", "bulk", env=direct).stdout) == []
     (entry,) = json.loads(orch("audit", "-o", "json", env=direct).stdout)
     assert entry["action"] == "submit" and entry["actor"].endswith("@local")
+
+
+def test_steps_within_the_warm_up_are_refused_as_directly(
+    api: ApiServer, store: JobStore, tokens: dict[str, str], tmp_path: Path
+) -> None:
+    """The API refuses the job the CLI refuses directly (tests/orchestrator/test_cli.py), in
+    the same words: one line naming both fields, exit 2, nothing written."""
+    from tests.orchestrator.test_cli import SHORT_JOB, SHORT_PROBLEM
+
+    job = tmp_path / "short.yaml"
+    job.write_text(SHORT_JOB)
+    out = orch("submit", str(job), env=as_token(api, tokens["member"]))
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr
+    assert [line for line in out.stderr.splitlines() if "run.steps" in line] == [
+        f"  - {SHORT_PROBLEM}"
+    ]
+    assert store.list() == []
+
+
+def test_show_through_the_api_never_prints_a_traceback_for_an_odd_job(
+    api: ApiServer, store: JobStore, tokens: dict[str, str]
+) -> None:
+    from tests.orchestrator.test_cli import odd_jobs
+
+    for job_id in odd_jobs(store):
+        out = orch("show", job_id, env=as_token(api, tokens["admin"]))
+        assert out.returncode == 0, out.stderr
+        assert "Traceback" not in out.stdout + out.stderr and job_id in out.stdout

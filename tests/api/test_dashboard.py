@@ -292,5 +292,5 @@ def test_job_rows_and_metrics_history_follow_the_roles(
 
     history = http(api, tokens["viewer"]).get(f"/v1/jobs/{ours[0]}/metrics").json()
     assert [h["p95_ms"] for h in history] == [12.0, 14.0] and history[0]["ts"] > 0
-    assert http(api, tokens["outsider"]).get(f"/v1/jobs/{ours[0]}/metrics").status_code == 403
+    assert http(api, tokens["outsider"]).get(f"/v1/jobs/{ours[0]}/metrics").status_code == 404
     assert http(api, tokens["member"]).get("/v1/jobs/nope-000000/metrics").status_code == 404

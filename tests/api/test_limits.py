@@ -4,6 +4,7 @@ of the body is taken, and a body past its limit is 413 without being held whole.
 from __future__ import annotations
 
 import json
+import select
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -173,6 +174,70 @@ def test_the_limits_are_the_settings_and_the_batch_route_takes_more(
     assert len(store.list()) == 5
 
 
+@pytest.fixture
+def impatient_api(store: JobStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[ApiServer]:
+    """The API waiting at most a second for a body, as ``ORCH_API_BODY_TIMEOUT`` sets it."""
+    monkeypatch.setenv("ORCH_API_BODY_TIMEOUT", "1s")
+    server = start(store, "127.0.0.1:0")
+    yield server
+    server.stop()
+
+
+def _trickle(socks: list[socket.socket], size: int) -> None:
+    """Send each body a byte at a time, until the server has answered every socket (or, past
+    ``size`` bytes, the bodies are whole)."""
+    waiting = list(socks)
+    for _ in range(size):
+        answered = select.select(waiting, [], [], 0.1)[0]
+        waiting = [s for s in waiting if s not in answered]
+        if not waiting:
+            return
+        for sock in waiting:
+            sock.sendall(b" ")
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the server closed the connection (the next read ends or is reset)."""
+    try:
+        return sock.recv(65536) == b""
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("path", "framing"),
+    [
+        ("/v1/jobs", "Content-Length: 200"),
+        ("/v1/teams", "Content-Length: 200"),
+        ("/v1/jobs/batch", "Transfer-Encoding: chunked"),
+    ],
+)
+def test_a_body_that_trickles_in_is_408_and_its_connection_closed(
+    impatient_api: ApiServer, store: JobStore, tokens: dict[str, str], path: str, framing: str
+) -> None:
+    method = "PUT" if path == "/v1/teams" else "POST"
+    slow = [_connect(impatient_api) for _ in range(3)]
+    for sock in slow:
+        head = _head(path, f"Authorization: Bearer {tokens['admin']}", framing)
+        sock.sendall(head.replace(b"POST", method.encode(), 1))
+        if "chunked" in framing:
+            sock.sendall(b"c8\r\n")  # one chunk of 200 bytes, sent a byte at a time
+    _trickle(slow, 200)
+    for sock in slow:
+        status, headers, body = _answer(sock)
+        assert status == 408, body
+        assert body == {
+            "detail": "the request body did not arrive within 1 s "
+            "(the server's ORCH_API_BODY_TIMEOUT)"
+        }
+        assert headers["connection"] == "close"
+        assert _closed(sock)
+        sock.close()
+    assert store.list() == [] and store.teams() is None
+    with http(impatient_api, tokens["admin"]) as client:  # a body sent at once still goes in
+        assert client.post("/v1/jobs", json=spec_data()).status_code == 201
+
+
 def test_body_limits_read_sizes() -> None:
     assert parse_size("1M") == parse_size("1MiB") == MIB and parse_size(" 512k ") == 512 * 1024
     assert parse_size("65536") == 65536 and parse_size("2g") == 2 << 30
@@ -183,3 +248,7 @@ def test_body_limits_read_sizes() -> None:
     assert limits.of("/v1/jobs/batch") == (32 * MIB, "ORCH_API_MAX_BATCH_BODY")
     with pytest.raises(ConfigError, match="ORCH_API_MAX_BODY"):
         Settings.from_env(api_max_body="12")  # under 1 KiB
+    assert Settings.from_env().api_body_timeout_s == 30.0
+    assert BodyLimits.from_settings(Settings.from_env(api_body_timeout_s="2m")).timeout_s == 120
+    with pytest.raises(ConfigError, match="ORCH_API_BODY_TIMEOUT"):
+        Settings.from_env(api_body_timeout_s="soon")

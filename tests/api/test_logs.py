@@ -71,8 +71,8 @@ def test_logs_are_read_as_a_job_is_shown(
                 "step 2 loss 0.25",
             ]
     with http(api, tokens["outsider"]) as client:
-        assert client.get(f"/v1/jobs/{job_id}/logs").status_code == 403
-        assert client.get(f"/v1/jobs/{job_id}/logs/stream").status_code == 403
+        assert client.get(f"/v1/jobs/{job_id}/logs").status_code == 404
+        assert client.get(f"/v1/jobs/{job_id}/logs/stream").status_code == 404
     with http(api) as client:
         assert client.get(f"/v1/jobs/{job_id}/logs").status_code == 401
     with http(api, tokens["admin"]) as client:
@@ -108,7 +108,7 @@ def test_the_sdk_follows_until_the_job_ends(
     assert time.monotonic() - started < 15
     with pytest.raises(ApiError) as refused:
         list(Client(api.url, tokens["outsider"]).logs(job_id, follow=True))
-    assert refused.value.status == 403
+    assert refused.value.status == 404
 
 
 def test_orch_logs_directly_and_through_the_api(

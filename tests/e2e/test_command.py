@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+import workers
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store.states import JobState
 from orchestrator.workdir import pack
@@ -182,6 +183,7 @@ def test_a_command_not_found_and_a_silent_script_fail_clearly(orch: Orch) -> Non
 
     missing = command_job("missing", ["./no-such-script.sh"])
     silent = command_job("silent", ["python", "silent.py"], first_report_s=3)
+    failing = command_job("failing", ["python", "fail.py"])
     rec = o.wait(missing, DONE)
     assert rec.state is JobState.FAILED
     assert "command not found: ./no-such-script.sh" in rec.message, rec.message
@@ -189,3 +191,12 @@ def test_a_command_not_found_and_a_silent_script_fail_clearly(orch: Orch) -> Non
     assert rec.state is JobState.FAILED
     assert "no step report within 3 s (workload.first_report_s)" in rec.message, rec.message
     assert "thinking..." in o.cli("logs", silent).stdout  # its output is in its log
+    assert o.wait(failing, DONE).state is JobState.FAILED
+    logs = o.cli("logs", failing, "--rank", "0")
+    err = logs.stderr.splitlines()
+    # the script's own output, then one line that says why: no traceback of the worker's
+    assert "loading the data" in logs.stdout  # its stderr joins its stdout (workers.command)
+    assert "disk full: cannot write the shard" in logs.stdout
+    assert err[-1].startswith("[orch] the run failed: CommandError: the command exited with code")
+    assert "Traceback" not in logs.stderr
+    assert str(Path(workers.__file__).parent) not in logs.stdout + logs.stderr

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from orchestrator.store import JobStore
 from orchestrator.store.states import JobState
@@ -161,3 +163,66 @@ def test_guarantees_past_the_pool_are_refused_by_teams_apply(
     out = orch("teams", "apply", str(file), env=env)
     assert out.returncode == 2 and "more than the pool's 4 GPUs" in out.stderr
     assert store.teams() is None
+
+
+SHORT_JOB = """\
+name: short
+team: vision
+class: interactive
+workload: mlp
+sla: {latency: {max_ms: 100}}
+run: {steps: 1}
+"""
+"""A job of one step, under the default 3 warm-up steps (``run.warmup_steps`` not given)."""
+SHORT_PROBLEM = (
+    "run.steps (1) must be greater than run.warmup_steps (3): warm-up steps are not measured "
+    "(raise run.steps or lower run.warmup_steps)"
+)
+
+
+def test_steps_within_the_warm_up_are_refused_at_submit(
+    env: dict[str, str], store: JobStore, tmp_path: Path
+) -> None:
+    """Refused naming both fields, on one line of its own, and nothing written (it was
+    accepted, then failed at placement)."""
+    job = tmp_path / "short.yaml"
+    job.write_text(SHORT_JOB)
+    out = orch("submit", str(job), env=env)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr.strip().splitlines() == [
+        f"error: {job}: 1 problem:",
+        f"  - {SHORT_PROBLEM}",
+    ]
+    assert _keys(store) == []
+
+
+def odd_jobs(store: JobStore) -> tuple[str, str]:
+    """Two jobs ``orch show`` once crashed on, as a scheduler leaves them: one stored with
+    ``run.steps: 1`` (accepted before it was refused at submit: its spec no longer validates)
+    and tuned settings, and one whose tuned settings its spec cannot take (4 GPUs for a job
+    of 1)."""
+    from orchestrator.spec import parse_spec
+
+    spec = parse_spec({**yaml.safe_load(SHORT_JOB), "run": {"steps": 4}})
+    short, wide = store.submit(spec).id, store.submit(spec).id
+    key = store.keys.job(short)
+    data = json.loads(store.client.hget(key, "spec"))
+    data["run"] = {"steps": 1}  # as an older version stored it
+    tuned = json.dumps({"micro_batch": 8, "gpus": 1})
+    store.client.hset(key, mapping={"spec": json.dumps(data), "tuned": tuned})
+    store.client.hset(store.keys.job(wide), "tuned", json.dumps({"micro_batch": 8, "gpus": 4}))
+    return short, wide
+
+
+def test_show_never_prints_a_traceback_for_an_odd_job(env: dict[str, str], store: JobStore) -> None:
+    short, wide = odd_jobs(store)
+    out = orch("show", short, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+    assert short in out.stdout and "unreadable as stored" in out.stdout
+    assert "run.steps (1) must be greater than run.warmup_steps (3)" in " ".join(out.stdout.split())
+    out = orch("show", wide, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+    assert "not applicable" in out.stdout and "data_parallel" in out.stdout
+    assert orch("list", env=env).returncode == 0

@@ -114,8 +114,32 @@ def test_bounds_that_would_only_fail_after_placement_are_caught_at_submit() -> N
     }
     with pytest.raises(SpecError, match=r"run.seed must be < 9223372036854775808"):
         parse_spec({**base, "run": {"steps": 5, "seed": 2**70}})
-    with pytest.raises(SpecError, match=r"warmup_steps \(5\) must be < run.steps \(5\)"):
+    with pytest.raises(
+        SpecError, match=r"run.steps \(5\) must be greater than run.warmup_steps \(5\)"
+    ):
         parse_spec({**base, "run": {"steps": 5, "warmup_steps": 5}})
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_steps_within_the_default_warm_up_are_refused_at_submit(steps: int) -> None:
+    """The default warm-up counts as a given one: ``steps: 1`` was accepted, then refused
+    when the spec was written out whole (tuned settings at placement, ``orch show``)."""
+    base = {
+        "name": "a",
+        "team": "t",
+        "class": "interactive",
+        "workload": "mlp",
+        "sla": {"latency": {"max_ms": 10}},
+    }
+    with pytest.raises(SpecError) as refused:
+        parse_spec({**base, "run": {"steps": steps}})
+    assert refused.value.problems == [
+        f"run.steps ({steps}) must be greater than run.warmup_steps (3): warm-up steps are not "
+        "measured (raise run.steps or lower run.warmup_steps)"
+    ]
+    ok = parse_spec({**base, "run": {"steps": 4}})
+    assert JobSpec.model_validate(ok.model_dump(by_alias=True)) == ok  # written out whole
+    assert parse_spec({**base, "run": {"steps": 1, "warmup_steps": 0}}).run.steps == 1
 
 
 def test_run_sharding_reaches_the_harness_config() -> None:

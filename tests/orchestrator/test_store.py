@@ -380,7 +380,7 @@ def _spec_for_annotate() -> JobSpec:
             "class": "bulk",
             "workload": "mlp",
             "sla": {"throughput": {"min_samples_per_s": 1}},
-            "run": {"steps": 1},
+            "run": {"steps": 1, "warmup_steps": 0},
         }
     )
 

@@ -10,15 +10,18 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
+import workers
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store import JobStore, LogSink
 from orchestrator.store.states import JobState
 from orchestrator.teams import TeamConfig, TeamSpec
 from tests.workers.helpers import tiny
 from workers.actor import WorkerActor
+from workers.errors import WorkerError, failure_line
 from workers.logs import MAX_LINE_CHARS, MAX_PENDING, LogLine, OutputCapture
 
 WORKLOAD = "tests.workers.printing_workload:build"
@@ -130,9 +133,37 @@ def test_the_actor_stores_a_ranks_prints_and_traceback(redis_url: str, store: Jo
     with pytest.raises(RuntimeError, match="broke at sample"):
         WorkerActor(job_id, 0, 1, log_sink_factory=factory).run(broken, None, None)
     err = [e.line for e in store.logs.tail(job_id) if e.stream == "err"]
-    assert "Traceback (most recent call last):" in err
-    assert err[-1] == "RuntimeError: the workload broke at sample 4"
+    # the team's traceback: its own code's frames, then the one line that says why
+    start = err.index("Traceback (most recent call last):")
+    frames = [line for line in err[start:] if line.startswith("  File ")]
+    assert frames and all("printing_workload.py" in line for line in frames), frames
+    assert err[-2:] == [
+        "RuntimeError: the workload broke at sample 4",
+        "[orch] the run failed: RuntimeError: the workload broke at sample 4",
+    ]
+    assert not _server_paths(err)
     assert store.get(job_id).state is JobState.QUEUED  # output is not state
+
+
+def _server_paths(lines: list[str]) -> list[str]:
+    """The lines naming a file of the server's own code: the harness and worker (this
+    checkout's ``workers`` package) or Python's install."""
+    roots = {str(Path(workers.__file__).parent) + "/", sys.prefix, sys.base_prefix}
+    return [line for line in lines if any(root in line for root in roots)]
+
+
+def test_a_failed_runs_log_has_no_worker_traceback(redis_url: str, store: JobStore) -> None:
+    """A built-in workload fails inside the harness: the log says why in one line, and holds
+    no traceback of the worker's or the harness's (their frames name the server's paths)."""
+    store.put_teams(TeamConfig(teams=[TeamSpec(name="t")], entry_modules=["tests"]))
+    job_id = store.submit_many([_spec()])[0]
+    factory = functools.partial(LogSink, redis_url, store.namespace, job_id)
+    broken = tiny("mlp", workload_args={"no_such_arg": 1}, steps=2).to_dict()
+    with pytest.raises(WorkerError) as failed:
+        WorkerActor(job_id, 0, 1, log_sink_factory=factory).run(broken, None, None)
+    lines = [e.line for e in store.logs.tail(job_id)]
+    assert lines == [f"[orch] the run failed: {failure_line(failed.value)}"]
+    assert "no_such_arg" in lines[0] and not _server_paths(lines)
 
 
 def test_without_a_log_sink_nothing_is_captured() -> None:
@@ -150,6 +181,6 @@ def _spec() -> JobSpec:
             "workload": WORKLOAD,
             "sla": {"throughput": {"min_samples_per_s": 1}},
             "resources": {"gpus": 1},
-            "run": {"steps": 2},
+            "run": {"steps": 2, "warmup_steps": 1},
         }
     )
