@@ -15,9 +15,11 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -120,6 +122,16 @@ def ray_cluster() -> Iterator[Any]:
     import ray
     from ray.cluster_utils import Cluster
 
+    from tests.e2e.hostile import open_markers, team_code_tree
+
+    # What the operator of this pool set on its workers (they inherit it): a folder of a
+    # team's own packages with start-up hooks planted in it (tests/e2e/test_hostile.py), and
+    # a process bound a fork bomb reaches in a moment
+    teams = Path(tempfile.mkdtemp(prefix="orch-team-code-"))
+    teams.chmod(0o755)
+    team_code_tree(teams / "code", open_markers(teams / "markers"))
+    os.environ["ORCH_TEAM_CODE_PATH"] = str(teams / "code")
+    os.environ["ORCH_SANDBOX_PIDS_MAX"] = "512"
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
     cluster.add_node(num_cpus=1, num_gpus=4)
     cluster.add_node(num_cpus=1, num_gpus=2)
@@ -128,3 +140,4 @@ def ray_cluster() -> Iterator[Any]:
     yield cluster
     ray.shutdown()
     cluster.shutdown()
+    shutil.rmtree(teams, ignore_errors=True)

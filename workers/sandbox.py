@@ -405,7 +405,6 @@ def _outcome(outcome: dict[str, Any], code: int) -> dict[str, Any]:
         name, text = str(error.get("type"))[:100], str(error.get("message", ""))[:2000]
         kind = _ERRORS.get(name)
         err = kind(text) if kind is not None else SandboxError(f"{name}: {text}")
-        err.printed = True  # type: ignore[attr-defined]  # the child printed its traceback
         raise err
     raise SandboxError(f"the job's process exited with code {code} without a result")
 

@@ -2,8 +2,8 @@
 strings here so that no start-up hook is ever committed where a tool of ours could import it.
 
 Every start-up hook (``sitecustomize.py``, ``usercustomize.py``, a ``.pth`` file, a module
-shadowing one the worker imports) leaves a marker ``<name>-uid<uid>-<pid>`` in
-:data:`MARKERS` when Python runs it: a marker of uid 0 is a team's code run as root.
+shadowing one the worker imports) leaves a marker ``<name>-uid<uid>-<pid>`` in a markers
+folder (1777, as /tmp) when Python runs it: a marker of uid 0 is a team's code run as root.
 """
 
 from __future__ import annotations
@@ -11,29 +11,30 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-MARKERS = Path("/tmp/orch-hostile-markers")
-"""Where the hooks leave their markers (1777: every uid may write, as /tmp)."""
-
-_MARK = f"""
+_MARK = """
 import os as _os
 try:
-    open(_os.path.join({str(MARKERS)!r}, "{{name}}-uid%d-%d" % (_os.getuid(), _os.getpid())),
-         "w").close()
+    open(_os.path.join({d!r}, "{name}-uid%d-%d" % (_os.getuid(), _os.getpid())), "w").close()
 except OSError:
     pass
 """
 
-HOOKS = {
-    "sitecustomize.py": _MARK.format(name="sitecustomize"),
-    "usercustomize.py": _MARK.format(name="usercustomize"),
-    # a .pth line that starts with "import" is run by site.py in a site folder
-    "orch_hook.pth": (
-        "import os; os.path.isdir({d!r}) and open(os.path.join({d!r}, "
-        '"pth-uid%d-%d" % (os.getuid(), os.getpid())), "w").close()\n'
-    ).format(d=str(MARKERS)),
-    # modules the privileged worker imports after its start: the store's client
-    "redis.py": _MARK.format(name="shadow-redis") + "raise ImportError('planted')\n",
-}
+
+def hooks(markers: Path) -> dict[str, str]:
+    """The start-up hooks, each leaving its marker in ``markers``."""
+    d = str(markers)
+    return {
+        "sitecustomize.py": _MARK.format(d=d, name="sitecustomize"),
+        "usercustomize.py": _MARK.format(d=d, name="usercustomize"),
+        # a .pth line that starts with "import" is run by site.py in a site folder
+        "orch_hook.pth": (
+            f"import os; os.path.isdir({d!r}) and open(os.path.join({d!r}, "
+            '"pth-uid%d-%d" % (os.getuid(), os.getpid())), "w").close()\n'
+        ),
+        # a module the privileged worker imports after its start: the store's client
+        "redis.py": _MARK.format(d=d, name="shadow-redis") + "raise ImportError('planted')\n",
+    }
+
 
 ATTACK = r'''
 """A hostile team's script: python attack.py MODE [ARG]."""
@@ -128,13 +129,6 @@ for step in range(int(sys.argv[1])):
 print("VICTIM original", flush=True)
 '''
 
-TEAM_PACKAGE = {
-    "teampkg/__init__.py": "",
-    "teampkg/work.py": "from tests.workers.sample_workload import build\n\n__all__ = ['build']\n",
-    "teampkg/sitecustomize.py": _MARK.format(name="pkg-sitecustomize"),
-    "teampkg/orch_hook.pth": HOOKS["orch_hook.pth"],
-}
-
 
 def write_tree(folder: Path, files: dict[str, str]) -> Path:
     """Write ``files`` (relative name -> text) under ``folder``, readable by every uid (as an
@@ -143,30 +137,38 @@ def write_tree(folder: Path, files: dict[str, str]) -> Path:
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    for here, dirs, names in os.walk(folder):
+    for here, _, names in os.walk(folder):
         os.chmod(here, 0o755)
         for n in names:
             os.chmod(os.path.join(here, n), 0o644)
     return folder
 
 
-def command_tree(folder: Path) -> Path:
+def command_tree(folder: Path, markers: Path) -> Path:
     """A command job's working directory: the attack and victim scripts among the hooks."""
-    return write_tree(folder, {**HOOKS, "attack.py": ATTACK, "victim.py": VICTIM})
+    return write_tree(folder, {**hooks(markers), "attack.py": ATTACK, "victim.py": VICTIM})
 
 
-def team_code_tree(folder: Path) -> Path:
+def team_code_tree(folder: Path, markers: Path) -> Path:
     """An operator's folder of a team's packages (``ORCH_TEAM_CODE_PATH``): the allowed
     package ``teampkg``, and the hooks at the folder's top and in the package."""
-    return write_tree(folder, {**HOOKS, **TEAM_PACKAGE})
+    planted = hooks(markers)
+    package = {
+        "teampkg/__init__.py": "",
+        "teampkg/work.py": "from tests.workers.sample_workload import build\n",
+        "teampkg/sitecustomize.py": _MARK.format(d=str(markers), name="pkg-sitecustomize"),
+        "teampkg/orch_hook.pth": planted["orch_hook.pth"],
+    }
+    return write_tree(folder, {**planted, **package})
 
 
-def open_markers() -> None:
-    """:data:`MARKERS`, empty and writable by every uid."""
-    MARKERS.mkdir(exist_ok=True)
-    MARKERS.chmod(0o1777)
+def open_markers(markers: Path) -> Path:
+    """``markers``, made writable by every uid."""
+    markers.mkdir(parents=True, exist_ok=True)
+    markers.chmod(0o1777)
+    return markers
 
 
-def markers() -> list[str]:
-    """The markers left so far."""
-    return sorted(p.name for p in MARKERS.iterdir()) if MARKERS.is_dir() else []
+def left(markers: Path) -> list[str]:
+    """The markers left in ``markers`` so far."""
+    return sorted(p.name for p in markers.iterdir()) if markers.is_dir() else []
