@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.workdir import pack  # noqa: E402
 from workers.command import run_command  # noqa: E402
 
 SCRIPT = """
@@ -38,7 +39,7 @@ with open(os.path.join(job.context().checkpoint_dir, "loop_s"), "w") as fh:
 """
 
 
-def _config(steps: int) -> dict[str, object]:
+def _config(steps: int, digest: str) -> dict[str, object]:
     return {
         "workload": "loop",
         "workload_args": {},
@@ -46,15 +47,20 @@ def _config(steps: int) -> dict[str, object]:
         "grad_accum": 1,
         "steps": steps,
         "warmup_steps": 0,
-        "command": {"argv": ["python", "loop.py", str(steps)], "first_report_s": 600},
+        "command": {
+            "argv": ["python", "loop.py", str(steps)],
+            "first_report_s": 600,
+            "working_dir": digest,
+        },
     }
 
 
 def under_orch(folder: Path, steps: int) -> float:
     """Seconds per step of the loop run by the worker (the loop's own clock)."""
     ckpt = folder / f"ckpt-{steps}-{time.monotonic_ns()}"
+    packed = pack(folder / "src")
     run_command(
-        _config(steps),
+        _config(steps, packed.digest),
         job_id="bench",
         rank=0,
         world_size=1,
@@ -65,7 +71,7 @@ def under_orch(folder: Path, steps: int) -> float:
         should_stop=lambda: False,
         fence=lambda: True,
         num_threads=1,
-        source_dir=str(folder / "src"),
+        archive=packed.data,
     )
     return float((ckpt / "loop_s").read_text()) / steps
 
