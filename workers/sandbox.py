@@ -1,27 +1,36 @@
-"""The trust boundary around a team's code: its workload runs in a process of its own, as an
-unprivileged user, with nothing of the control plane's.
+"""The trust boundary around a team's code: it runs in processes of its own, as an
+unprivileged user, contained, with nothing of the control plane's.
 
 A built-in workload (``workers.workloads``: code the operator installed) runs inside the worker
-actor. Anything else a team names (an ``entry:`` module) is the team's code, and the worker
-actor runs the harness for it with :func:`run_sandboxed`: a child ``python -m
-workers.sandbox_child`` that
+actor. Anything else a team names (an ``entry:`` module, a command job's script) is the team's
+code, and the worker runs it in a :func:`sandbox` (:func:`run_sandboxed` here, a child
+``python -m workers.sandbox_child``; :func:`workers.command.run_command` for a script):
 
-- runs as a user of its own when the worker is root: a uid claimed per job on each host from
-  ``ORCH_SANDBOX_UIDS`` (``first-last``, default ``61000-64999``, uids no account uses), with
-  that gid and no supplementary groups, so it cannot read the data directory (the embedded
-  Redis's password and files are 0700/0600), another job's checkpoints (each job's folder is
-  0700 and belongs to its uid only while it runs), Ray's token (``~/.ray`` of the worker's
-  user) or the worker's memory and environment (``/proc`` of another uid);
-- gets a scrubbed environment (no ``REDIS_URL``, no ``RAY_*``, no ``ORCH_*``: nothing but what
-  torch and the job need), a private home and temp folder, and no inherited descriptors but its
-  pipes;
-- talks to the worker only through those pipes: the run's settings in, its reports, its output
-  and its result out. The worker, not the child, writes reports to the store (it checks each
-  one's shape and size first, and stamps the job id itself), relays stop requests, and tells
-  the child when its run has been deposed (see ``Harness``'s ``fence``).
+- as a user of its own: a uid claimed per job on each host from ``ORCH_SANDBOX_UIDS``
+  (``first-last``, default ``61000-64999``, uids no account uses), with that gid and no
+  supplementary groups, so it cannot read the data directory (the embedded Redis's password
+  and files are 0700/0600), another job's checkpoints (each job's folder is 0700 and belongs
+  to its uid only while it runs; the folder of the jobs' folders is not listable), Ray's
+  token and logs (``~/.ray``; the node's Ray session folder is 0700: every job's output is
+  in its logs) or the worker's memory and environment (``/proc`` of another uid);
+- contained (:mod:`workers.contain`): in a cgroup of its own with a bound on its tasks and
+  its memory (an out-of-memory kill is reported as one), without the host's network unless
+  the job declares it (``resources.network``), and with every process of it killed and
+  awaited at the run's end, before its uid goes back to the pool;
+- with a scrubbed environment (no ``REDIS_URL``, no ``RAY_*``, no ``ORCH_*``: nothing but what
+  torch and the job need), a private home and temp folder, and no inherited descriptors but
+  its pipes; the teams' own packages (``ORCH_TEAM_CODE_PATH``) on its import path and never
+  on the worker's, so that a start-up hook in a team's tree (``sitecustomize.py``, a
+  ``.pth`` file) runs in the sandbox alone;
+- talking to the worker only through those pipes: the run's settings in, its reports, its
+  output and its result out. The worker, not the child, writes reports to the store (it
+  checks each one's shape and size first, and stamps the job id itself), relays stop
+  requests, and tells the child when its run has been deposed (see ``Harness``'s ``fence``).
 
-When the worker is not root (a laptop, a user's own ``orch up``), the child still gets the
-scrubbed environment and pipes but runs as the same user: there is nobody else to protect.
+A worker that is not root cannot give the code a uid of its own: there the team's code is
+refused (:func:`refuse_unisolated`) unless the operator set ``ORCH_ALLOW_UNISOLATED=1`` (a
+laptop, a single-user ``orch up``), and ``orch up`` says once at start what holds on its host
+(:func:`isolation_report`).
 
 Why hand-written: Ray's runtime environments choose a worker's Python packages and variables,
 not its user, and a Ray worker process can itself submit Ray tasks; the child must not be one.

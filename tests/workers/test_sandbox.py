@@ -94,3 +94,53 @@ def test_the_worker_of_a_sandboxed_run_never_imports_torch(tmp_path: Path) -> No
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-2:] == ["finished", "False"]
+
+
+NOT_ROOT = """
+import json, sys
+from workers.actor import WorkerActor
+from workers.sandbox import SandboxError, isolation_report
+config = {"workload": "tests.workers.sample_workload:build", "workload_args": {},
+          "micro_batch": 4, "steps": 2}
+try:
+    result = WorkerActor("job-n", 0, 1).run(config, None, None)
+    print(json.dumps({"status": result["status"], "report": isolation_report()}))
+except SandboxError as err:
+    print(json.dumps({"refused": str(err), "report": isolation_report()}))
+"""
+
+
+@root_only
+@pytest.mark.parametrize("allowed", [False, True])
+def test_a_worker_that_is_not_root_refuses_team_code_unless_the_operator_allows_it(
+    allowed: bool,
+) -> None:
+    """A non-root operator's worker cannot give a team's code a uid of its own: the code is
+    refused, naming the setting, unless the operator set it; ``orch up``'s report says which."""
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "ORCH_ALLOW_UNISOLATED"}
+    env.update(PYTHONPATH=str(root), HOME="/tmp")
+    if allowed:
+        env["ORCH_ALLOW_UNISOLATED"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-c", NOT_ROOT],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd="/tmp",
+        user=65534,  # nobody: an operator's own user
+        group=65534,
+        extra_groups=[],
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    report = " | ".join(found["report"])
+    assert "user not enforced: the worker" in report and "uid 65534" in report, report
+    if allowed:
+        assert found["status"] == "finished", found
+        assert "runs anyway, as the worker's user (ORCH_ALLOW_UNISOLATED)" in report, report
+    else:
+        assert "ORCH_ALLOW_UNISOLATED=1" in found["refused"], found
+        assert "uid 65534, not root" in found["refused"], found
+        assert "refused on this host's workers" in report, report
