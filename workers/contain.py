@@ -28,10 +28,13 @@ writes, kept here in one place.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import os
 import re
 import signal
+import socket
+import struct
 import sys
 import time
 from collections.abc import Callable
@@ -57,6 +60,8 @@ MEMORY_ENV = "ORCH_SANDBOX_MEMORY"
 CGROUP_ENV = "ORCH_SANDBOX_CGROUP"
 _CLONE_NEWNET = 0x40000000
 _PR_SET_PDEATHSIG = 1
+_SIOCSIFFLAGS = 0x8914
+_LOOPBACK_UP = struct.pack("16sH14s", b"lo", 0x1 | 0x8, b"")  # IFF_UP | IFF_LOOPBACK
 _names = itertools.count()
 
 
@@ -310,8 +315,8 @@ def launcher(uid: int | None, cgroup: RunCgroup | None, network: bool) -> Callab
                     os.write(fd, b"0")
                 finally:
                     os.close(fd)
-        if not network:
-            unshare(_CLONE_NEWNET)
+        if not network and unshare(_CLONE_NEWNET) == 0:
+            _loopback_up()
         if uid is not None:
             os.setgroups([])
             os.setresgid(uid, uid, uid)
@@ -319,6 +324,13 @@ def launcher(uid: int | None, cgroup: RunCgroup | None, network: bool) -> Callab
         prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
     return start
+
+
+def _loopback_up() -> None:
+    """Bring up the new network namespace's own loopback (a script's local rendezvous, a
+    single-process ``torch.distributed`` group, run on it); it reaches nothing of the host's."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        fcntl.ioctl(s, _SIOCSIFFLAGS, _LOOPBACK_UP)
 
 
 # -- what this host enforces -------------------------------------------------------------------
