@@ -63,6 +63,16 @@ class Orch:
             check=check,
         )
 
+    def close(self) -> None:
+        """Stop the scheduler, delete the namespace, and stop the embedded Redis server when
+        this orchestrator started one (a test leaves no process behind)."""
+        from orchestrator.store.server import EmbeddedRedis
+
+        self.running.shutdown()
+        self.store.delete_namespace()
+        if self.settings.redis_url is None:
+            EmbeddedRedis(self.settings.data_dir).stop()
+
     def wait(self, job_id: str, states: set[JobState], timeout_s: float = 180) -> JobRecord:
         """Poll the store until the job is in one of ``states``; fail the test on timeout."""
         deadline = time.monotonic() + timeout_s

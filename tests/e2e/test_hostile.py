@@ -53,8 +53,7 @@ def pool(ray_cluster: Any) -> Iterator[tuple[Orch, str, Path]]:
     try:
         yield orch, digest, markers
     finally:
-        orch.running.shutdown()
-        orch.store.delete_namespace()
+        orch.close()
         shutil.rmtree(data, ignore_errors=True)
 
 

@@ -75,8 +75,7 @@ def test_a_teams_code_runs_without_the_control_planes_secrets(
             orch.store.submit(job("shell", {"entry": "subprocess:call", "args": {}}))
         assert len(orch.store.list()) == before
     finally:
-        orch.running.shutdown()
-        orch.store.delete_namespace()
+        orch.close()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a sandbox uid needs a root worker")
@@ -112,6 +111,5 @@ def test_a_hostile_command_mode_script_is_contained_too(ray_cluster: Any, namesp
         metrics = orch.store.metrics(hostile)  # its step reached the store, under its own id
         assert metrics["job_id"] == hostile and metrics["status"] == "finished", metrics
     finally:
-        orch.running.shutdown()
-        orch.store.delete_namespace()
+        orch.close()
         shutil.rmtree(data, ignore_errors=True)
