@@ -363,6 +363,8 @@ def _node_gpu_slots() -> int | None:
     try:
         import ray
 
+        if not ray.is_initialized():  # ray.nodes() would start or join a cluster
+            return None
         node = ray.get_runtime_context().get_node_id()
         for n in ray.nodes():
             if n.get("NodeID") == node:

@@ -181,6 +181,7 @@ class RunCgroup:
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80]
         unique = f"orch-{safe}-{os.getpid()}-{next(_names)}"
         for h in _hierarchies():
+            _sweep(h.base)
             if h.version == 2 and limits.memory_bytes is not None:
                 # best effort: a cgroup with processes of its own cannot hand controllers down
                 _write(h.base / "cgroup.subtree_control", "+pids +memory")
@@ -266,6 +267,20 @@ class RunCgroup:
                 except OSError:
                     time.sleep(0.02)
         return True
+
+
+def _sweep(base: Path) -> None:
+    """Remove the cgroups of runs whose worker died before closing them (their name ends with
+    the worker's pid), killing what is left in them."""
+    for d in base.glob("orch-*"):
+        _, pid, _ = d.name.rsplit("-", 2)
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            with contextlib.suppress(OSError):
+                for p in (d / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(OSError):
+                        os.kill(int(p), signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                d.rmdir()  # not yet, if a process is still dying: the next sweep takes it
 
 
 def _write(path: Path, text: str) -> bool:

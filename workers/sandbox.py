@@ -45,10 +45,12 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -287,7 +289,24 @@ def sandbox(
         stack.callback(shutil.rmtree, home, True)
         cgroup = RunCgroup(f"{job_id}-{rank}", limits)
         stack.callback(cgroup.close)
+        _say_what_does_not_hold(uid, cgroup)
         yield RunSandbox(uid, home, cgroup if cgroup.dirs else None, limits)
+
+
+def _say_what_does_not_hold(uid: int | None, cgroup: RunCgroup) -> None:
+    """One line in the run's log (the worker's captured stderr) naming what this host could
+    not enforce around it (see the operator guide's table); nothing when everything held."""
+    held = cgroup.enforces()
+    missing = [what for what, ok in held.items() if not ok]
+    if uid is None:
+        missing.insert(0, "a uid of its own")
+    if missing:
+        print(
+            f"[orch] this host does not enforce around the run: {', '.join(missing)} "
+            "(docs/operator-guide.md, 'What each platform enforces')",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def team_code_path() -> list[str]:
@@ -501,7 +520,10 @@ def claim_uid(
     lock (``/run/orch-sandbox.json`` by default); a claim whose holders all died is taken back.
 
     ``folder`` (the job's local checkpoint folder) belongs to that uid while any rank of the
-    job on this host holds the claim (see :func:`_lend`), and to the worker's user after.
+    job on this host holds the claim (see :func:`_lend`), and after to the owner of the folder
+    it is in. Every process of the uid is killed when the last holder lets go, and when a uid
+    nobody holds is claimed (a killed worker's run may have left some): on a host with no
+    cgroup for its runs (``workers.contain``), this is what ends a job's leftover processes.
     """
     registry = registry or Path("/run/orch-sandbox.json")
     first, last = _uid_range()
@@ -523,8 +545,10 @@ def claim_uid(
                     break
             else:
                 raise SandboxError(f"every sandbox uid in {first}-{last} is taken ({UIDS_ENV})")
-        pids = [p for p in claims.get(str(mine), {}).get("pids", []) if _alive(p)] + [me]
-        live[str(mine)] = {"job": job_id, "pids": pids}
+        pids = [p for p in claims.get(str(mine), {}).get("pids", []) if _alive(p)]
+        if not pids:  # nobody holds it: what a dead worker's run left behind goes first
+            _kill_uid(mine)
+        live[str(mine)] = {"job": job_id, "pids": [*pids, me]}
         claims.clear()
         claims.update(live)
         if folder is not None:
@@ -540,9 +564,39 @@ def claim_uid(
                     pids.remove(me)
                 claim["pids"] = [p for p in pids if _alive(p)]
                 if not claim["pids"]:
+                    # no process of the job outlives it here (where no cgroup ended them)
+                    _kill_uid(mine)
                     del claims[str(mine)]
                     if folder is not None and folder.is_dir():
-                        _chown_tree(folder, os.geteuid(), os.getegid())
+                        # back to whoever owns the jobs' folders (the control plane deletes
+                        # a finished job's; on Kubernetes it is not the worker's user)
+                        st = folder.parent.stat()
+                        _chown_tree(folder, st.st_uid, st.st_gid)
+
+
+def _kill_uid(uid: int, timeout_s: float = 10.0) -> None:
+    """Kill every process of ``uid`` on this host (a uid the pool lends to one job at a time)
+    and wait until none is left, or ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while (left := _processes_of(uid)) and time.monotonic() < deadline:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+
+
+def _processes_of(uid: int) -> list[int]:
+    """The live processes (not zombies) whose real uid is ``uid``."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            status = Path(entry.path, "status").read_text()
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
+                found.append(int(entry.name))
+    return found
 
 
 @contextlib.contextmanager

@@ -104,8 +104,13 @@ def up(
     )
     from workers.sandbox import isolation_report
 
-    for line in isolation_report():  # once, at start: what holds around a team's code here
-        console.print(line)
+    if settings.ray_address is None:  # once, at start: what holds around a team's code here
+        for line in isolation_report():
+            console.print(line)
+    else:  # the workers are elsewhere: each says it in the log of a run it could not contain
+        console.print(
+            "team code: each worker host contains it as it can (a job's log says what did not hold)"
+        )
     if settings.standby and not running.scheduler.lease.held:
         console.print("standby: another scheduler drives the namespace; taking over if it stops")
     stop = threading.Event()

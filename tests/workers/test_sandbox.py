@@ -144,3 +144,34 @@ def test_a_worker_that_is_not_root_refuses_team_code_unless_the_operator_allows_
         assert "ORCH_ALLOW_UNISOLATED=1" in found["refused"], found
         assert "uid 65534, not root" in found["refused"], found
         assert "refused on this host's workers" in report, report
+
+
+@root_only
+def test_a_jobs_leftover_processes_end_with_its_last_hold_of_the_uid(tmp_path: Path) -> None:
+    """Where no cgroup ends a run's processes (Kubernetes), releasing the job's uid does:
+    nothing of the job's runs on when the uid goes to the next job."""
+    from workers.contain import launcher
+
+    registry = tmp_path / "claims.json"
+    daemon = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        print(os.getpid(), flush=True); os.close(1); os.close(2)\n"
+        "        time.sleep(600); os._exit(0)\n"
+        "    os._exit(0)\n"
+    )
+    with claim_uid("job-d", registry=registry) as uid:
+        child = subprocess.run(
+            [sys.executable, "-c", daemon],
+            capture_output=True,
+            text=True,
+            cwd="/",
+            preexec_fn=launcher(uid, None, True),  # no cgroup
+            timeout=60,
+        )
+        pid = int(child.stdout.split()[0])
+        assert Path(f"/proc/{pid}").exists()  # detached, alive while the job holds the uid
+    status = Path(f"/proc/{pid}/status")
+    assert not status.exists() or "zombie" in status.read_text()
