@@ -11,7 +11,11 @@ validation makes it), the RayCluster against the KubeRay CRD's ``openAPIV3Schema
 Prometheus Operator's CRD is not vendored). Then the semantic checks: two orchestrator replicas
 that stand by for each other, passwords and tokens only from Secrets, Redis append-only, the
 checkpoint volume mounted everywhere, GPU limits on the worker group and Ray token auth on every
-Ray container.
+Ray container. And where teams' code runs (the GPU worker group): the Ray worker container is root
+with only the capabilities its sandbox needs, no privilege escalation and the runtime's seccomp
+profile; no credential is mounted where a sandbox uid could read it, and no folder is writable
+by every uid without the sticky bit; everything else stays as it was (the orchestrator
+non-root); the chart's ``sandbox.*`` values set the workers' sandbox settings.
 """
 
 from __future__ import annotations
@@ -483,6 +487,160 @@ def test_images_are_set_by_the_source(source: str, docs: list[Doc]) -> None:
     assert dockerfile.index("torch==2.13.0") < dockerfile.index('pip install ".[server]"')
 
 
+# -- teams' code ---------------------------------------------------------------------------
+
+SANDBOX_CAPABILITIES = {"SETUID", "SETGID", "CHOWN", "FOWNER", "DAC_OVERRIDE", "KILL"}
+"""What the Ray worker's root keeps (docs/operator-guide.md, "Team code on Kubernetes"): SETUID
+and SETGID to drop a team's process to its job's uid, CHOWN and FOWNER to lend the job its
+folders, DAC_OVERRIDE to reach into them, KILL to end its processes. Never SYS_ADMIN."""
+SANDBOX_ENV = ("ORCH_ALLOW_UNISOLATED", "ORCH_SANDBOX_UIDS", "ORCH_SANDBOX_PIDS_MAX")
+
+
+def team_code_pods(docs: list[Doc]) -> list[tuple[str, Doc]]:
+    """(where, pod spec) of every pod that runs teams' code: the RayCluster's worker groups. The
+    head has no GPUs, so no worker actor, and no team code, runs there."""
+    ray = find(docs, "RayCluster", "orch-pool")
+    assert ray["spec"]["headGroupSpec"]["rayStartParams"]["num-gpus"] == "0"
+    return [(w, s) for w, s in pod_specs(docs) if w.startswith("RayCluster/") and "/head" not in w]
+
+
+def security(spec: Doc, container: Doc) -> Doc:
+    """A container's effective security context: the pod's, overridden field by field by its
+    own."""
+    return {**spec.get("securityContext", {}), **container.get("securityContext", {})}
+
+
+def sandbox_exposures(spec: Doc) -> list[str]:
+    """What in a pod that runs teams' code a sandbox uid (any uid but root's) could use against
+    the others: a credential mounted as a file it may read (a Secret volume's files are 0644
+    unless ``defaultMode`` says otherwise; the service account token is one unless
+    ``automountServiceAccountToken`` is false), or a folder every uid may write without the
+    sticky bit (an emptyDir on disk is 0777; a tmpfs one, ``medium: Memory``, is 1777)."""
+    found = []
+    if spec.get("automountServiceAccountToken") is not False:
+        found.append("the service account token is mounted (automountServiceAccountToken)")
+    for v in spec.get("volumes", []):
+        sources = [v["secret"]] if "secret" in v else []
+        default = v.get("secret", v.get("projected", {})).get("defaultMode", 0o644)
+        for source in v.get("projected", {}).get("sources", []):
+            if "serviceAccountToken" in source:
+                found.append(f"volume {v['name']}: a service account token")
+            sources += [source["secret"]] if "secret" in source else []
+        for s in sources:
+            modes = [default] + [i["mode"] for i in s.get("items", []) if "mode" in i]
+            if any(mode & 0o077 for mode in modes):
+                found.append(f"volume {v['name']}: Secret {s.get('secretName', s.get('name'))}")
+        if "emptyDir" in v and v["emptyDir"].get("medium") != "Memory":
+            found.append(f"volume {v['name']}: an emptyDir on disk, 0777 without the sticky bit")
+    return found
+
+
+def test_team_code_runs_under_root_with_only_the_sandbox_capabilities(docs: list[Doc]) -> None:
+    pods = team_code_pods(docs)
+    assert pods
+    for where, spec in pods:
+        for c in spec.get("initContainers", []) + spec["containers"]:
+            ctx = security(spec, c)
+            assert ctx.get("runAsUser") == 0 and ctx.get("runAsNonRoot") is not True, where
+            assert ctx.get("allowPrivilegeEscalation") is False, where
+            assert not ctx.get("privileged"), where
+            assert ctx["capabilities"]["drop"] == ["ALL"], where
+            assert set(ctx["capabilities"]["add"]) == SANDBOX_CAPABILITIES, where
+            assert ctx["seccompProfile"]["type"] == "RuntimeDefault", where
+            assert not {"hostPID", "hostIPC", "hostNetwork"} & spec.keys(), where
+
+
+def test_team_code_pods_expose_no_credential_to_a_sandbox_uid(docs: list[Doc]) -> None:
+    for where, spec in team_code_pods(docs):
+        assert not sandbox_exposures(spec), f"{where}: {sandbox_exposures(spec)}"
+
+
+@pytest.mark.parametrize(
+    "mistake",
+    [
+        lambda s: s.pop("automountServiceAccountToken"),
+        lambda s: s["volumes"].append({"name": "k", "secret": {"secretName": "orch-redis"}}),
+        lambda s: s["volumes"].append(
+            {"name": "k", "secret": {"secretName": "x", "items": [{"key": "a", "path": "a"}]}}
+        ),
+        lambda s: s["volumes"].append(
+            {"name": "k", "secret": {"secretName": "x", "defaultMode": 0o440}}  # group-readable
+        ),
+        lambda s: s["volumes"].append(
+            {
+                "name": "k",
+                "secret": {
+                    "secretName": "x",
+                    "defaultMode": 0o400,
+                    "items": [{"key": "a", "path": "a", "mode": 0o644}],
+                },
+            }
+        ),
+        lambda s: s["volumes"].append(
+            {"name": "k", "projected": {"sources": [{"secret": {"name": "orch-ray-token"}}]}}
+        ),
+        lambda s: s["volumes"].append(
+            {
+                "name": "k",
+                "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]},
+            }
+        ),
+        lambda s: s["volumes"].append({"name": "tmp", "emptyDir": {}}),
+    ],
+)
+def test_exposures_are_found(docs: list[Doc], mistake: Any) -> None:
+    # The check above has teeth: each of these is reported (and a 0400 Secret is not).
+    ((_, spec), *_) = team_code_pods(docs)
+    spec = copy.deepcopy(spec)
+    spec["volumes"].append({"name": "ok", "secret": {"secretName": "x", "defaultMode": 0o400}})
+    assert not sandbox_exposures(spec)
+    mistake(spec)
+    assert sandbox_exposures(spec)
+
+
+def test_no_other_pod_runs_as_root_or_holds_capabilities(docs: list[Doc]) -> None:
+    team = {where for where, _ in team_code_pods(docs)}
+    for where, spec, c in containers(docs):
+        if any(where.startswith(f"{pod}/") for pod in team):
+            continue
+        ctx = security(spec, c)
+        assert ctx.get("runAsUser") != 0, f"{where} runs as root"
+        assert not ctx.get("capabilities", {}).get("add"), f"{where} adds capabilities"
+        assert not ctx.get("privileged"), where
+    # The orchestrator (Redis's password, the tokens' store) runs as a user of its own.
+    pod = find(docs, "Deployment", "orch")["spec"]["template"]["spec"]
+    for c in pod["containers"]:
+        ctx = security(pod, c)
+        assert ctx["runAsNonRoot"] is True and ctx["runAsUser"] not in (None, 0)
+
+
+def test_the_ray_image_lets_the_sandbox_uids_run_its_python() -> None:
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    ray = dockerfile[dockerfile.index("AS ray") :]
+    assert "RUN chmod o+x /home/ray" in ray  # search, never list: the interpreter is under it
+    assert ray.rstrip().splitlines()[-1] == "USER 1000"  # the head keeps the image's user
+
+
+def test_the_sources_make_the_same_team_code_pods() -> None:
+    needs("kustomize")
+    needs("helm")
+
+    def pods(docs: list[Doc]) -> list[Any]:
+        return [
+            (
+                where,
+                spec.get("automountServiceAccountToken"),
+                [
+                    (c["name"], c.get("securityContext"), sorted(env_of(c)))
+                    for c in spec["containers"]
+                ],
+            )
+            for where, spec in team_code_pods(docs)
+        ]
+
+    assert pods(render()) == pods(render_helm())
+
+
 # -- the chart alone -----------------------------------------------------------------------
 
 
@@ -580,3 +738,54 @@ def test_values_size_the_gpu_workers() -> None:
     resources = gpu["template"]["spec"]["containers"][0]["resources"]
     assert resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"] == "8"
     assert find(docs, "Deployment", "orch")["spec"]["replicas"] == 3
+
+
+def test_sandbox_values_set_the_workers_environment() -> None:
+    needs("helm")
+
+    def env(*flags: str) -> dict[str, dict[str, str]]:
+        """The sandbox settings of every container, by where it is."""
+        out = {}
+        for where, _, c in containers(render_helm(*flags)):
+            out[where] = {k: e["value"] for k, e in env_of(c).items() if k in SANDBOX_ENV}
+        return out
+
+    assert not any(env().values())  # defaults: the code's own, no opt-in
+    settings = "sandbox.allowUnisolated=true,sandbox.uids=70000-70999,sandbox.pidsMax=512"
+    given = env("--set", settings)
+    workers = {w for w in given if w.endswith("/ray-worker")}
+    assert workers
+    for where, found in given.items():
+        want = (
+            {
+                "ORCH_ALLOW_UNISOLATED": "1",
+                "ORCH_SANDBOX_UIDS": "70000-70999",
+                "ORCH_SANDBOX_PIDS_MAX": "512",
+            }
+            if where in workers
+            else {}
+        )
+        assert found == want, where
+    assert not any(env("--set", "sandbox.allowUnisolated=false").values())
+    # A malformed range is refused when the chart renders, not when a job starts.
+    out = subprocess.run(
+        [str(tool("helm")), "template", "orch", str(CHART), "--set", "sandbox.uids=61000"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode != 0 and "sandbox.uids must be first-last" in out.stderr
+
+
+def test_a_non_root_worker_holds_nothing_and_needs_the_opt_in() -> None:
+    # For a namespace that refuses root pods: the worker keeps the image's user and no
+    # capability, and team code is refused there unless allowUnisolated (workers/sandbox.py).
+    needs("helm")
+    docs = render_helm("--set", "sandbox.rootWorker=false")
+    for where, spec in team_code_pods(docs):
+        for c in spec["containers"]:
+            ctx = security(spec, c)
+            assert ctx["runAsNonRoot"] is True and ctx["runAsUser"] == 1000, where
+            assert ctx["capabilities"] == {"drop": ["ALL"]}, where
+            assert ctx["allowPrivilegeEscalation"] is False, where
+            assert "ORCH_ALLOW_UNISOLATED" not in env_of(c), where

@@ -42,6 +42,61 @@ expands only for a VAR defined earlier in the list): the password is never in a 
   value: /shared/orch
 {{- end }}
 
+{{/* The security context of the container that runs teams' code (the Ray workers; see
+docs/operator-guide.md, "Team code on Kubernetes"). As root (sandbox.rootWorker) with only what
+its sandbox needs: SETUID and SETGID to drop a team's process to its job's uid, CHOWN and FOWNER
+to lend the job its folders and take them back, DAC_OVERRIDE to reach into them (0700, the job's
+uid's), KILL to end the job's processes. No SYS_ADMIN: no network namespace, and the cgroupfs
+stays read-only, so the pod's own limits bound its jobs together. The root filesystem stays
+writable: Ray and torch write under $HOME and /tmp, and an emptyDir in their place would be
+0777 without the sticky bit (a sandbox uid could replace root's files there). */}}
+{{- define "orch.workerSecurityContext" -}}
+{{- if .Values.sandbox.rootWorker }}
+runAsUser: 0
+runAsGroup: 0
+runAsNonRoot: false
+capabilities:
+  drop: [ALL]
+  add: [SETUID, SETGID, CHOWN, FOWNER, DAC_OVERRIDE, KILL]
+{{- else }}
+runAsUser: 1000
+runAsGroup: 100
+runAsNonRoot: true
+capabilities:
+  drop: [ALL]
+{{- end }}
+privileged: false
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: false
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/* The sandbox settings of the workers (values `sandbox.*`), each only when set. */}}
+{{- define "orch.sandboxEnv" -}}
+{{- with .Values.sandbox }}
+{{- if .allowUnisolated }}
+- name: ORCH_ALLOW_UNISOLATED
+  value: "1"
+{{- end }}
+{{- if .uids }}
+{{- if not (regexMatch "^[1-9][0-9]*-[1-9][0-9]*$" (toString .uids)) }}
+{{- fail (printf "sandbox.uids must be first-last, e.g. 61000-64999, got %v" .uids) }}
+{{- end }}
+- name: ORCH_SANDBOX_UIDS
+  value: {{ .uids | quote }}
+{{- end }}
+{{- if .pidsMax }}
+- name: ORCH_SANDBOX_PIDS_MAX
+  value: {{ .pidsMax | int | toString | quote }}
+{{- end }}
+{{- if .memory }}
+- name: ORCH_SANDBOX_MEMORY
+  value: {{ .memory | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/* The shared checkpoint volume, as a pod's volume. */}}
 {{- define "orch.sharedVolume" -}}
 - name: shared
