@@ -99,16 +99,13 @@ with open(os.path.join(ctx.checkpoint_dir, "exit_at"), "w") as fh:
 """
 
 
-class _NoCgroup:
-    """``RunCgroup``'s stand-in for the runs without containment: no hierarchy at all, so
-    ``sandbox()`` yields ``cgroup=None`` (as on a host that offers none)."""
+class _NoCgroup(RunCgroup):
+    """``RunCgroup`` for the runs without containment: no hierarchy at all, so ``sandbox()``
+    yields ``cgroup=None`` (as on a host that offers none)."""
 
     def __init__(self, name: str, limits: Limits) -> None:
         self.limits = limits
-        self.dirs: list[Any] = []
-
-    def close(self, timeout_s: float = 10.0) -> bool:
-        return True
+        self.dirs = []
 
 
 class _TimedCgroup(RunCgroup):

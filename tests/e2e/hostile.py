@@ -73,6 +73,7 @@ if mode == "probe":  # another team's unpacked code, its logs, the jobs' checkpo
             lambda: os.listdir(path) if os.path.isdir(path) else Path(path).read_bytes()
         )
     say("PROBE", found)
+    Path(sys.argv[3]).write_text("probed")  # the victim may end now
 elif mode == "daemon":  # a double-forked, detached process that would outlive the job
     r, w = os.pipe()
     if os.fork() == 0:
@@ -119,13 +120,15 @@ for step in range(int(os.environ.get("STEPS", "3"))):
 '''
 
 VICTIM = r'''
-"""Another team's script: it runs for a while, then says it is itself."""
-import sys, time
+"""Another team's script: it runs until the attacker is done (the flag file ``argv[1]``, or
+60 s), then says it is itself."""
+import os, sys, time
 from workers import job
 
-for step in range(int(sys.argv[1])):
-    time.sleep(float(sys.argv[2]))
+deadline = time.monotonic() + 60
+while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
     job.report(samples=1, loss=0.0)
+    time.sleep(0.2)
 print("VICTIM original", flush=True)
 '''
 

@@ -130,9 +130,10 @@ def test_a_team_cannot_change_or_read_another_teams_code_logs_or_checkpoints(
     """While team beta's script runs, team e2e's tries to plant code in beta's unpacked
     folder and read it, to read Ray's logs (every job's output) and to list the jobs'
     checkpoints; beta's job then runs its own code to the end."""
-    orch, digest, _ = pool
-    script = {"command": ["python", "victim.py", "40", "0.25"], "working_dir": digest}
-    victim = orch.store.submit(spec("victim", script, team="beta", steps=40)).id
+    orch, digest, markers = pool
+    flag = markers / "probed"  # the attacker's "done", in a folder every uid may write
+    script = {"command": ["python", "victim.py", str(flag)], "working_dir": digest}
+    victim = orch.store.submit(spec("victim", script, team="beta", steps=1000)).id
     orch.wait(victim, {JobState.RUNNING} | DONE)
     while not orch.store.metrics(victim).get("step"):  # its folder is unpacked by now
         assert orch.store.get(victim).state not in DONE
@@ -143,7 +144,8 @@ def test_a_team_cannot_change_or_read_another_teams_code_logs_or_checkpoints(
         "checkpoints": str(ckpt_root),
         "victim_checkpoint": str(ckpt_root / victim),
     }
-    attacker = orch.store.submit(spec("probe", attack(digest, "probe", json.dumps(others)))).id
+    probe = attack(digest, "probe", json.dumps(others), str(flag))
+    attacker = orch.store.submit(spec("probe", probe)).id
     rec = orch.wait(attacker, DONE)
     assert rec.state is JobState.FINISHED, rec.message
     found = said(orch, attacker, "PROBE")
@@ -173,7 +175,7 @@ def test_a_fork_bomb_hits_its_bound_is_reported_and_spares_its_neighbour(
     pool: tuple[Orch, str, Path],
 ) -> None:
     orch, digest, _ = pool
-    neighbour = orch.store.submit(spec("neighbour", {"name": "mlp"})).id
+    neighbour = orch.store.submit(spec("neighbour", attack(digest, "none"))).id
     bomb = orch.store.submit(spec("bomb", attack(digest, "forks"))).id
     rec = orch.wait(bomb, DONE)
     assert rec.state is JobState.FINISHED, rec.message  # the script goes on, bounded
@@ -188,7 +190,7 @@ def test_a_memory_hog_is_killed_reported_as_out_of_memory_and_spares_its_neighbo
     pool: tuple[Orch, str, Path],
 ) -> None:
     orch, digest, _ = pool
-    neighbour = orch.store.submit(spec("neighbour2", {"name": "mlp"})).id
+    neighbour = orch.store.submit(spec("neighbour2", attack(digest, "none"))).id
     hog = orch.store.submit(spec("hog", attack(digest, "hog"), memory_gb=0.3)).id
     rec = orch.wait(hog, DONE)
     assert rec.state is JobState.FAILED
@@ -199,7 +201,7 @@ def test_a_memory_hog_is_killed_reported_as_out_of_memory_and_spares_its_neighbo
 def test_a_job_that_declared_no_network_has_none(pool: tuple[Orch, str, Path]) -> None:
     """Its listener cannot be reached from the host, and it cannot reach the host's Redis."""
     orch, digest, _ = pool
-    job = orch.store.submit(spec("listen", attack(digest, "listen", "20"))).id
+    job = orch.store.submit(spec("listen", attack(digest, "listen", "5"))).id
     listening = wait_said(orch, job, "LISTEN")
     assert listening["redis"].startswith("refused:"), listening
     with pytest.raises(OSError):
