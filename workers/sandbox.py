@@ -200,7 +200,7 @@ class RunSandbox:
             return
         if self.cgroup.hit_process_bound():
             print(
-                f"orch: the job's processes reached their bound of {self.limits.pids} "
+                f"[orch] the job's processes reached their bound of {self.limits.pids} "
                 f"tasks ({PIDS_ENV}): a fork failed",
                 file=sys.stderr,
                 flush=True,
@@ -226,7 +226,7 @@ def refuse_unisolated() -> None:
     raise SandboxError(
         f"this worker runs as uid {os.geteuid()}, not root, so a team's code would run as the "
         f"worker's own user, beside its credentials; the operator may allow that with "
-        f"{ALLOW_UNISOLATED_ENV}=1 (see docs/operator-guide.md, 'Team code')"
+        f"{ALLOW_UNISOLATED_ENV}=1 (docs/operator-guide.md, 'What each platform enforces')"
     )
 
 
@@ -267,9 +267,8 @@ def sandbox(
     (claimed; with ``checkpoint``, the job's local checkpoint folder, lent to it), a private
     folder, and the run's cgroup with ``limits`` (default: :class:`Limits`'s; a gang of more
     than one rank keeps the network, its ranks meet over TCP). At the block's end, in this
-    order: every process left in the
-    cgroup is killed and awaited, the folder is removed, the uid is released (so no process of
-    this job is alive when the uid is claimed by another).
+    order: every process left in the cgroup is killed and awaited, the folder is removed, the
+    uid is released (so no process of this job is alive when the uid is claimed by another).
 
     Raises:
         SandboxError: the worker cannot isolate and the operator did not allow it
