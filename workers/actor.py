@@ -377,14 +377,20 @@ def _node_gpu_slots() -> int | None:
 def _close_ray_logs() -> None:
     """Keep the Ray session folder of this node (its logs, which hold every job's output,
     and its caches) to the worker's own user: ``0700`` on the session folder found through
-    this process's log file, when the worker owns it. A team's uid then reads no other job's
-    log lines; the job's own reach its owner through the store and the API."""
+    this process's log file, when the worker owns it, and no one else's write on the folder
+    of sessions (Ray makes it 0777: a team's uid could rename or replace what is in it).
+    A team's uid then reads no other job's log lines; the job's own reach its owner through
+    the store and the API."""
     with contextlib.suppress(OSError):
         log = os.path.realpath("/proc/self/fd/1")
         session = os.path.dirname(os.path.dirname(log))  # .../session_*/logs/worker-*.out
         in_logs = os.path.basename(os.path.dirname(log)) == "logs" and "session" in session
         if in_logs and os.stat(session).st_uid == os.geteuid():
             os.chmod(session, 0o700)
+            sessions = os.path.dirname(session)
+            st = os.stat(sessions)
+            if st.st_uid == os.geteuid() and st.st_mode & 0o022:
+                os.chmod(sessions, st.st_mode & 0o7755)
 
 
 @functools.cache

@@ -46,6 +46,7 @@ import math
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -642,12 +643,16 @@ def _lend(folder: Path, uid: int) -> None:
 
 
 def _chown_tree(folder: Path, uid: int, gid: int | None = None) -> None:
-    """Give ``folder`` and what is in it to ``uid``, never following a link (a link the team's
-    code left there must not make root give away what it points to)."""
+    """Give ``folder`` and what is in it to ``uid``, never following a link: each entry is
+    changed through its folder's descriptor (``os.fwalk``), so a folder the team's code swaps
+    for a link mid-walk cannot make root give away what the link points to; a file with more
+    than one name (a hard link the team made to a file of someone else's) is left as it is."""
     gid = uid if gid is None else gid
     os.chown(folder, uid, gid, follow_symlinks=False)
     os.chmod(folder, 0o700)
-    for root, dirs, files in os.walk(folder, followlinks=False):
+    for _, dirs, files, top in os.fwalk(folder, follow_symlinks=False):
         for name in (*dirs, *files):
             with contextlib.suppress(FileNotFoundError):
-                os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)
+                st = os.stat(name, dir_fd=top, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode) or st.st_nlink == 1:
+                    os.chown(name, uid, gid, dir_fd=top, follow_symlinks=False)

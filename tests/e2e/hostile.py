@@ -72,6 +72,7 @@ if mode == "probe":  # another team's unpacked code, its logs, the jobs' checkpo
         found[name] = attempt(
             lambda: os.listdir(path) if os.path.isdir(path) else Path(path).read_bytes()
         )
+    found["ray_sessions_write"] = attempt(lambda: Path("/tmp/ray/planted").write_text("x"))
     say("PROBE", found)
     Path(sys.argv[3]).write_text("probed")  # the victim may end now
 elif mode == "daemon":  # a double-forked, detached process that would outlive the job

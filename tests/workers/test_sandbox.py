@@ -48,6 +48,20 @@ def test_jobs_on_one_host_get_their_own_uids_and_ranks_of_a_job_share_one(tmp_pa
 
 
 @root_only
+def test_a_hard_link_in_a_jobs_folder_gives_nothing_away(tmp_path: Path) -> None:
+    """A file of root's, hard-linked into the job's folder (where the kernel allows it), stays
+    root's when the folder is lent to the job's uid."""
+    precious = tmp_path / "precious"
+    precious.write_text("root's")
+    folder = tmp_path / "checkpoints" / "job-h"
+    folder.mkdir(parents=True)
+    os.link(precious, folder / "link")
+    with claim_uid("job-h", folder, registry=tmp_path / "claims.json") as uid:
+        assert folder.stat().st_uid == uid
+        assert precious.stat().st_uid == 0
+
+
+@root_only
 def test_a_jobs_folder_is_its_uids_only_while_it_runs(tmp_path: Path) -> None:
     folder = tmp_path / "checkpoints" / "job-a"
     with claim_uid("job-a", folder, registry=tmp_path / "claims.json") as uid:
