@@ -250,8 +250,11 @@ class _CommandRun:
                     exited = exited or time.monotonic()
                     if eof or time.monotonic() - exited >= _DRAIN_S:
                         break
+                if eof:  # nothing more will come: wait on the script's exit itself
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        child.wait(timeout=0.1)
                 with contextlib.suppress(queue.Empty):
-                    message = inbox.get(timeout=0.1)
+                    message = inbox.get(timeout=0.1) if not eof else None
                     if message is None:
                         eof = True
                     else:
