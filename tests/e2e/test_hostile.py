@@ -27,10 +27,18 @@ from orchestrator.teams import TeamConfig, TeamSpec
 from orchestrator.workdir import pack
 from tests.e2e.conftest import Orch, start_orch
 from tests.e2e.hostile import command_tree, left, open_markers
+from workers.contain import enforced
 
 DONE = {JobState.FINISHED, JobState.FAILED}
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the pool's workers run as root here")
+HOST = enforced() if os.geteuid() == 0 else {}
+
+
+def needs(what: str) -> pytest.MarkDecorator:
+    """Skip, saying why, on a host that cannot enforce ``what`` (``orch up`` says it too)."""
+    how = HOST.get(what, "not enforced")
+    return pytest.mark.skipif(how.startswith("not enforced"), reason=f"{what}: {how}")
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +182,7 @@ def test_a_double_forked_daemon_is_gone_when_its_job_ends(pool: tuple[Orch, str,
     assert not stat.exists() or stat.read_text().split(") ")[1].startswith("Z"), pid
 
 
+@needs("processes")
 def test_a_fork_bomb_hits_its_bound_is_reported_and_spares_its_neighbour(
     pool: tuple[Orch, str, Path],
 ) -> None:
@@ -189,6 +198,7 @@ def test_a_fork_bomb_hits_its_bound_is_reported_and_spares_its_neighbour(
     assert orch.wait(neighbour, DONE).state is JobState.FINISHED
 
 
+@needs("memory")
 def test_a_memory_hog_is_killed_reported_as_out_of_memory_and_spares_its_neighbour(
     pool: tuple[Orch, str, Path],
 ) -> None:
@@ -201,6 +211,7 @@ def test_a_memory_hog_is_killed_reported_as_out_of_memory_and_spares_its_neighbo
     assert orch.wait(neighbour, DONE).state is JobState.FINISHED
 
 
+@needs("network")
 def test_a_job_that_declared_no_network_has_none(pool: tuple[Orch, str, Path]) -> None:
     """Its listener cannot be reached from the host, and it cannot reach the host's Redis."""
     orch, digest, _ = pool
