@@ -144,7 +144,7 @@ def teams_apply(
     """Validate a team config and store it; the scheduler applies it on its next round.
 
     Example file: `teams: [{name: vision, weight: 2, guaranteed_gpus: 4, max_gpus: 8}]`, and
-    `allow_unlisted: false` to refuse jobs from teams not listed.
+    `allow_unlisted: false` to refuse jobs and tokens of teams not listed.
     """
     from orchestrator.cli.views import team_config_table
     from orchestrator.teams import load_teams
