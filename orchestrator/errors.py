@@ -62,6 +62,27 @@ class WorkingDirError(OrchError):
     exit_code = 2
 
 
+class ServerInstallMissing(OrchError):
+    """A command needs what the server extra installs, and this is the light install (the
+    client alone): refused before it starts anything.
+
+    Attributes:
+        missing: the first module of the server extra that is not installed.
+        command: what needs it (``orch up``).
+    """
+
+    exit_code = 2
+
+    def __init__(self, missing: str, command: str = "this command", then: str = "") -> None:
+        self.missing = missing
+        self.command = command
+        super().__init__(
+            f"{command} needs the server install (missing {missing}): "
+            f"pip install 'sla-orchestrator[server]'; "
+            + (then or "the light install talks to an API (ORCH_API_URL and ORCH_TOKEN)")
+        )
+
+
 class StoreError(OrchError):
     """The Redis store could not be reached or started."""
 

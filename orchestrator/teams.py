@@ -1,7 +1,7 @@
 """Team config: YAML validated once into pydantic models, handed to policies as plain views.
 
 ```yaml
-allow_unlisted: true   # false: a job from a team not listed here is refused at submission
+allow_unlisted: true   # false: a job (or token) of a team not listed here is refused
 entry_modules: [ourlab]  # packages every team may name as workload entry points
 teams:
   - name: vision
@@ -78,7 +78,7 @@ class TeamConfig(BaseModel):
     teams: list[TeamSpec] = Field(min_length=1, max_length=MAX_TEAMS)
     allow_unlisted: bool = Field(
         default=True,
-        description="accept jobs from teams not listed (weight 1, no guarantee, no cap)",
+        description="accept jobs and tokens of teams not listed (weight 1, no guarantee, no cap)",
     )
     entry_modules: list[ModuleName] = Field(
         default_factory=list,

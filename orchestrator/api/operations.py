@@ -456,18 +456,30 @@ def create_token(
 ) -> tuple[str, TokenInfo]:
     """Make an API token; returns the token (shown once) and its record.
 
+    A token may name a team the team config does not list when the config accepts jobs from
+    such teams (``allow_unlisted``, the default), as a new team's first member needs.
+
     Raises:
         Forbidden: not an admin.
-        SpecError: a member token without a team.
+        SpecError: a member token without a team, or a team the team config refuses.
     """
     who.check_admin("create tokens")
     if role is Role.MEMBER and team is None:
         raise SpecError("token", ["team is required for a member (a member acts for one team)"])
     config = store.teams()
-    if team is not None and config is not None and team not in {t.name for t in config.teams}:
-        names = ", ".join(sorted(t.name for t in config.teams)) or "none"
+    if (
+        config is not None
+        and not config.allow_unlisted
+        and team is not None
+        and config.team(team) is None
+    ):
+        names = ", ".join(sorted(t.name for t in config.teams))
         raise SpecError(
-            "token", [f"team must be one of the team config's teams ({names}), got {team!r}"]
+            "token",
+            [
+                f"team {team!r} is not in the team config, which refuses unlisted teams "
+                f"(allow_unlisted: false); listed: {names}"
+            ],
         )
     token, info = store.tokens.create(name=name, role=role, team=team, created_by=who.name)
     _audit(store, who, "tokens.create", [info.id], f"{name}: {role.value} of {team or 'all'}")

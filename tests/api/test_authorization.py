@@ -276,17 +276,30 @@ def test_the_pool_view_shows_a_member_only_its_teams_jobs(
         assert client.get("/v1/pool").json()["jobs"] == {}
 
 
-def test_a_token_for_a_team_the_config_does_not_name_is_refused(
+def test_a_token_for_a_team_the_config_does_not_name_follows_allow_unlisted(
     api: ApiServer, world: JobStore, tokens: dict[str, str]
 ) -> None:
+    """A new team's first member: allowed while the team config accepts unlisted teams (the
+    default), refused, naming the team and the setting, once it does not."""
     before = world.tokens.list()
     with http(api, tokens["admin"]) as client:
-        reply = client.post("/v1/tokens", json={"name": "eve", "role": "viewer", "team": "nosuch"})
+        new = {"name": "eve", "role": "member", "team": "nlp"}
+        made = client.post("/v1/tokens", json=new)
+        assert made.status_code == 201, made.text
+        assert made.json()["info"]["team"] == "nlp"
+        with http(api, made.json()["token"]) as eve:  # and it acts for that team
+            assert eve.post("/v1/jobs", json=spec_data("nlp")).status_code == 201
+        strict = {**TEAMS, "allow_unlisted": False}
+        assert client.put("/v1/teams", json=strict).status_code == 200
+        reply = client.post("/v1/tokens", json={**new, "name": "frank"})
         assert reply.status_code == 422, reply.text
-        assert "team must be one of the team config's teams (speech, vision)" in reply.text
+        assert (
+            "team 'nlp' is not in the team config, which refuses unlisted teams "
+            "(allow_unlisted: false); listed: speech, vision"
+        ) in reply.text
         ok = client.post("/v1/tokens", json={"name": "eve", "role": "viewer", "team": "speech"})
         assert ok.status_code == 201, ok.text
-    assert len(world.tokens.list()) == len(before) + 1
+    assert len(world.tokens.list()) == len(before) + 2
 
 
 def test_a_token_revoked_after_use_acts_no_more(

@@ -155,6 +155,13 @@ def _row(chrome: WebDriver, job_id: str) -> Any:
     return _wait(chrome, ec.visibility_of_element_located((By.CSS_SELECTOR, css)), job_id)
 
 
+def _rgb(colour: str) -> tuple[int, ...]:
+    """``#3456c8`` or ``rgb(52, 86, 200)`` (``rgba``, as a browser computes it) as numbers."""
+    if colour.startswith("#"):
+        return tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return tuple(int(part) for part in re.findall(r"\d+", colour)[:3])
+
+
 def _screenshot(chrome: WebDriver, tmp_path: Path, name: str) -> Path:
     shot = tmp_path / name
     assert chrome.save_screenshot(str(shot)), "the screenshot was not written"
@@ -196,6 +203,16 @@ def test_a_member_signs_in_sees_its_jobs_opens_one_and_cancels_it(
     assert (
         browser.find_element(By.CSS_SELECTOR, "#history svg").get_attribute("data-series") == "3"
     )  # all teams, speech and vision: the pool's use is no secret, as the pool view
+    keys = browser.find_elements(By.CSS_SELECTOR, "#history .legend li")
+    assert [k.text for k in keys] == ["all teams", "speech", "vision"]  # a key to each colour
+    for key in keys:
+        name = key.get_attribute("data-name")
+        line = browser.find_element(By.CSS_SELECTOR, f'#history svg polyline[data-name="{name}"]')
+        swatch = key.find_element(By.CLASS_NAME, "swatch")
+        assert swatch.size["width"] > 0 and swatch.size["height"] > 0, name
+        assert _rgb(swatch.value_of_css_property("background-color")) == _rgb(
+            line.get_attribute("stroke")
+        ), name
     attainment = browser.find_element(By.CSS_SELECTOR, '#attainment tr[data-team="vision"]')
     assert "100% (1/1)" in attainment.text
     shot = _screenshot(browser, tmp_path, "dashboard.png")

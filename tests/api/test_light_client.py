@@ -1,20 +1,29 @@
 """The light client: the package installed without its server extra, alone in a fresh virtual
 environment, submits and waits through a real API server (what a team member installs on a
-laptop: no torch, no Ray). Its size and start time are printed, never asserted."""
+laptop: no torch, no Ray). Its size and start time are printed, never asserted.
+
+What the server commands say there is also checked in-process, with the server extra's
+packages hidden (as the light install lacks them): quicker than a fresh install, and the same
+code paths (``orchestrator.cli.main``'s check and its handler of a missing module)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from orchestrator import cli
 from orchestrator.api.server import ApiServer
+from orchestrator.cli.install import SERVER_MODULES
 from orchestrator.store import JobStore
 from orchestrator.store.states import JobState
 from tests.api.conftest import spec_data
@@ -95,6 +104,80 @@ def test_the_light_client_alone_submits_and_waits_through_the_api(
     assert waited.returncode == 0, waited.stderr
     assert [j["state"] for j in json.loads(waited.stdout)] == ["finished"]
 
-    up = orch("up")
-    assert up.returncode == 1 and "needs the server install" in up.stderr, up.stderr
-    assert "Traceback" not in up.stderr
+    for command in ("up", "demo"):
+        refused = orch(command)
+        assert refused.returncode == 2, refused.stderr
+        assert "pip install 'sla-orchestrator[server]'" in refused.stderr
+        assert "Traceback" not in refused.stderr
+
+
+# ---- the server's commands in the light install, simulated -------------------------------------
+
+
+@pytest.fixture
+def light(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """The server extra's packages hidden from imports and lookups (a ``None`` in
+    ``sys.modules``: ``import ray`` raises ModuleNotFoundError, ``find_spec`` finds nothing);
+    the embedded defaults, data under ``tmp_path/data``; the working directory a folder with
+    no examples (a laptop, not a checkout). Returns the data directory."""
+    for module in SERVER_MODULES:
+        monkeypatch.setitem(sys.modules, module, None)
+    data = tmp_path / "data"
+    for var in ("REDIS_URL", "RAY_ADDRESS", "ORCH_API_URL", "ORCH_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("ORCH_DATA_DIR", str(data))
+    monkeypatch.chdir(tmp_path)
+    yield data
+    if (data / "redis").exists():  # one was started (what must not be): stop it
+        from orchestrator.store.server import EmbeddedRedis
+
+        monkeypatch.undo()
+        EmbeddedRedis(data).stop()
+
+
+def _run(*args: str) -> tuple[int, str]:
+    """``orch ARGS`` in-process, as the installed script runs it: (exit code, stderr)."""
+    err = io.StringIO()
+    argv, sys.argv = sys.argv, ["orch", *args]
+    code: object = 0
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            cli.main()
+    except SystemExit as ended:
+        code = ended.code
+    finally:
+        sys.argv = argv
+    return (code if isinstance(code, int) else 1), err.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (["up"], "`orch up` needs the server install (missing "),
+        (["demo"], "`orch demo` needs the server install (missing "),
+        (["serve"], "`orch serve` needs the server install (missing "),
+        (["sim", "trace.csv"], "this command needs the server install (missing "),  # its import
+    ],
+)
+def test_a_server_command_in_the_light_install_refuses_in_one_line_and_starts_nothing(
+    light: Path, command: list[str], says: str
+) -> None:
+    code, err = _run(*command)
+    assert code == 2, err
+    assert says in err and "pip install 'sla-orchestrator[server]'" in err  # not eaten as markup
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not (light / "redis").exists()  # no Redis started (and left running)
+    if command == ["demo"]:
+        assert "a checkout's examples/ folder" in err
+
+
+def test_the_demo_outside_a_checkout_says_where_its_examples_are(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the server install, but no examples/ here
+    monkeypatch.setenv("ORCH_DATA_DIR", str(tmp_path / "data"))
+    code, err = _run("demo")
+    assert code == 2, err
+    assert "--examples examples holds no job files" in err
+    assert "a checkout's examples/ folder" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "data" / "redis").exists()

@@ -379,7 +379,8 @@ function drawSeries(el, history, key, unit, threshold) {
 }
 
 // Lines of [time, value] points on one time axis; `mark` is a dashed level (an SLA, the
-// pool's size) named `markName`; with more than one line, a legend names them.
+// pool's size) named `markName`; with more than one line, a legend under the chart names each
+// line's colour (in HTML: it wraps, and a long team name overlaps nothing).
 function drawLines(el, series, unit, mark, markName) {
   const all = series.flatMap((s) => s.pts);
   const W = 480, H = 180, L = 48, B = 20, T = 8;
@@ -400,6 +401,7 @@ function drawLines(el, series, unit, mark, markName) {
       stroke: "#c4320a", "stroke-dasharray": "5 4" }));
     root.append(svg("text", { x: W - 100, y: y(mark) - 4 }, `${markName} ${fmt(mark)} ${unit}`));
   }
+  const legend = h("ul", { class: "legend" });
   series.forEach((s, i) => {
     const line = s.pts.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ");
     const colour = COLOURS[i % COLOURS.length];
@@ -407,13 +409,13 @@ function drawLines(el, series, unit, mark, markName) {
       "stroke-width": 2, "data-name": s.name });
     poly.append(svg("title", {}, s.name));
     root.append(poly);
-    if (series.length > 1) {
-      root.append(svg("text", { x: L + 6 + 90 * i, y: T + 10, fill: colour }, s.name));
-    }
+    const swatch = h("span", { class: "swatch" });
+    swatch.style.backgroundColor = colour;
+    legend.append(h("li", { "data-name": s.name }, swatch, s.name));
   });
   root.append(svg("text", { x: L, y: H - 4 }, new Date(t0 * 1000).toLocaleTimeString()));
   root.append(svg("text", { x: W - 60, y: H - 4 }, new Date(t1 * 1000).toLocaleTimeString()));
-  el.replaceChildren(root);
+  el.replaceChildren(...(series.length > 1 ? [root, legend] : [root]));
 }
 
 // ---- start --------------------------------------------------------------------------------
