@@ -206,7 +206,7 @@ def _model(name: str, schema: dict[str, Any]) -> list[str]:
             about = _one_line(spec.get("description", ""))
             default = spec.get("default")
             if default is not None and "default" not in about.lower():
-                about = (about + " " if about else "") + f"Default: `{default}`."
+                about = (about.rstrip(".") + ". " if about else "") + f"Default: `{default}`."
             lines.append(
                 f"| `{field}` | {_schema_type(spec)} | {'yes' if field in required else 'no'} "
                 f"| {about} |"
