@@ -1,4 +1,4 @@
-"""Write the generated reference pages from the code: settings and HTTP API.
+"""Write the generated reference pages from the code: settings, HTTP API and job file.
 
     .venv/bin/python docs/generate.py           # rewrite docs/reference/*.md
     .venv/bin/python docs/generate.py --check   # exit 1 if a page differs from the code
@@ -6,23 +6,35 @@
 ``docs/reference/settings.md`` comes from :class:`orchestrator.config.Settings` (its fields,
 defaults and bounds, the variable of each from ``ENV_VARS``, and the meaning from the class
 docstring's ``Attributes:``); ``docs/reference/api.md`` from the FastAPI app's OpenAPI schema
-(routes, parameters, bodies, answers and models). ``tests/docs/test_reference.py`` checks that
-the committed pages are what this writes, so a changed setting or route changes its page in the
-same commit. Nothing here reaches Redis: the app is built over a client that never connects.
+(routes, parameters, bodies, answers and models); ``docs/reference/job-file.md`` from
+:class:`orchestrator.spec.JobSpec` and the sections it holds (each field's type, bounds, default
+and meaning: its ``description=``, else the comment just above it, else its model docstring's
+``Attributes:``; a field with none fails the test). ``tests/docs/test_reference.py`` checks
+that the committed pages are what this writes, so a changed setting, route or job field changes
+its page in the same commit. Nothing here reaches Redis: the app is built over a client that
+never connects.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
+import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Literal, NamedTuple, Union, get_args, get_origin
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.config import ENV_VARS, Settings, format_duration  # noqa: E402
+from orchestrator.names import NAME_PATTERN, NAME_RULE  # noqa: E402
+from orchestrator.spec import JobSpec  # noqa: E402
 
 PAGES = ROOT / "docs" / "reference"
 GENERATED = (
@@ -206,7 +218,7 @@ def _model(name: str, schema: dict[str, Any]) -> list[str]:
             about = _one_line(spec.get("description", ""))
             default = spec.get("default")
             if default is not None and "default" not in about.lower():
-                about = (about + " " if about else "") + f"Default: `{default}`."
+                about = (about.rstrip(".") + ". " if about else "") + f"Default: `{default}`."
             lines.append(
                 f"| `{field}` | {_schema_type(spec)} | {'yes' if field in required else 'no'} "
                 f"| {about} |"
@@ -240,9 +252,221 @@ def api_page() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+# ---- the job file -----------------------------------------------------------------------------
+
+
+class JobField(NamedTuple):
+    """One field of the job file, as its row on the page shows it."""
+
+    path: str  # dotted, by the key the file uses (the alias where there is one)
+    name: str  # the model's attribute
+    model: type[BaseModel]  # the model that declares it
+    info: FieldInfo
+    section: str | None  # the path of the section the field holds (its heading), if any
+    held: type[BaseModel] | None  # that section's model
+
+    @property
+    def key(self) -> str:
+        """The path as the page shows it: ``class`` (or ``job_class``) where an alias is used."""
+        return f"`{self.path}`" + (f" (or `{self.name}`)" if self.info.alias else "")
+
+
+def _arms(tp: Any) -> list[Any]:
+    """The types a union allows but ``None``; ``[tp]`` for any other type."""
+    if get_origin(tp) in (Union, UnionType):
+        return [a for a in get_args(tp) if a is not type(None)]
+    return [tp]
+
+
+def _held_model(tp: Any) -> tuple[type[BaseModel], str] | None:
+    """The model a field holds, directly, optionally or as a mapping's values, with the path
+    part of a mapping's key (``.<name>``)."""
+    for arm in _arms(tp):
+        if isinstance(arm, type) and issubclass(arm, BaseModel):
+            return arm, ""
+        value = get_args(arm)[1] if get_origin(arm) is dict else None
+        if isinstance(value, type) and issubclass(value, BaseModel):
+            return value, ".<name>"
+    return None
+
+
+def job_fields(model: type[BaseModel] = JobSpec, prefix: str = "") -> list[JobField]:
+    """Every field of ``model`` and of the sections it holds, depth first, in source order."""
+    out: list[JobField] = []
+    for name, info in model.model_fields.items():
+        path = prefix + (info.alias or name)
+        held, key = _held_model(info.annotation) or (None, "")
+        out.append(JobField(path, name, model, info, path + key if held else None, held))
+        if held is not None:
+            out += job_fields(held, f"{path}{key}.")
+    return out
+
+
+def _comment_above(model: type[BaseModel], name: str) -> str:
+    """The comment lines just above ``name``'s declaration in ``model``'s source, as text."""
+    lines = inspect.getsource(model).splitlines()
+    at = next((i for i, ln in enumerate(lines) if re.match(rf"^    {name}\s*:", ln)), 0)
+    said: list[str] = []
+    for line in reversed(lines[:at]):
+        if not line.startswith("    # "):
+            break
+        said.insert(0, line.strip()[2:])
+    return " ".join(said)
+
+
+def meaning(f: JobField) -> str:
+    """What a field does: its ``description=``, else the comment just above it, else the
+    ``Attributes:`` entry of its model's docstring; "" when none says."""
+    text = f.info.description or _comment_above(f.model, f.name)
+    return text or _attributes(f.model.__doc__ or "").get(f.name, "")
+
+
+_WORDS = {int: "integer", float: "number", bool: "boolean", str: "string", Any: "any"}
+
+
+def _type_words(tp: Any) -> str:
+    """A field's type in plain words (``null`` where it may be unset)."""
+    words = " or ".join(dict.fromkeys(_plain(a) for a in _arms(tp)))
+    return words + (" or null" if _nullable(tp) else "")
+
+
+def _nullable(tp: Any) -> bool:
+    return get_origin(tp) in (Union, UnionType) and type(None) in get_args(tp)
+
+
+def _plain(tp: Any) -> str:
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Annotated:
+        return _plain(args[0])
+    if origin is Literal:
+        return _plain(type(args[0]))
+    if origin in (Union, UnionType):
+        return "(" + _type_words(tp) + ")"
+    if origin is list:
+        return f"list of {_plain(args[0])}"
+    if origin is dict:
+        return f"mapping of {_plain(args[0])} to {_plain(args[1])}"
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return "section"
+    return _WORDS.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _number(value: float) -> str:
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:g}"
+
+
+def _value(value: Any) -> str:
+    """A value as the job file writes it."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _limits(metadata: list[Any], unit: str) -> list[str]:
+    """Pydantic's bounds (``ge``, ``pattern``, ``max_length``...) in words; lengths in ``unit``."""
+    metadata = [m for meta in metadata for m in getattr(meta, "metadata", [meta])]
+    parts = []
+    low = high = None
+    for meta in metadata:
+        for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            value = getattr(meta, attr, None)
+            if value is not None:
+                parts.append(f"{sign} {_number(value)}")
+        pattern = getattr(meta, "pattern", None)
+        if pattern == NAME_PATTERN:
+            parts.append(NAME_RULE.removeprefix("must be "))
+        elif pattern is not None:
+            parts.append("`" + pattern + "`")
+        low = getattr(meta, "min_length", low)
+        high = getattr(meta, "max_length", high)
+    if low is not None and high is not None:
+        parts.append(f"{low} to {_number(high)} {unit}")
+    elif low is not None:
+        parts.append(f"at least {low} {unit}")
+    elif high is not None:
+        parts.append(f"at most {_number(high)} {unit}")
+    return parts
+
+
+def _allowed(tp: Any, metadata: list[Any]) -> str:
+    """What a field allows: its bounds, its literals, and the bounds of its items or keys."""
+    arms = _arms(tp)
+    origin = get_origin(arms[0])
+    unit = "items" if origin is list else "entries" if origin is dict else "characters"
+    parts = _limits(metadata, unit)
+    for arm in arms:
+        origin, args = get_origin(arm), get_args(arm)
+        if origin is Annotated:
+            parts += _limits(list(args[1:]), "characters")
+            origin, args = get_origin(args[0]), get_args(args[0])
+        if origin is Literal:
+            parts.append("one of " + ", ".join(f"`{_value(a)}`" for a in args))
+        elif origin in (list, dict):
+            inner = _allowed(args[0], [])
+            parts += [f"{'items' if origin is list else 'keys'}: {inner}"] if inner else []
+    return ", ".join(parts)
+
+
+def _job_default(info: FieldInfo) -> str:
+    if info.is_required():
+        return "required"
+    value = info.get_default(call_default_factory=True)
+    if isinstance(value, BaseModel):
+        return "its fields' defaults"
+    return "unset" if value is None else f"`{_value(value)}`"
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub gives the heading of section ``heading`` (in backticks)."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def _row(f: JobField) -> str:
+    kind = _type_words(f.info.annotation)
+    if f.section is not None:
+        kind = kind.replace("section", f"[section](#{_anchor(f.section)})", 1)
+    allowed = _allowed(f.info.annotation, f.info.metadata)
+    cells = [f.key, kind, _job_default(f.info), allowed, " ".join(meaning(f).split())]
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def job_file_page() -> str:
+    """``docs/reference/job-file.md``: one table per section, in the order of the file."""
+    models: dict[str, type[BaseModel]] = {"": JobSpec}
+    rows: dict[str, list[str]] = {"": []}
+    for f in job_fields():
+        parent = f.path.rsplit(".", 1)[0] if "." in f.path else ""
+        rows[parent].append(_row(f))
+        if f.section is not None and f.held is not None:
+            models[f.section], rows[f.section] = f.held, []
+    lines = [
+        "# Job file reference",
+        "",
+        GENERATED,
+        "",
+        "Every field of a job file (YAML or JSON), from the models in `orchestrator/spec/`",
+        "(`JobSpec` and the sections it holds); the [user guide](../user-guide.md#job-file) shows",
+        'them at work. Unknown fields are errors; types are strict (`true` is not a number, `"5"`',
+        "not an integer, and an integer field takes no `5.0`); numbers are finite. A field that",
+        "is unset may be left out. The checks that span fields (one run length, `sla.throughput`",
+        "for a bulk job, a plan's degrees multiplying to its GPU count...) name the fields they",
+        "refuse.",
+        "",
+    ]
+    for heading, model in models.items():
+        about = _one_line((model.__doc__ or "").split("\n\n")[0]).replace("``", "`")
+        lines += [f"## `{heading}`" if heading else "## The job", "", about, ""]
+        lines += [
+            "| field | type | default | allowed | meaning |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        lines += [*rows[heading], ""]
+    return "\n".join(lines)
+
+
 # ---- the command ------------------------------------------------------------------------------
 
-PAGE_WRITERS = {"settings.md": settings_page, "api.md": api_page}
+PAGE_WRITERS = {"settings.md": settings_page, "api.md": api_page, "job-file.md": job_file_page}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,18 +17,35 @@ __all__ = ["LoaderSpec"]
 
 
 class LoaderSpec(BaseModel):
-    """``num_workers`` processes decode samples beside the step, each keeping
-    ``prefetch_factor`` micro-batches ready; ``pin_memory`` page-locks them for the copy to a
-    GPU; ``persistent_workers`` keeps the workers between epochs; ``cache_mb`` MiB of RAM keep
-    decoded samples (0: no cache)."""
+    """The data loader's knobs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    num_workers: int = Field(default=0, ge=0, le=MAX_WORKERS)
-    prefetch_factor: int = Field(default=2, ge=1, le=MAX_PREFETCH)
-    pin_memory: bool = False
-    persistent_workers: bool = False
-    cache_mb: int = Field(default=0, ge=0, le=MAX_CACHE_MB)
+    num_workers: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_WORKERS,
+        description="processes that decode samples beside the step (0: the step's own)",
+    )
+    prefetch_factor: int = Field(
+        default=2,
+        ge=1,
+        le=MAX_PREFETCH,
+        description="micro-batches each worker process keeps ready (with num_workers > 0)",
+    )
+    pin_memory: bool = Field(
+        default=False, description="page-lock the batches for the copy to a GPU"
+    )
+    persistent_workers: bool = Field(
+        default=False,
+        description="keep the worker processes between epochs (with num_workers > 0)",
+    )
+    cache_mb: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_CACHE_MB,
+        description="MiB of RAM that keep decoded samples (0: no cache)",
+    )
 
     @model_validator(mode="after")
     def _needs_workers(self) -> Self:

@@ -114,8 +114,8 @@ class _JobSizes:
 class QueuedJob(_JobSizes, JobHistory):
     """A job waiting for GPUs, with its history: :class:`~policies.history.JobHistory`'s
     fields, keyword-only (``attained_service``, ``remaining_work``, ``preempted_at``,
-    ``restarts``, ``most_gpus``, ``retunes``, ``losses``), read by :meth:`just_preempted`
-    and by the policies' ageing, restart and growth rules.
+    ``restarts``, ``most_gpus``, ``retunes``, ``losses``), read by the policies' ageing,
+    restart, growth and churn rules.
 
     Attributes:
         job_id: the store's job id.
@@ -134,9 +134,10 @@ class QueuedJob(_JobSizes, JobHistory):
             ``None``: any GPU will do. A policy places it only on nodes that
             :meth:`NodeView.holds` it (see :meth:`Snapshot.too_small`).
 
-    Only a recent ``preempted_at`` matters: a bulk job preempted within the last
-    ``Snapshot.interval_s`` is "just preempted", and a policy may give it only the GPUs no
-    other job wants this round (see :meth:`just_preempted`). ``restarts`` is subtracted from
+    Only a recent ``preempted_at`` matters: ``shared`` holds a bulk job preempted within the
+    restart cost, then gives it only the GPUs no other job wants until the longer of the
+    round's interval and the restart cost has passed
+    (:func:`policies.scheduling.churn.late_window`). ``restarts`` is subtracted from
     the job's age by Pollux's restart penalty; ``most_gpus`` with what a running job holds is
     the largest allocation it has been measured on (Pollux grows a job to at most twice that).
     """
@@ -153,15 +154,6 @@ class QueuedJob(_JobSizes, JobHistory):
     wait_target_s: float = DEFAULT_WAIT_TARGET_S
     speedup: tuple[float, ...] = ()
     gpu_memory_gb: float | None = None
-
-    def just_preempted(self, now: float, interval_s: float) -> bool:
-        """Whether a preemption stopped this job's last run within the last round.
-
-        True when ``now - preempted_at <= interval_s``; never with ``interval_s <= 0`` (the
-        producer does not know its rounds' interval) or without ``preempted_at``.
-        """
-        at = self.preempted_at
-        return at is not None and interval_s > 0.0 and now - at <= interval_s
 
 
 @dataclass(frozen=True)
@@ -239,7 +231,7 @@ class Snapshot:
         restart_cost_s: seconds a job loses when it is started, resized or resumed.
         interval_s: seconds since the previous round's ``now`` (the gap as it was, not the
             nominal interval: a live round may start late; ``0.0``: unknown, which turns off the
-            rules about the previous round, e.g. :meth:`QueuedJob.just_preempted`).
+            rules about the previous round, e.g. ``shared``'s hold after a preemption).
         declined: the deadline jobs the admission plan declined (issue 26; filled by the
             admission desk, live and simulated, see ``policies.scheduling.admission``): a
             policy that binds the verdict (``binds_admission``) runs them best effort.

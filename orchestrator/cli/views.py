@@ -140,12 +140,6 @@ def _settings(spec: JobSpec) -> str:
     )
 
 
-def show_job(store: JobStore, rec: JobRecord) -> Group:
-    """Everything about one job: state, settings, SLA verdict, live metrics, events."""
-    metrics, events = store.metrics(rec.id), store.events(rec.id)
-    return job_panel(rec, verdict_of(store, rec), metrics, events, store.profiles.load(rec.id))
-
-
 def _spec_rows(
     head: Table,
     rec: JobRecord,
@@ -195,10 +189,10 @@ def job_panel(
     events: Sequence[dict[str, Any]],
     profile: dict[str, Any] | None = None,
 ) -> Group:
-    """:func:`show_job` of a job whose verdict, metrics and events are known (the API sends
-    them). A stored spec that no longer validates (written by an older version) or tuned
-    settings that no longer apply are said in a row, never raised: whatever is stored, the
-    rest of the job is shown."""
+    """Everything ``orch show`` says about one job: state, settings, SLA verdict, live
+    metrics, events (``orchestrator.api.operations.job_detail`` gathers them). A stored spec
+    that no longer validates (written by an older version) or tuned settings that no longer
+    apply are said in a row, never raised: whatever is stored, the rest of the job is shown."""
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()

@@ -123,10 +123,6 @@ class AppProfile:
         """Progress at which the job has finished its last epoch."""
         return self.epoch_progress[-1]
 
-    def epoch_of(self, progress: float) -> int:
-        """Completed epochs at ``progress`` (the current epoch's index)."""
-        return min(bisect.bisect_right(self.epoch_progress, progress), self.max_epochs - 1)
-
     # ---- throughput ------------------------------------------------------------------------
 
     def step_time(self, placement: tuple[int, ...], local_bsz: int) -> tuple[float, float]:

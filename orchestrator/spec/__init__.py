@@ -2,7 +2,8 @@
 
 A job file (YAML or JSON) becomes a :class:`JobSpec`, or a :class:`SpecError` listing every
 problem with the field's dotted path and what is allowed. Inside the orchestrator the spec is
-trusted. See docs/user-guide.md ("Job file") for the format.
+trusted. See docs/user-guide.md ("Job file") for the format and docs/reference/job-file.md
+(generated from these models by docs/generate.py) for every field.
 
 One module per section of the file: ``workload.py``, ``sla.py``, ``run.py`` (``resources:``
 and ``run:``), ``serving.py`` (``serve:``), ``tuning.py``; ``job.py`` is the whole job and the

@@ -22,15 +22,42 @@ if TYPE_CHECKING:
 class JobSpec(SpecModel):
     """A validated job: who, what, which SLA, how many GPUs, and how to run it."""
 
-    name: Name
-    team: Name
-    job_class: JobClass = Field(alias="class")
-    workload: WorkloadRef
-    sla: SLA
-    resources: Resources = Field(default_factory=Resources)
-    run: RunSettings = Field(default_factory=RunSettings)
-    tuning: Tuning = Field(default_factory=Tuning)
-    serve: ServeSpec | None = None
+    name: Name = Field(
+        description="the job's name, shown beside its id; depends_on and the commands that take "
+        "a job may name it by it"
+    )
+    team: Name = Field(
+        description="the team it runs for: its guarantee, quota and fair share of GPUs (the team "
+        "config), and who may see and cancel it"
+    )
+    job_class: JobClass = Field(
+        alias="class",
+        description="bulk: throughput or work by a deadline, may wait, be resized or be "
+        "preempted; interactive: a latency ceiling, starts at once and is never preempted",
+    )
+    workload: WorkloadRef = Field(
+        description="what to run; `workload: cnn` is short for `{name: cnn}` and "
+        "`workload: pkg.mod:fn` for `{entry: pkg.mod:fn}`"
+    )
+    sla: SLA = Field(description="what the job needs")
+    resources: Resources = Field(
+        default_factory=Resources,
+        description="the GPUs it may use and, for a team's own code, its host memory and network",
+    )
+    run: RunSettings = Field(
+        default_factory=RunSettings,
+        description="how the harness runs it: batch, precision, parallelism, length, checkpoints",
+    )
+    tuning: Tuning = Field(
+        default_factory=Tuning,
+        description="whether the auto-tuner chooses the run settings against the SLA first, "
+        "within what budget and bounds",
+    )
+    serve: ServeSpec | None = Field(
+        default=None,
+        description="makes the job a service (class interactive, with run.duration_s): requests "
+        "at an offered load, answered by its replicas",
+    )
     depends_on: list[Name] = Field(
         default_factory=list,
         max_length=16,

@@ -14,8 +14,20 @@ from orchestrator.spec.base import MAX_SECONDS, MAX_STEPS, Precision, Sharding, 
 class GPURange(SpecModel):
     """How many GPUs the job may use (``max`` defaults to ``min``)."""
 
-    min: int = Field(default=1, ge=1, le=1024)
-    max: int | None = Field(default=None, ge=1, le=1024)
+    min: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="the fewest GPUs it runs on, and the count it asks for (unless "
+        "run.data_parallel says more)",
+    )
+    max: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="the most it may use (unset: min); above min, a bulk job is elastic (the "
+        "scheduler resizes it) and a service's replicas scale with its load",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> Self:
@@ -34,7 +46,10 @@ class Resources(SpecModel):
     code (an ``entry:`` module or a command), the host memory each rank may use and whether
     it may reach the network."""
 
-    gpus: GPURange = Field(default_factory=GPURange)
+    gpus: GPURange = Field(
+        default_factory=GPURange,
+        description="how many GPUs; `gpus: 2` is short for `{min: 2, max: 2}`",
+    )
     # Placement puts the job only on nodes whose GPUs have this much (GB of 10^9 bytes; a
     # virtual slot has Settings.virtual_gpu_memory_gb); submission refuses it when no node does.
     gpu_memory_gb: float | None = Field(default=None, gt=0, le=1 << 20)
@@ -56,42 +71,100 @@ class Resources(SpecModel):
 
 
 class PlanSettings(SpecModel):
-    """A parallel plan (``workers.parallel.Plan``): ``dp`` data-parallel replicas, each ``pp``
-    pipeline stages of ``tp`` tensor-parallel ranks; ``zero`` what the replicas shard (0
-    nothing, 1 optimizer state, 2 and gradients, 3 and parameters); ``offload`` the ZeRO-3
-    shards to host memory (CUDA). ``dp x tp x pp`` is the job's GPU count and its global batch
-    is ``run.micro_batch x run.grad_accum x dp``. See docs/parallel-plans.md."""
+    """A parallel plan (``workers.parallel.Plan``): ``dp x tp x pp`` is the job's GPU count and
+    its global batch is ``run.micro_batch x run.grad_accum x dp``. See docs/parallel-plans.md.
+    """
 
-    dp: int = Field(default=1, ge=1, le=1024)
-    tp: int = Field(default=1, ge=1, le=1024)
-    pp: int = Field(default=1, ge=1, le=1024)
-    zero: int = Field(default=0, ge=0, le=3)
-    offload: bool = False
+    dp: int = Field(default=1, ge=1, le=1024, description="data-parallel replicas")
+    tp: int = Field(
+        default=1, ge=1, le=1024, description="tensor-parallel ranks of each pipeline stage"
+    )
+    pp: int = Field(default=1, ge=1, le=1024, description="pipeline stages of each replica")
+    zero: int = Field(
+        default=0,
+        ge=0,
+        le=3,
+        description="what the replicas shard (ZeRO stage): 0 nothing, 1 optimizer state, 2 and "
+        "gradients, 3 and parameters",
+    )
+    offload: bool = Field(default=False, description="keep the ZeRO-3 shards in host memory (CUDA)")
 
 
 class RunSettings(SpecModel):
-    """How the harness runs the workload (the tuner may later choose these).
+    """How the harness runs the workload (the tuner may later choose these). A run's length is
+    one of ``steps``, ``duration_s`` or the SLA's work by its deadline."""
 
-    ``sharding`` says how more than one GPU share the model: ``ddp`` replicates it and
-    all-reduces gradients, ``fsdp`` shards parameters, gradients and optimizer state (FSDP2).
-    With one GPU it is accepted and the model runs unsharded. Checkpoints hold the full state
-    either way, so a job resumes with either sharding on any GPU count. ``plan`` (when set,
-    in place of ``sharding``) adds tensor and pipeline parallelism and ZeRO stages 1 and 2.
-    """
-
-    micro_batch: int = Field(default=32, ge=1, le=65536)
-    grad_accum: int = Field(default=1, ge=1, le=4096)
-    precision: Precision = "fp32"
-    activation_checkpointing: bool = False
-    compile: bool = False
-    data_parallel: int | None = Field(default=None, ge=1, le=1024)
-    sharding: Sharding = "ddp"
-    plan: PlanSettings | None = None
-    steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
-    duration_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
-    warmup_steps: int = Field(default=3, ge=0, le=MAX_STEPS)
-    checkpoint_every: int = Field(default=50, ge=0, le=MAX_STEPS)
-    seed: int = Field(default=0, ge=0, lt=2**63)
+    micro_batch: int = Field(
+        default=32,
+        ge=1,
+        le=65536,
+        description="samples per forward and backward pass on each replica (a service's: its "
+        "largest batch)",
+    )
+    grad_accum: int = Field(
+        default=1,
+        ge=1,
+        le=4096,
+        description="micro-batches per optimizer step; the global batch is micro_batch x "
+        "grad_accum x data-parallel replicas",
+    )
+    precision: Precision = Field(
+        default="fp32",
+        description="the precision of compute; fp16 is for CUDA (on a CPU it runs, slowly)",
+    )
+    activation_checkpointing: bool = Field(
+        default=False,
+        description="recompute activations in the backward pass instead of keeping them (less "
+        "memory, more compute)",
+    )
+    compile: bool = Field(default=False, description="compile the model with torch.compile")
+    data_parallel: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="the GPUs it runs on, within resources.gpus (unset: resources.gpus.min)",
+    )
+    sharding: Sharding = Field(
+        default="ddp",
+        description="how more than one GPU share the model: ddp replicates it and all-reduces "
+        "gradients, fsdp shards parameters, gradients and optimizer state (FSDP2); one GPU runs "
+        "it unsharded. Checkpoints hold the full state either way, so a job resumes with either "
+        "sharding on any GPU count",
+    )
+    plan: PlanSettings | None = Field(
+        default=None,
+        description="a parallel plan, in place of sharding: tensor and pipeline parallelism and "
+        "ZeRO stages",
+    )
+    steps: int | None = Field(
+        default=None, ge=1, le=MAX_STEPS, description="the run's length in optimizer steps"
+    )
+    duration_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_SECONDS,
+        description="the run's length in seconds (a service's: how long it serves)",
+    )
+    warmup_steps: int = Field(
+        default=3,
+        ge=0,
+        le=MAX_STEPS,
+        description="steps of each run left out of its latency and throughput (steps must be "
+        "greater)",
+    )
+    checkpoint_every: int = Field(
+        default=50,
+        ge=0,
+        le=MAX_STEPS,
+        description="optimizer steps between checkpoints, which a resumed job starts from (0: no "
+        "periodic checkpoints)",
+    )
+    seed: int = Field(
+        default=0,
+        ge=0,
+        lt=2**63,
+        description="seeds the model's initialisation, its data and a service's arrivals",
+    )
     # The global batch the job's learning rate is set for (default: micro_batch x grad_accum x
     # GPUs as given). The tuner records it when it picks another global batch within
     # tuning.bounds.global_batch, so tuning.bounds.lr_scaling scales from the right base.

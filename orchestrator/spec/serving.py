@@ -35,14 +35,56 @@ class ServeSpec(SpecModel):
     ``stopped_at`` as dropped. ``run.duration_s`` counts from the stream's start.
     """
 
-    rate_rps: float | None = Field(default=None, gt=0, le=1e6)
-    trace: list[float] | None = Field(default=None, min_length=1, max_length=MAX_TRACE)
-    max_delay_ms: float | None = Field(default=2.0, ge=0, le=60_000)
-    timeout_ms: float | None = Field(default=None, gt=0, le=3_600_000)
-    quantize: Literal["none", "int8"] = "none"
-    quant_tolerance: float = Field(default=0.05, gt=0, le=1)
-    start_at: float | None = Field(default=None, gt=0)
-    stopped_at: float | None = Field(default=None, gt=0)
+    rate_rps: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e6,
+        description="the offered load: Poisson arrivals at this many requests per second, "
+        "seeded by run.seed (give this or trace)",
+    )
+    trace: list[float] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_TRACE,
+        description="the offered load as arrival times in seconds, each >= 0 and >= the one "
+        "before, repeated to cover run.duration_s (give this or rate_rps)",
+    )
+    max_delay_ms: float | None = Field(
+        default=2.0,
+        ge=0,
+        le=60_000,
+        description="a batch leaves when full or when its oldest request has waited this long "
+        "(0: no window; null: a fixed batch, which waits until full)",
+    )
+    timeout_ms: float | None = Field(
+        default=None,
+        gt=0,
+        le=3_600_000,
+        description="requests that would wait longer are dropped and counted (unset: none is)",
+    )
+    quantize: Literal["none", "int8"] = Field(
+        default="none",
+        description="int8: int8 dynamic quantization of the model's linear layers (CPU kernels)",
+    )
+    quant_tolerance: float = Field(
+        default=0.05,
+        gt=0,
+        le=1,
+        description="the largest relative L2 error of an int8 model's outputs against fp32's, "
+        "on seeded inputs; a model further off is refused",
+    )
+    start_at: float | None = Field(
+        default=None,
+        gt=0,
+        description="the wall-clock time (Unix seconds) of the stream's time 0 (unset: when the "
+        "run starts); the scheduler sets it on a service it resizes",
+    )
+    stopped_at: float | None = Field(
+        default=None,
+        gt=0,
+        description="when the run before last reported serving (Unix seconds), set by the "
+        "scheduler with start_at: requests due since then count as dropped",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> Self:

@@ -13,12 +13,31 @@ from orchestrator.spec.base import MAX_RATE, MAX_SECONDS, MAX_WORK, SpecModel
 class ThroughputSLA(SpecModel):
     """A floor on throughput, or an amount of work to finish within a deadline."""
 
-    min_samples_per_s: float | None = Field(default=None, gt=0, le=MAX_RATE)
-    min_tokens_per_s: float | None = Field(default=None, gt=0, le=MAX_RATE)
-    work_samples: int | None = Field(default=None, gt=0, le=MAX_WORK)
-    work_tokens: int | None = Field(default=None, gt=0, le=MAX_WORK)
+    min_samples_per_s: float | None = Field(
+        default=None, gt=0, le=MAX_RATE, description="a floor on throughput, in samples per second"
+    )
+    min_tokens_per_s: float | None = Field(
+        default=None, gt=0, le=MAX_RATE, description="a floor on throughput, in tokens per second"
+    )
+    work_samples: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_WORK,
+        description="samples to process by deadline_s: the run's length (its steps follow from "
+        "the global batch)",
+    )
+    work_tokens: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_WORK,
+        description="tokens to process by deadline_s: the run's length (the workload turns them "
+        "into steps; not for a command)",
+    )
     deadline_s: float | None = Field(
-        default=None, gt=0, le=MAX_SECONDS, description="seconds after submission"
+        default=None,
+        gt=0,
+        le=MAX_SECONDS,
+        description="seconds after submission by which the work should be done",
     )
 
     @model_validator(mode="after")
@@ -42,8 +61,13 @@ class ThroughputSLA(SpecModel):
 class LatencySLA(SpecModel):
     """A ceiling in milliseconds on a percentile of step (request) time."""
 
-    max_ms: float = Field(gt=0, le=1000 * MAX_SECONDS)
-    percentile: Literal[50, 95, 99] = 95
+    max_ms: float = Field(
+        gt=0,
+        le=1000 * MAX_SECONDS,
+        description="the ceiling in milliseconds on a step's time (a service's: a request's, "
+        "arrival to answer)",
+    )
+    percentile: Literal[50, 95, 99] = Field(default=95, description="the percentile it is on")
     start_within_s: float = Field(
         default=60.0,
         gt=0,
@@ -55,5 +79,9 @@ class LatencySLA(SpecModel):
 class SLA(SpecModel):
     """What the job needs: bulk jobs state throughput, interactive jobs state latency."""
 
-    throughput: ThroughputSLA | None = None
-    latency: LatencySLA | None = None
+    throughput: ThroughputSLA | None = Field(
+        default=None, description="a throughput floor or work by a deadline (class bulk needs it)"
+    )
+    latency: LatencySLA | None = Field(
+        default=None, description="a latency ceiling (class interactive needs it)"
+    )

@@ -27,17 +27,28 @@ class ScriptSetting(SpecModel):
     ``orch`` hands the script (``default``) until the tuner chooses another, and whether the
     tuner may (``tune``)."""
 
-    type: Literal["int", "float", "choice"]
+    type: Literal["int", "float", "choice"] = Field(
+        description="int or float: a range (min and max); choice: a list of values"
+    )
     tune: bool = Field(
         default=True,
         description="whether the tuner may search it (judged by the SLA: speed and cost, "
         "never the loss); false: orch applies its default and the tuner leaves it alone "
         "(a learning rate)",
     )
-    min: float | None = Field(default=None, allow_inf_nan=False)
-    max: float | None = Field(default=None, allow_inf_nan=False)
-    values: list[str | int | float | bool] | None = Field(default=None, min_length=1, max_length=64)
-    default: str | int | float | bool
+    min: float | None = Field(
+        default=None, allow_inf_nan=False, description="the lowest value of an int or float"
+    )
+    max: float | None = Field(
+        default=None, allow_inf_nan=False, description="the highest value of an int or float"
+    )
+    values: list[str | int | float | bool] | None = Field(
+        default=None, min_length=1, max_length=64, description="the values a choice may take"
+    )
+    default: str | int | float | bool = Field(
+        description="the value orch hands the script until the tuner chooses another: within "
+        "min and max (an integer for an int), or one of values"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -62,22 +73,48 @@ class ScriptSetting(SpecModel):
 class WorkloadRef(SpecModel):
     """What to run: a built-in workload by ``name``, a user ``entry`` point, or a ``command``
     (the team's own script, run in its working directory: see docs/user-guide.md, "Command mode").
-
-    ``working_dir`` is the content digest (``sha256:...``) of the job's working directory as
-    ``orch submit --working-dir`` stored it; ``settings`` are the script's own tunable
-    settings; ``first_report_s`` is how long a command may run before its first step report
-    (a script that never calls ``job.report()`` fails after it, instead of holding GPUs).
     """
 
-    name: str | None = None
-    entry: str | None = Field(default=None, pattern=ENTRY_PATTERN, max_length=256)
-    command: list[Annotated[str, Field(min_length=1, max_length=1024)]] | None = Field(
-        default=None, min_length=1, max_length=256
+    name: str | None = Field(
+        default=None, description=f"a built-in workload: one of {', '.join(BUILTIN_WORKLOADS)}"
     )
-    working_dir: str | None = Field(default=None, pattern=DIGEST_PATTERN)
-    settings: dict[SettingName, ScriptSetting] = Field(default_factory=dict, max_length=64)
-    first_report_s: float = Field(default=300.0, gt=0, le=MAX_SECONDS)
-    args: dict[str, Any] = Field(default_factory=dict)
+    entry: str | None = Field(
+        default=None,
+        pattern=ENTRY_PATTERN,
+        max_length=256,
+        description="a team's own workload, `package.module:function` returning a Workload (the "
+        "module allowed for the team by the operator's entry_modules)",
+    )
+    command: list[Annotated[str, Field(min_length=1, max_length=1024)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="a team's own script and its arguments, run in its working directory: the "
+        "program is python or python3 (the worker's Python) or a relative path within the folder",
+    )
+    working_dir: str | None = Field(
+        default=None,
+        pattern=DIGEST_PATTERN,
+        description="the content digest of a command's working directory, as `orch submit "
+        "--working-dir` stores it (which sets this)",
+    )
+    settings: dict[SettingName, ScriptSetting] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="a command's own settings, by the name its script reads them by (ctx.settings)",
+    )
+    first_report_s: float = Field(
+        default=300.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="seconds a command may run before its first step report: a script that "
+        "never calls job.report() fails after them, instead of holding GPUs",
+    )
+    args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="arguments for the workload (a command's ctx.args): plain JSON values, up to "
+        "64 KiB and 16 levels",
+    )
 
     @field_validator("args")
     @classmethod

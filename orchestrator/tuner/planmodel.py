@@ -38,7 +38,6 @@ from orchestrator.tuner.space import Config
 __all__ = ["PlanModel", "PlanSample", "fit_plan_model", "fits", "state_bytes"]
 
 _SYNC_VOLUME = {0: 1.0, 1: 1.5, 2: 1.0, 3: 1.5}
-_NAMES = ("c_opt", "c0", "c1", "c2", "k_tp0", "k_tp", "k_pp", "k_dp")
 
 
 def state_bytes(config: Config, params: int, optimizer_states: int = 2) -> float:
@@ -89,8 +88,9 @@ def _features(c: Config) -> list[float]:
 class PlanModel:
     """Fitted step-time model of plans (one precision, checkpointing and compile setting).
 
-    ``pct_ratio``: the median ratio of the latency percentile to the mean step; ``error``:
-    the largest relative error of the fit on its own samples.
+    ``coef``: the fitted constants in the formula's order (``c_opt, c0, c1, c2, k_tp0, k_tp,
+    k_pp, k_dp``); ``pct_ratio``: the median ratio of the latency percentile to the mean step;
+    ``error``: the largest relative error of the fit on its own samples.
     """
 
     coef: tuple[float, ...]
@@ -109,10 +109,6 @@ class PlanModel:
     def latency_ms(self, config: Config) -> float:
         """Predicted latency percentile of a step."""
         return self.step_s(config) * 1000.0 * self.pct_ratio
-
-    def terms(self) -> dict[str, float]:
-        """The fitted constants by name (for the benchmark's explanation of a choice)."""
-        return dict(zip(_NAMES, self.coef, strict=True))
 
     def best(
         self,

@@ -3,19 +3,15 @@
 An elastic policy first decides *how many* GPUs each job gets, then these helpers decide
 *which*: a shrinking job drops the GPUs on the nodes it uses least (it stays compact), a growing
 job takes free GPUs on its own nodes first (no new node boundary), then wherever the placement
-policy says. :func:`sizes_to_decisions` does the whole step for a policy that has a target size
-for every job.
+policy says.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 
-from policies.decisions import Decision, DecisionKind
-from policies.gpu_memory import usable
 from policies.placement import Placement, without
-from policies.snapshot import QueuedJob, RunningJob, Snapshot
 
 
 def drop_gpus(nodes: list[str], count: int) -> list[str]:
@@ -66,82 +62,3 @@ def grow_gpus(
             free[n] -= 1
         added.extend(more)
     return added
-
-
-def sizes_to_decisions(
-    snapshot: Snapshot, sizes: Mapping[str, int], placement: Placement, why: str
-) -> list[Decision]:
-    """Decisions that bring every job to its target GPU count (0: not running).
-
-    Running jobs with target 0 are preempted and shrinking ones resized first (they free GPUs);
-    then growing jobs and starts, largest target first (big gangs get the compact holes), ties
-    in submission order. A start or growth that cannot be placed is left for the next round (a
-    queued job then waits). Every queued job gets a START or a WAIT.
-
-    Args:
-        snapshot: the round's snapshot.
-        sizes: target GPUs per job id (missing: 0).
-        placement: where new GPUs go.
-        why: the reason given to jobs that start or grow.
-    """
-    free = snapshot.free()
-    hold = {r.job_id: list(r.nodes) for r in snapshot.running}
-    preempts: list[Decision] = []
-    shrinks: list[Decision] = []
-    for r in snapshot.running:
-        target = sizes.get(r.job_id, 0)
-        if target == 0:
-            preempts.append(Decision(DecisionKind.PREEMPT, r.job_id, reason="gives way"))
-            for n in hold.pop(r.job_id):
-                free[n] += 1
-        elif target < r.gpus:
-            for n in drop_gpus(hold[r.job_id], r.gpus - target):
-                free[n] += 1
-            shrinks.append(
-                Decision(
-                    DecisionKind.RESIZE,
-                    r.job_id,
-                    nodes=tuple(hold[r.job_id]),
-                    strategy=placement.ray_strategy,
-                    reason=f"shrinks to {target} GPUs",
-                )
-            )
-    jobs: list[QueuedJob | RunningJob] = [*snapshot.running, *snapshot.queue]
-    growing = [j for j in jobs if sizes.get(j.job_id, 0) > len(hold.get(j.job_id, ()))]
-    growing.sort(key=lambda j: (-sizes[j.job_id], j.seq, j.job_id))
-    grows: list[Decision] = []
-    started: set[str] = set()
-    for j in growing:
-        target = sizes[j.job_id]
-        if isinstance(j, RunningJob):
-            have = hold[j.job_id]
-            small = snapshot.too_small(j.gpu_memory_gb)
-            added = grow_gpus(have, target - len(have), free, placement, small)
-            if added is not None:
-                kind = DecisionKind.RESIZE
-                nodes = tuple(have + added)
-            else:
-                continue
-        else:
-            placed = placement.place(target, usable(free, snapshot, j))
-            if placed is None:
-                continue
-            for n in placed:
-                free[n] -= 1
-            kind, nodes = DecisionKind.START, placed
-            started.add(j.job_id)
-        grows.append(
-            Decision(
-                kind,
-                j.job_id,
-                nodes=nodes,
-                strategy=placement.ray_strategy,
-                reason=f"{why} on {target} GPUs",
-            )
-        )
-    waits = [
-        Decision(DecisionKind.WAIT, q.job_id, reason="waiting for GPUs")
-        for q in snapshot.queue
-        if q.job_id not in started
-    ]
-    return preempts + shrinks + grows + waits

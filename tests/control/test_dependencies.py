@@ -131,11 +131,7 @@ def test_a_job_fails_when_one_it_depends_on_is_cancelled_or_fails(
 
 
 def test_orch_show_lists_what_a_job_starts_after(store: JobStore) -> None:
-    from rich.console import Console
-
-    from orchestrator.cli.views import show_job
+    from tests.orchestrator.test_views import render_show
 
     prep, train = store.submit_many([job("prep"), job("train", depends_on=["prep"])])
-    console = Console(record=True, width=120)
-    console.print(show_job(store, store.get(train)))
-    assert re.search(rf"│ after +{prep} ", console.export_text())
+    assert re.search(rf"│ after +{prep} ", render_show(store, train, width=120))

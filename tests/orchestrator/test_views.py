@@ -6,15 +6,22 @@ import io
 
 from rich.console import Console
 
-from orchestrator.cli.views import show_job
+from orchestrator.api.operations import job_detail
+from orchestrator.cli.views import job_panel
 from orchestrator.spec import parse_spec
 from orchestrator.store import JobStore
 from orchestrator.store.states import JobState
 
 
-def _render(store: JobStore, job_id: str) -> str:
+def render_show(store: JobStore, job_id: str, width: int = 200) -> str:
+    """The job's panel as ``orch show`` prints it (``cli/jobs.show``, direct mode)."""
+    detail = job_detail(store, store.get(job_id))
+    view = detail.job
+    panel = job_panel(
+        view.record(), view.verdict.verdict(), detail.metrics, detail.events, detail.profile
+    )
     out = io.StringIO()
-    Console(file=out, width=200).print(show_job(store, store.get(job_id)))
+    Console(file=out, width=width).print(panel)
     return out.getvalue()
 
 
@@ -31,14 +38,14 @@ def test_show_gives_the_tuned_settings_and_the_submitted_ones_beside(store: JobS
         }
     )
     job_id = store.submit(spec).id
-    before = _render(store, job_id)
+    before = render_show(store, job_id)
     assert "micro-batch 4," in before
     assert not [line for line in before.splitlines() if "submitted" in line and "micro" in line]
     store.transition(job_id, JobState.PLACED)
     store.transition(job_id, JobState.TUNING)
     config = {"micro_batch": 2, "grad_accum": 2, "precision": "bf16", "gpus": 1}
     store.transition(job_id, JobState.QUEUED, fields={"tuned": config})
-    text = _render(store, job_id)
+    text = render_show(store, job_id)
     settings = next(line for line in text.splitlines() if "settings" in line)
     submitted = next(ln for ln in text.splitlines() if "submitted" in ln and "micro" in ln)
     assert "micro-batch 2, grad-accum 2, bf16" in settings
@@ -71,7 +78,7 @@ def test_show_lists_the_runs_measurements_and_absent_ones_as_a_dash(store: JobSt
     )
     rows = {
         cells[0]: cells[1]
-        for line in _render(store, job_id).splitlines()
+        for line in render_show(store, job_id).splitlines()
         if len(cells := [c.strip() for c in line.strip("│ ").split("│")]) == 2
     }
     assert rows["data_wait_share"] == "0.250" and rows["compute_ms"] == "3.500"
@@ -107,9 +114,10 @@ def test_show_gives_the_plan_a_resize_runs(store: JobStore) -> None:
         {**trial, "pp": 2, "samples_per_s": 30.0, "p95_ms": 300.0},
     ]
     store.profiles.save(job_id, {"curves": {"fp32": curves}})
+    store.tune_reports.save(job_id, {"job": job_id})  # with its profile, as the tuner does
     placement = {"nodes": ["n0", "n0"], "strategy": "pack"}
     store.transition(job_id, JobState.PLACED, fields={"placement": placement})
-    text = _render(store, job_id)
+    text = render_show(store, job_id)
     settings = next(line for line in text.splitlines() if "settings" in line)
     submitted = next(ln for ln in text.splitlines() if "submitted" in ln and "micro" in ln)
     assert "micro-batch 2, grad-accum 4" in settings and "GPUs 2 (plan pp 2)" in settings
