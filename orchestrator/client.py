@@ -191,7 +191,7 @@ class Client:
         return view
 
     def usage(self, *, since: float = 0.0, team: str | None = None) -> Usage:
-        """GPU-seconds per job and team of the jobs active since ``since`` (epoch seconds)."""
+        """GPU-seconds per job and team held since ``since`` (epoch seconds)."""
         params: dict[str, Any] = {"since": since}
         if team is not None:
             params["team"] = team

@@ -6,6 +6,7 @@ server under the data directory; with no ``RAY_ADDRESS`` it starts a local Ray i
 
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
 import os
 import re
@@ -74,6 +75,31 @@ def parse_duration(text: str) -> float:
     if match is None:
         raise ValueError("expected a duration such as 30d, 12h, 90m or 3600 (seconds)")
     return float(match[1]) * _UNIT_S[match[2]]
+
+
+def parse_since(text: str, now: float) -> float:
+    """The moment (epoch seconds) ``text`` names: a duration back from ``now`` (``30d``,
+    :func:`parse_duration`) or an ISO-8601 date or time, in UTC unless it gives an offset
+    (``2026-11-28``, ``2026-11-28T10:00``, ``2026-11-28T10:00:00Z``).
+
+    Raises:
+        ValueError: neither (the message names both forms).
+    """
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        moment = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            "must be a duration back from now (30d, 12h, 90m, 3600 seconds) or an ISO date or"
+            " time, UTC unless an offset is given (2026-11-28, 2026-11-28T10:00,"
+            " 2026-11-28T10:00Z)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.timestamp()
 
 
 def format_duration(seconds: float) -> str:

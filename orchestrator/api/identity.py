@@ -73,7 +73,7 @@ class Principal:
             Forbidden: a member or viewer of another team.
         """
         if not self.may_read(team):
-            raise Forbidden(f"{self.describe()} cannot read team {team!r}'s jobs")
+            raise Forbidden(f"{self.describe()} cannot read the jobs of team {team!r}")
 
     def check_write(self, team: str) -> None:
         """Allow submitting or cancelling a job of ``team``.

@@ -184,8 +184,8 @@ class WhoAmI(_Body):
 
 
 class UsageRow(_Body):
-    """One job's use of the pool: GPU-seconds held by its runs (tuning runs included), up to
-    now for a run still going."""
+    """One job's use of the pool in the report's window: GPU-seconds held by its runs
+    (tuning runs included) since the window's start, up to now for a run still going."""
 
     id: str
     name: str
@@ -198,8 +198,9 @@ class UsageRow(_Body):
 
 
 class Usage(_Body):
-    """``orch usage`` (a report like Slurm's ``sacct``): the jobs active since ``since`` (every
-    job not ended, and those that ended since), with each team's total over them, and each
+    """``orch usage`` (a report like Slurm's ``sacct``): the jobs that held GPUs since
+    ``since``, each for its use since then (a job that never ran is in no window), with each
+    team's total over them, and each
     team's account since the scheduler started counting (``orch_team_gpu_seconds_total``: it
     keeps the GPU-seconds of jobs removed by ``orch gc``)."""
 

@@ -37,7 +37,7 @@ from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
 from orchestrator.store.audit import AuditEntry
 from orchestrator.store.records import JobRecord
-from orchestrator.store.states import TERMINAL, JobState
+from orchestrator.store.states import HOLDING, TERMINAL, JobState
 from orchestrator.store.tokens import Role, TokenInfo
 from orchestrator.teams import MAX_TEAM_GPUS, TeamConfig
 
@@ -45,6 +45,7 @@ __all__ = [
     "apply_teams",
     "cancel",
     "create_token",
+    "gpu_s_since",
     "guarantee_problem",
     "job_detail",
     "job_view",
@@ -346,9 +347,10 @@ def job_detail(store: JobStore, rec: JobRecord) -> JobDetail:
 
 
 def usage(store: JobStore, who: Principal, *, since: float, team: str | None = None) -> Usage:
-    """GPU-seconds per job and per team of the jobs active since ``since`` (epoch seconds): not
-    ended, or ended since. A run still going counts up to now. A principal that reads one team
-    only sees that team's.
+    """GPU-seconds per job and per team held since ``since`` (epoch seconds): each job that
+    held GPUs in the window, for the part of its use that lies in it (a job that never ran
+    held none; a run still going counts up to now). A principal that reads one team only
+    sees that team's.
 
     Raises:
         Forbidden: a member or viewer asking for another team.
@@ -360,10 +362,15 @@ def usage(store: JobStore, who: Principal, *, since: float, team: str | None = N
         finished = _float(rec.fields.get("finished_at"))
         if finished is not None and finished < since:
             continue
-        gpu_s = rec.history.attained_service
+        gpu_s = rec.history.attained_service  # its ended runs'
+        if gpu_s and rec.submitted_at < since:  # some of it may be from before the window
+            gpu_s = gpu_s_since(gpu_s, store.events(rec.id), since)
         started = _float(rec.fields.get("started_at"))
         if rec.state is JobState.RUNNING and rec.placement and started is not None:
-            gpu_s += max(0.0, now - started) * len(rec.placement.get("nodes", []))
+            gpus = len(rec.placement.get("nodes", []))
+            gpu_s += max(0.0, now - max(started, since)) * gpus
+        if gpu_s <= 0.0 and rec.state not in HOLDING:
+            continue  # held no GPU in the window
         rows.append(
             UsageRow.model_validate(
                 {
@@ -388,6 +395,35 @@ def usage(store: JobStore, who: Principal, *, since: float, team: str | None = N
         if seen is None or name == seen
     }
     return Usage(since=since, at=now, jobs=rows, teams=teams, accounts=accounts)
+
+
+def gpu_s_since(gpu_s: float, events: Sequence[dict[str, Any]], since: float) -> float:
+    """The part of ``gpu_s``, the GPU-seconds of a job's ended runs, held since ``since``.
+
+    A run's GPUs are not stored per run, so each ended run's span (from its job entering a
+    state that holds GPUs to leaving them, read from the job's state changes ``events``) is
+    taken to hold them alike: the share of the spans' time since ``since`` is the share of
+    ``gpu_s``. Exact when every run held as many GPUs; a job resized across ``since`` is
+    shared by time. With no ended span known (the event stream is capped), all of it counts.
+    """
+    spans: list[tuple[float, float]] = []
+    start: float | None = None
+    for ev in events:
+        try:
+            state = JobState(str(ev.get("event")))
+        except ValueError:  # an event that changes no state (``sla-violated``...)
+            continue
+        ts = float(ev["ts"])
+        if state in HOLDING:
+            start = ts if start is None else start
+        elif start is not None:
+            spans.append((start, ts))
+            start = None
+    held = sum(end - begin for begin, end in spans)
+    if held <= 0.0:
+        return gpu_s
+    inside = sum(max(0.0, end - max(begin, since)) for begin, end in spans)
+    return gpu_s * inside / held
 
 
 # ---- teams, tokens, audit --------------------------------------------------------------------

@@ -22,7 +22,14 @@ from rich.markup import escape
 from orchestrator.api import options
 from orchestrator.api.params import MAX_LIST, MAX_RANK, MAX_TAIL
 from orchestrator.cli.backend import ENDED, Backend, connect
-from orchestrator.cli.output import Output, OutputOption, console, err_console, print_data
+from orchestrator.cli.output import (
+    Output,
+    OutputOption,
+    console,
+    err_console,
+    print_data,
+    print_table,
+)
 from orchestrator.errors import OptionError, OrchError, SpecError
 
 if TYPE_CHECKING:
@@ -176,7 +183,7 @@ def _follow(backend: Backend, ids: list[str], timeout_s: float | None, output: O
         print_data([_dump(v) for v in views], output)
     else:
         rows = [(v.record(), v.verdict.verdict()) for v in views]
-        console.print(verdicts_table(rows, title="result", wide=output is Output.WIDE))
+        print_table(verdicts_table(rows, title="result", wide=output is Output.WIDE), output)
     for v in views:
         if v.state.value in ("failed", "cancelled"):
             reason = v.message or "no reason recorded"
@@ -224,7 +231,7 @@ def list_jobs(
         print_data([_dump(v) for v in views], output)
         return
     rows = [(v.record(), v.verdict.verdict()) for v in views]
-    console.print(verdicts_table(rows, wide=output is Output.WIDE))
+    print_table(verdicts_table(rows, wide=output is Output.WIDE), output)
 
 
 def show(job: JobRef, output: OutputOption = Output.TABLE) -> None:
@@ -343,25 +350,29 @@ def usage(
     ] = None,
     since: Annotated[
         str | None,
-        typer.Option(help="Jobs active within this long (30d, 12h, 90m, 3600); default: all."),
+        typer.Option(
+            help="The window's start: this long ago (30d, 12h, 90m, 3600) or an ISO date or "
+            "time, UTC unless it says (2026-11-28, 2026-11-28T10:00Z); default: all."
+        ),
     ] = None,
     output: OutputOption = Output.TABLE,
 ) -> None:
-    """GPU-seconds per job and per team (a report like Slurm's sacct): the jobs active in the
-    window (not ended, or ended in it; a job's whole use counts), and each team's account."""
+    """GPU-seconds per job and per team (a report like Slurm's sacct): the jobs that held GPUs
+    in the window, each for its use in it (a job that never ran is in none), and each team's
+    account."""
     from orchestrator.cli.views import usage_tables
-    from orchestrator.config import parse_duration
+    from orchestrator.config import parse_since
 
     try:
-        window = None if since is None else parse_duration(since)
+        start = 0.0 if since is None else parse_since(since, time.time())
     except ValueError as err:
         raise OptionError("--since", f"{err}, got {since!r}") from None
-    report = connect().usage(since=0.0 if window is None else time.time() - window, team=team)
+    report = connect().usage(since=start, team=team)
     if output.data:
         print_data(report.model_dump(mode="json", by_alias=True), output)
         return
     for table in usage_tables(report, wide=output is Output.WIDE):
-        console.print(table)
+        print_table(table, output)
 
 
 def register(app: typer.Typer) -> None:

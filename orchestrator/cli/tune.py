@@ -7,16 +7,17 @@ tuner's presentation lives with the tuner. Heavy imports (torch, Optuna) happen 
 from __future__ import annotations
 
 import functools
-import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console, Group
+from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
+
+from orchestrator.cli.output import console
 
 if TYPE_CHECKING:
     from orchestrator.config import Settings
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
     from orchestrator.tuner.service import TuneReport
 
 __all__ = ["show_tuning", "trials_table", "tune_command"]
-
-console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 def tune_command(

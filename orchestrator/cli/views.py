@@ -18,7 +18,7 @@ from rich.table import Table
 
 from orchestrator.api.models import Usage
 from orchestrator.api.operations import verdict_of
-from orchestrator.cli.output import age, iso
+from orchestrator.cli.output import age, is_time_key, iso
 from orchestrator.inputs import describe_errors
 from orchestrator.sla import SLAVerdict, describe_sla
 from orchestrator.spec import JobSpec
@@ -222,10 +222,7 @@ def job_panel(
         mt.add_column("metric")
         mt.add_column("value", justify="right")
         for key in sorted(metrics):
-            value = metrics[key]
-            # a figure this run cannot have (a GPU's energy on a CPU) is reported as None
-            shown = _fnum(value, "{:,.3f}") if isinstance(value, float) else str(value)
-            mt.add_row(key, "-" if value is None else shown)
+            mt.add_row(key, _metric(key, metrics[key]))
         parts.append(mt)
     et = Table(title="events")
     for col in ("time", "event", "from", "message"):
@@ -239,6 +236,16 @@ def job_panel(
         )
     parts.append(et)
     return Group(*parts)
+
+
+def _metric(key: str, value: Any) -> str:
+    """A metric's value as the metrics table shows it: a time (``first_step_at``...) as an
+    ISO-8601 UTC time to the millisecond, a figure to three decimals."""
+    if value is None:  # a figure this run cannot have (a GPU's energy on a CPU)
+        return "-"
+    if is_time_key(key) and isinstance(value, int | float) and not isinstance(value, bool):
+        return iso(value, "milliseconds")
+    return _fnum(value, "{:,.3f}") if isinstance(value, float) else str(value)
 
 
 def pool_table(view: dict[str, Any]) -> Table:

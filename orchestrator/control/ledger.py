@@ -16,12 +16,12 @@ from typing import Any
 from orchestrator.control.transitions import StopReason
 from orchestrator.pool import NodeInfo
 from orchestrator.runtime.base import Launch
-from orchestrator.store.states import JobState
+from orchestrator.store.states import HOLDING
 from policies import NodeView
 
 __all__ = ["ACTIVE", "Run", "physically_free", "policy_nodes", "reserve"]
 
-ACTIVE = (JobState.PLACED, JobState.TUNING, JobState.RUNNING, JobState.CANCELLING)
+ACTIVE = HOLDING
 """States of a job that a loop holds GPUs for."""
 
 

@@ -25,6 +25,8 @@ def parse_spec(data: Any, source: str = "<input>") -> JobSpec:
     Raises:
         SpecError: one message per problem.
     """
+    if data is None:  # standard input with nothing on it (a file's emptiness is said on reading)
+        raise SpecError(source, ["the job is empty (or holds only comments)"])
     if not isinstance(data, dict):
         raise SpecError(source, [f"the job must be a mapping of fields, got {type(data).__name__}"])
     try:

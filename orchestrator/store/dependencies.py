@@ -60,13 +60,50 @@ def plan_ids(store: JobStore, specs: Sequence[JobSpec]) -> list[tuple[str, str]]
     problems: list[str] = []
     earlier: dict[str, str] = {}
     planned = []
-    for spec, job_id in zip(specs, ids, strict=True):
-        after = [earlier.get(ref) or _stored(store, spec, ref, problems) for ref in spec.depends_on]
+    for i, (spec, job_id) in enumerate(zip(specs, ids, strict=True)):
+        after = []
+        for ref in spec.depends_on:
+            dep = earlier.get(ref) or _stored(store, spec, ref, problems)
+            later = [s.name for s in specs[i + 1 :]]
+            if dep is None and ref in later:  # say why instead of "no job"
+                problems[-1] = _forward(specs, spec.name, ref)
+            after.append(dep)
         planned.append((job_id, ",".join(a for a in after if a)))
         earlier[spec.name] = job_id
     if problems:
         raise SpecError("depends_on", problems)
     return planned
+
+
+def _forward(specs: Sequence[JobSpec], name: str, ref: str) -> str:
+    """The problem of job ``name`` naming ``ref``, a later job of the same submission (and no
+    stored one): a cycle when ``ref`` leads back to it through the submission's
+    ``depends_on``, else the order (a job names earlier ones only)."""
+    needs: dict[str, set[str]] = {}
+    for spec in specs:
+        needs.setdefault(spec.name, set()).update(spec.depends_on)
+    path = [name, ref]
+    seen = {ref}
+
+    def back(at: str) -> bool:  # depth-first: does ``at`` lead back to ``name``?
+        for nxt in sorted(needs.get(at, ())):
+            if nxt == name:
+                path.append(nxt)
+                return True
+            if nxt in needs and nxt not in seen:
+                seen.add(nxt)
+                path.append(nxt)
+                if back(nxt):
+                    return True
+                path.pop()
+        return False
+
+    if back(ref):
+        return f"depends_on forms a cycle: {' -> '.join(path)} (each waits for the next)"
+    return (
+        f"job {name!r}: depends_on {ref!r}: {ref!r} comes later in this submission; give it "
+        f"before {name!r} (a job names only earlier jobs of its submission)"
+    )
 
 
 def _unused(store: JobStore, specs: Sequence[JobSpec], ids: list[str]) -> list[str]:

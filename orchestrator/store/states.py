@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["ACTIVE", "TERMINAL", "TRANSITIONS", "JobState", "is_legal", "sources"]
+__all__ = ["ACTIVE", "HOLDING", "TERMINAL", "TRANSITIONS", "JobState", "is_legal", "sources"]
 
 
 class JobState(StrEnum):
@@ -51,6 +51,9 @@ TERMINAL: frozenset[JobState] = frozenset(s for s, exits in TRANSITIONS.items() 
 
 ACTIVE: frozenset[JobState] = frozenset(JobState) - TERMINAL
 """States of a job that is not done yet (waiting, placed, running or stopping)."""
+
+HOLDING = (JobState.PLACED, JobState.TUNING, JobState.RUNNING, JobState.CANCELLING)
+"""States of a job that holds GPUs (a run of it placed, tuning, running or stopping)."""
 
 
 def is_legal(current: JobState | str, target: JobState | str) -> bool:

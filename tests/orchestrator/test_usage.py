@@ -51,3 +51,44 @@ def test_the_window_and_the_readers_team_bound_the_report(store: JobStore) -> No
     assert {r.id for r in mine.jobs} == {old, recent} and mine.teams == {"vision": 80.0}
     with pytest.raises(Forbidden):
         operations.usage(store, member, since=0.0, team="speech")
+
+
+def test_ended_runs_count_for_their_time_in_the_window() -> None:
+    # two runs: 100-200 (before the window), 300-400 (half in it); 40 GPU-seconds in all
+    events = [
+        {"event": "queued", "ts": 50.0},
+        {"event": "placed", "ts": 100.0},
+        {"event": "running", "ts": 110.0},
+        {"event": "sla-violated", "ts": 150.0},  # no state change
+        {"event": "queued", "ts": 200.0},
+        {"event": "placed", "ts": 300.0},
+        {"event": "running", "ts": 310.0},
+        {"event": "finished", "ts": 400.0},
+    ]
+    assert operations.gpu_s_since(40.0, events, since=350.0) == pytest.approx(10.0)
+    assert operations.gpu_s_since(40.0, events, since=0.0) == pytest.approx(40.0)
+    assert operations.gpu_s_since(40.0, events, since=500.0) == 0.0
+    assert operations.gpu_s_since(40.0, [], since=350.0) == 40.0  # nothing known: all of it
+
+
+def test_a_job_that_never_ran_or_ran_before_the_window_is_not_in_it(store: JobStore) -> None:
+    spec = parse_spec(
+        {
+            "name": "waits",
+            "team": "nlp",
+            "class": "bulk",
+            "workload": "mlp",
+            "sla": {"throughput": {"min_samples_per_s": 1}},
+            "run": {"steps": 10},
+        }
+    )
+    queued = store.submit(spec).id
+    report = operations.usage(store, Principal.local(), since=time.time() - 3600)
+    assert queued not in {r.id for r in report.jobs} and "nlp" not in report.teams
+
+
+def test_another_teams_usage_is_refused_in_plain_words(store: JobStore) -> None:
+    member = Principal("ann", Role.MEMBER, "vision")
+    with pytest.raises(Forbidden) as refused:
+        operations.usage(store, member, since=0.0, team="nlp")
+    assert "the jobs of team 'nlp'" in str(refused.value) and "''s" not in str(refused.value)

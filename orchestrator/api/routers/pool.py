@@ -53,10 +53,10 @@ def usage(
     store: Store,
     since: Annotated[
         float,
-        Query(ge=0, le=1e11, description="Epoch seconds: jobs active since then (default: all)."),
+        Query(ge=0, le=1e11, description="Epoch seconds: GPU use since then (default: all)."),
     ] = 0.0,
     team: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
 ) -> Usage:
-    """GPU-seconds per job and per team of the jobs active since ``since``, and each team's
+    """GPU-seconds per job and per team held since ``since``, and each team's
     account (a member or viewer of one team sees that team's only; 403 for another)."""
     return operations.usage(store, who, since=since, team=team)
