@@ -213,6 +213,7 @@ def sim(
 ) -> None:
     """Simulate a trace on a pool under one or more policies: a comparison table, results.json
     and a plot (JCT CDF, utilisation) in the output folder."""
+    require_server_install("`orch sim`")  # its models need numpy and scipy
     from orchestrator.sim.cli import simulate
     from orchestrator.sim.config import SimConfig
 

@@ -48,7 +48,9 @@ def piped_width(stream: TextIO) -> int | None:
     return int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH
 
 
-console = Console(width=piped_width(sys.stdout))
+# Written to a pipe, a line of text stays whole (a script or a log reads it); tables still
+# fit the width.
+console = Console(width=piped_width(sys.stdout), soft_wrap=not sys.stdout.isatty())
 # Messages are lines: unwrapped, so a log keeps each whole (and a test can find it).
 err_console = Console(stderr=True, width=piped_width(sys.stderr), soft_wrap=True)
 

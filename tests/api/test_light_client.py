@@ -156,7 +156,7 @@ def _run(*args: str) -> tuple[int, str]:
         (["up"], "`orch up` needs the server install (missing "),
         (["demo"], "`orch demo` needs the server install (missing "),
         (["serve"], "`orch serve` needs the server install (missing "),
-        (["sim", "trace.csv"], "this command needs the server install (missing "),  # its import
+        (["sim", "trace.csv"], "`orch sim` needs the server install (missing "),
     ],
 )
 def test_a_server_command_in_the_light_install_refuses_in_one_line_and_starts_nothing(
