@@ -415,7 +415,7 @@ def main() -> None:
         if debug:
             raise
         # Messages quote user input: print it as text, never as rich markup; and unwrapped, so
-        # a one-line error stays one line in a log (piped, the console is 100 columns wide).
+        # a one-line error stays one line in a log (piped, the console is 160 columns wide).
         err_console.print(f"[red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
         sys.exit(err.exit_code)
     except KeyboardInterrupt:

@@ -1,6 +1,6 @@
 """How the CLI prints: one console per stream, ``-o table|wide|json|yaml``, times and ages.
 
-Tables are for people (rich, fitted to the terminal; when piped, to ``COLUMNS`` or 100
+Tables are for people (rich, fitted to the terminal; when piped, to ``COLUMNS`` or 160
 columns); ``json`` and ``yaml`` are for scripts and carry every field. Times are ISO-8601 UTC
 strings in both (``2026-11-28T17:40:12Z``; the data keeps the sub-second part), while the API
 sends the stored epoch seconds: :func:`iso_times` turns a body's times (keys ``at``, ``ts``,
@@ -34,9 +34,10 @@ __all__ = [
     "print_table",
 ]
 
-PIPED_WIDTH = 100
-"""Columns of a table written to a pipe or file (CI logs, ``| less``) when ``COLUMNS`` does not
-say: wider than rich's 80, so the wide tables fit, and narrow enough to read in a log."""
+PIPED_WIDTH = 160
+"""Columns of a table written to a pipe or file (CI logs, ``| less``, a script's grep) when
+``COLUMNS`` does not say: wide enough that no table cuts a node id, a policy name or a verdict
+(at 100, four of the suite's checks of piped output lost what they looked for)."""
 
 
 def piped_width(stream: TextIO) -> int | None:
