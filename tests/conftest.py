@@ -39,6 +39,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # `orch` in direct mode reach the store they set up. Tests of contexts set ORCH_CONFIG.
 os.environ["ORCH_CONFIG"] = os.devnull + ".orch-config-absent"
 os.environ.pop("ORCH_CONTEXT", None)
+# pytest-xdist's workers get COLUMNS=80 and LINES=24, which the `orch` the tests run would
+# honour for piped output (the width a user's COLUMNS asks for): the suite draws at the
+# CLI's own piped width, as `make test` without xdist does; a test of COLUMNS sets it.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 # Each checkout's sessions keep their temporary folders under a root of their own. pytest makes
 # its per-user folder (``/tmp/pytest-of-root``) 0700 whenever a session starts, while the
