@@ -104,15 +104,7 @@ def up(
         f"Redis {redact(settings.redis_url) if settings.redis_url else embedded}, "
         f"Ray {settings.ray_address or 'local'}; Ctrl-C to stop"
     )
-    from workers.sandbox import isolation_report
-
-    if settings.ray_address is None:  # once, at start: what holds around a team's code here
-        for line in isolation_report():
-            console.print(line)
-    else:  # the workers are elsewhere: each says it in the log of a run it could not contain
-        console.print(
-            "team code: each worker host contains it as it can (a job's log says what did not hold)"
-        )
+    _say_isolation(settings)
     if settings.standby and not running.scheduler.lease.held:
         console.print("standby: another scheduler drives the namespace; taking over if it stops")
     stop = threading.Event()
@@ -131,6 +123,21 @@ def up(
         if isinstance(err, OrchError):
             raise err
         raise OrchError(f"the scheduler stopped: {type(err).__name__}: {err}") from err
+
+
+def _say_isolation(settings: Settings) -> None:
+    """Once, at ``orch up``'s start: what holds around a team's code on this host, or, joined
+    to a cluster whose workers are elsewhere, that each says it in the log of a run it could
+    not contain."""
+    from workers.sandbox import isolation_report
+
+    if settings.ray_address is not None:
+        console.print(
+            "team code: each worker host contains it as it can (a job's log says what did not hold)"
+        )
+        return
+    for line in isolation_report():
+        console.print(line)
 
 
 teams_app = typer.Typer(help="Teams sharing the pool: guarantees, limits, weights.")

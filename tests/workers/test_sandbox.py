@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from workers.actor import WorkerActor
-from workers.sandbox import SandboxError, claim_uid, clean_report, needs_sandbox
+from workers.sandbox import SandboxError, clean_report, needs_sandbox
+from workers.uids import claim_uid
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="a sandbox uid needs a root worker")
 
