@@ -61,13 +61,19 @@ def say(what, found):
 if mode == "probe":  # another team's unpacked code, its logs, the jobs' checkpoints
     others = json.loads(sys.argv[2])
     found = {"uid": os.getuid()}
-    for i, folder in enumerate(sorted(glob.glob("/tmp/orch-cmd-*"))):
+    # what each try on another run's folder got, by outcome (one short line, however many
+    # folders other tests' runs have beside it)
+    for kind in ("list", "plant"):
+        found[kind] = {}
+    for folder in sorted(glob.glob("/tmp/orch-cmd-*")):
         if os.path.realpath(folder) == os.path.realpath(os.environ["HOME"]):
             continue  # its own
-        found[f"list-{i}"] = attempt(lambda: os.listdir(folder))
-        found[f"plant-{i}"] = attempt(
-            lambda: Path(folder, "work", "victim.py").write_text("print('PLANTED')")
-        )
+        for kind, got in (
+            ("list", attempt(lambda: os.listdir(folder))),
+            ("plant", attempt(lambda: Path(folder, "work", "victim.py").write_text("PLANTED"))),
+        ):
+            outcome = got if got.startswith("refused:") else "done"
+            found[kind][outcome] = found[kind].get(outcome, 0) + 1
     for name, path in others.items():
         found[name] = attempt(
             lambda: os.listdir(path) if os.path.isdir(path) else Path(path).read_bytes()
