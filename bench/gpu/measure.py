@@ -66,6 +66,8 @@ class Profile:
             interval measured before it plus a fixed cost.
         nominal_peak: FLOP/s for MFU where :data:`PEAKS` does not know the device.
         threads: torch CPU threads for the whole run (``None``: torch's default).
+        serve_rates, serve_seconds: the ``serve`` section's offered loads (requests/s) and
+            the length of each seeded Poisson stream.
     """
 
     name: str
@@ -89,11 +91,50 @@ class Profile:
     guard_slow_ms: float
     nominal_peak: float | None = None
     threads: int | None = None
+    serve_rates: tuple[float, ...] = (100.0, 400.0, 1600.0)
+    serve_seconds: float = 2.0
 
 
 def device_name(device: str) -> str:
     """The GPU's name, or ``cpu``."""
     return torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu"
+
+
+def nvml_facts() -> dict[str, Any] | None:
+    """What NVML says of GPU 0 (name, memory, compute capability, clocks, power limit): the
+    facts a pool's GPU kind would be read from. ``None`` without NVML or a GPU."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no library, no driver: nothing to read
+        return None
+    try:
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        facts: dict[str, Any] = {
+            "name": pynvml.nvmlDeviceGetName(h),
+            "memory_total_mib": pynvml.nvmlDeviceGetMemoryInfo(h).total // 2**20,
+            "driver": pynvml.nvmlSystemGetDriverVersion(),
+        }
+        readers = {
+            "compute_capability": pynvml.nvmlDeviceGetCudaComputeCapability,
+            "max_sm_clock_mhz": lambda d: pynvml.nvmlDeviceGetMaxClockInfo(d, pynvml.NVML_CLOCK_SM),
+            "max_mem_clock_mhz": lambda d: pynvml.nvmlDeviceGetMaxClockInfo(
+                d, pynvml.NVML_CLOCK_MEM
+            ),
+            "power_limit_w": lambda d: pynvml.nvmlDeviceGetPowerManagementLimit(d) / 1000.0,
+            "memory_bus_width_bits": pynvml.nvmlDeviceGetMemoryBusWidth,
+            "pcie_gen_max": pynvml.nvmlDeviceGetMaxPcieLinkGeneration,
+            "multiprocessors": lambda d: torch.cuda.get_device_properties(0).multi_processor_count,
+        }
+        for key, read in readers.items():
+            try:
+                facts[key] = read(h)
+            except Exception as err:  # one unsupported query must not cost the rest
+                facts[key] = f"unavailable: {type(err).__name__}"
+        return facts
+    finally:
+        pynvml.nvmlShutdown()
 
 
 def peak_flops(name: str, nominal: float | None) -> tuple[float | None, str]:

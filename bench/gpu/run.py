@@ -23,6 +23,10 @@ share and energy per sample (``bench/gpu/measure.py``; ``None`` where NVML has n
   harness's per-step collectives on it, against the plain run (two ranks on one GPU are refused
   by NCCL, so none is tried).
 - ``compile``: ``torch.compile`` against eager: samples/s, p95 and compile time (first step).
+- ``serve``: the shipped service load test (``workers.serve_run.load_test``: seeded Poisson
+  arrivals on a virtual clock, each batch a real timed forward of the ``infer`` GPT) at a few
+  offered loads, unbatched against two fixed batchers, fp32 against bf16: request p50/p99,
+  served requests/s, dropped requests, mean batch.
 - ``guard``: the SLA guard on a real GPU run reporting every second with the shipped window,
   slowed on purpose after 60 s, replayed through ``orchestrator.control.guard`` as
   ``bench/guard/noise.py`` does: false trips before the slowdown, detection time after.
@@ -130,6 +134,8 @@ CPU_SMOKE = Profile(
     guard_slow_ms=20.0,
     nominal_peak=1e12,
     threads=1,  # 2 shared cores: more threads spin against other work (steps 100x slower)
+    serve_rates=(50.0, 200.0),
+    serve_seconds=0.5,
 )
 
 
@@ -195,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 def _machine(p: Profile) -> dict[str, Any]:
     import torch
 
-    from bench.gpu.measure import device_name
+    from bench.gpu.measure import device_name, nvml_facts
 
     try:
         commit = subprocess.run(
@@ -205,6 +211,7 @@ def _machine(p: Profile) -> dict[str, Any]:
         commit = ""
     return {
         "device": device_name(p.device),
+        "nvml": nvml_facts() if p.device.startswith("cuda") else None,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         # fp32 matmuls as a job runs them: full fp32 unless TF32 is allowed (off by default)
@@ -277,6 +284,14 @@ def headline(name: str, d: dict[str, Any]) -> str:
             f"{_rate(c['samples_per_s']['median'])}/s p95 {c['p95_ms']:.1f} ms "
             f"(x{c['ratio_to_eager']['median']:.2f}), compile {d['compile_s'][0]:.1f} s"
         )
+    if name == "serve":
+        best: dict[str, str] = {}
+        for r in d["rows"]:
+            if r["dropped"] == 0 and r["request_p99_ms"] is not None:
+                best[f"{r['precision']} {r['batcher']}"] = (
+                    f"{r['rate_rps']:g}/s p99 {r['request_p99_ms']:.1f} ms"
+                )
+        return "highest load without drops: " + "; ".join(f"{k} {v}" for k, v in best.items())
     if name == "guard":
         rows = {(r["check"], r["hold_s"]): r for r in d["rows"]}
         hold = 10.0 if ("throughput", 10.0) in rows else max(h for _, h in rows)

@@ -240,6 +240,56 @@ def compile_(p: Profile) -> dict[str, Any]:
     return out
 
 
+# (name, max batch, batching window in s): no batching, then two fixed batchers
+SERVE_BATCHERS: tuple[tuple[str, int, float], ...] = (
+    ("unbatched", 1, 0.0),
+    ("batch-8", 8, 0.002),
+    ("batch-32", 32, 0.005),
+)
+
+
+def serve(p: Profile) -> dict[str, Any]:
+    """The shipped service load test on the device: the ``infer`` GPT at the profile's size,
+    seeded Poisson arrivals at each of ``serve_rates`` on the virtual clock, each batch a real
+    timed forward pass; requests waiting over a second are dropped. Unbatched against two fixed
+    batchers, fp32 against the fast precision."""
+    from workers.serve_run import load_test, serve_arrivals
+    from workers.workloads.registry import build_workload
+
+    device = torch.device(p.device)
+    workload = build_workload("infer", {"model": "gpt", **p.gpt}, seed=0)
+    rows = []
+    for precision in sorted({"fp32", _fast(p)}):
+        for name, max_batch, delay in SERVE_BATCHERS:
+            for rate in p.serve_rates:
+                arrivals = serve_arrivals({"rate_rps": rate}, p.serve_seconds, seed=0)
+                trace = load_test(
+                    workload,
+                    arrivals,
+                    max_batch=max_batch,
+                    max_delay_s=delay,
+                    timeout_s=1.0,
+                    device=device,
+                    precision=precision,
+                )
+                rows.append(
+                    {
+                        "precision": precision,
+                        "batcher": name,
+                        "max_batch": max_batch,
+                        "max_delay_s": delay,
+                        "rate_rps": rate,
+                        **trace.summary(),
+                    }
+                )
+    return {
+        "model": {"workload": "infer", "model": "gpt", **p.gpt},
+        "seconds": p.serve_seconds,
+        "timeout_s": 1.0,
+        "rows": rows,
+    }
+
+
 def guard(p: Profile) -> dict[str, Any]:
     """The SLA guard on a real run of the GPT (bf16 on CUDA), reporting every second with the
     shipped window, slowed after ``guard_slow_after`` s, replayed through
@@ -277,5 +327,6 @@ SECTIONS: dict[str, Section] = {
     "precision": precision,
     "ddp": ddp,
     "compile": compile_,
+    "serve": serve,
     "guard": guard,
 }

@@ -15,7 +15,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "gpu" / "run.py"
-SECTIONS = {"mfu", "tuned", "precision", "ddp", "compile", "guard"}
+SECTIONS = {"mfu", "tuned", "precision", "ddp", "compile", "serve", "guard"}
 
 
 def _runs(data: Any) -> list[dict[str, Any]]:
@@ -66,6 +66,16 @@ def test_cpu_smoke_writes_every_section(tmp_path: Path) -> None:
 
     assert d["ddp"]["backend"] == ["gloo"] and d["ddp"]["ddp"]["ratio_to_plain"]["median"] > 0
     assert d["compile"]["compile_s"] and all(r["first_step_s"] for r in _runs(d["compile"]))
+
+    serve = d["serve"]["rows"]
+    assert {(r["batcher"], r["rate_rps"]) for r in serve} == {
+        (b, rate) for b in ("unbatched", "batch-8", "batch-32") for rate in (50.0, 200.0)
+    }
+    for r in serve:
+        assert r["requests"] + r["dropped"] == r["offered"] > 0
+        if r["requests"]:
+            assert r["request_p50_ms"] <= r["request_p99_ms"] and r["mean_batch"] >= 1
+    assert max(r["mean_batch"] or 0 for r in serve if r["batcher"] == "batch-32") > 1
 
     guard = d["guard"]
     assert guard["rate_before"] > 0 and guard["floor"] < guard["rate_before"]
