@@ -8,7 +8,7 @@ anything is written: a refused batch writes nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -36,6 +36,7 @@ from orchestrator.sla import (
 from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
 from orchestrator.store.audit import AuditEntry
+from orchestrator.store.logs import LogEntry
 from orchestrator.store.records import JobRecord
 from orchestrator.store.states import HOLDING, TERMINAL, JobState
 from orchestrator.store.tokens import Role, TokenInfo
@@ -45,6 +46,7 @@ __all__ = [
     "apply_teams",
     "cancel",
     "create_token",
+    "follow_logs",
     "gpu_s_since",
     "guarantee_problem",
     "job_detail",
@@ -53,6 +55,7 @@ __all__ = [
     "list_tokens",
     "read_audit",
     "read_job",
+    "read_logs",
     "revoke_token",
     "submit",
     "submit_each",
@@ -260,6 +263,45 @@ def read_job(store: JobStore, who: Principal, ref: str) -> JobRecord:
     if len(readable) > 1:
         raise AmbiguousJob(ref, [rec.id for rec in readable])
     return readable[0]
+
+
+def read_logs(
+    store: JobStore, who: Principal, ref: str, *, rank: int | None = None, tail: int | None = None
+) -> list[LogEntry]:
+    """The output kept of the job ``ref`` names (``tail`` lines of each rank, only ``rank``'s
+    if given), oldest first: whoever may read the job may read its output.
+
+    Raises:
+        JobNotFound, AmbiguousJob: as :func:`read_job`.
+    """
+    return store.logs.tail(read_job(store, who, ref).id, rank=rank, count=tail)
+
+
+def follow_logs(
+    store: JobStore,
+    who: Principal,
+    ref: str,
+    *,
+    rank: int | None = None,
+    tail: int | None = None,
+) -> Iterator[list[LogEntry]]:
+    """Follow the output of the job ``ref`` names, as ``orch logs -f`` and the API's stream
+    both do: the lines kept as a first batch, then batches of new lines until the job ends
+    and its last lines are drained (see ``LogStore.follow``; an empty batch: nothing came
+    for a couple of seconds).
+
+    Not a generator itself: the job is found and the principal's right to read it checked
+    at the call, so the API refuses (404) before its stream's 200 is sent.
+
+    Raises:
+        JobNotFound, AmbiguousJob: as :func:`read_job` (at the call).
+    """
+    job_id = read_job(store, who, ref).id
+
+    def ended() -> bool:
+        return store.get(job_id).terminal
+
+    return store.logs.follow(job_id, ended, rank=rank, tail=tail)
 
 
 def list_jobs(

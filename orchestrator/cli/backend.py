@@ -261,15 +261,10 @@ class StoreBackend:
     ) -> Iterator[LogEntry]:
         from orchestrator.api import operations
 
-        job_id = operations.read_job(self.store, self.who, ref).id
         if not follow:
-            yield from self.store.logs.tail(job_id, rank=rank, count=tail)
+            yield from operations.read_logs(self.store, self.who, ref, rank=rank, tail=tail)
             return
-
-        def ended() -> bool:
-            return self.store.get(job_id).terminal
-
-        for batch in self.store.logs.follow(job_id, ended, rank=rank, tail=tail):
+        for batch in operations.follow_logs(self.store, self.who, ref, rank=rank, tail=tail):
             yield from batch
 
     def whoami(self) -> WhoAmI:
