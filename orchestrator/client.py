@@ -97,10 +97,16 @@ class Client:
     def submit_many(self, specs: Iterable[JobLike], *, strict: bool = False) -> builtins.list[str]:
         """Queue many jobs, all or none; returns their ids in order (``strict``: see
         :meth:`submit`)."""
+        return self.submit_batch(specs, strict=strict).ids
+
+    def submit_batch(self, specs: Iterable[JobLike], *, strict: bool = False) -> Submitted:
+        """:meth:`submit_many`, answered whole: the ids and the warnings the server gave
+        (a deadline not checked or not met at the tuned rate, a job the scheduler's plan
+        declines), which ``orch submit`` prints."""
         body = {"jobs": [_body(s) for s in specs]}
         params = {"strict": "true"} if strict else None
         reply = self._call("POST", "/v1/jobs/batch", json=body, params=params)
-        return Submitted.model_validate(reply).ids
+        return Submitted.model_validate(reply)
 
     def put_working_dir(self, data: bytes) -> str:
         """Store a command job's packed working directory (``orchestrator.workdir.pack``);

@@ -52,7 +52,7 @@ _BATCH_MAX = 256
 class _Waiting:
     claim: Claim
     spec: JobSpec
-    answer: asyncio.Future[str]
+    answer: asyncio.Future[Submitted]
 
 
 @dataclass
@@ -67,8 +67,9 @@ class Submitter:
     _waiting: list[_Waiting] = field(default_factory=list)
     _writing: asyncio.Task[None] | None = None
 
-    async def submit(self, claim: Claim, spec: JobSpec) -> str:
-        """Queue ``spec`` for the token ``claim`` checked; returns the new job's id.
+    async def submit(self, claim: Claim, spec: JobSpec) -> Submitted:
+        """Queue ``spec`` for the token ``claim`` checked; returns the new job's id and its
+        warnings (``operations.submit_each``).
 
         Raises:
             Unauthenticated: the token was revoked since it was checked.
@@ -79,7 +80,7 @@ class Submitter:
         loop = asyncio.get_running_loop()
         if self._writing is not None and self._writing.get_loop() is not loop:
             self._waiting, self._writing = [], None  # another loop serves now (tests)
-        answer: asyncio.Future[str] = loop.create_future()
+        answer: asyncio.Future[Submitted] = loop.create_future()
         self._waiting.append(_Waiting(claim, spec, answer))
         if self._writing is None or self._writing.done():
             self._writing = loop.create_task(self._write())
@@ -97,21 +98,19 @@ class Submitter:
             for waiting, outcome in zip(batch, outcomes, strict=True):
                 if waiting.answer.done():  # its request was cancelled (the client left)
                     continue
-                if isinstance(outcome, str):
+                if isinstance(outcome, Submitted):
                     waiting.answer.set_result(outcome)
                 else:
                     waiting.answer.set_exception(outcome)
 
 
-def _write(store: JobStore, batch: list[_Waiting]) -> list[str | Exception]:
-    """Each request's job id or refusal (in a thread: blocking calls)."""
+def _write(store: JobStore, batch: list[_Waiting]) -> list[Submitted | Exception]:
+    """Each request's submission or refusal (in a thread: blocking calls)."""
     whos = confirm_each(store, [w.claim for w in batch])
     confirmed = [(i, who) for i, who in enumerate(whos) if isinstance(who, Principal)]
     written = operations.submit_each(store, [(who, batch[i].spec) for i, who in confirmed])
-    outcomes: list[str | Exception] = [w if isinstance(w, Exception) else "" for w in whos]
-    for (i, _), outcome in zip(confirmed, written, strict=True):
-        outcomes[i] = outcome
-    return outcomes
+    by_index = dict(zip((i for i, _ in confirmed), written, strict=True))
+    return [by_index[i] if isinstance(who, Principal) else who for i, who in enumerate(whos)]
 
 
 class SingleSubmissions:
@@ -119,9 +118,10 @@ class SingleSubmissions:
     it: a JSON body (``Content-Type: application/json``) that is a valid job, parsed and
     validated as the route does, no query (``strict`` is the route's), and the token the
     body-limit middleware checked (it sits inside that middleware). The job is written by
-    the :class:`Submitter`, and the answer is the route's: 201 with ``{"ids": [id]}``, or the
-    refusal of the app's error handlers. Every other request goes on to the app, its body
-    with it: a body the route refuses gets FastAPI's own 422, word for word.
+    the :class:`Submitter`, and the answer is the route's: 201 with its id and warnings
+    (``Submitted``), or the refusal of the app's error handlers. Every other request goes on
+    to the app, its body with it: a body the route refuses gets FastAPI's own 422, word for
+    word.
 
     Args:
         app: the application it wraps.
@@ -151,11 +151,11 @@ class SingleSubmissions:
             await self.app(scope, replay(body, receive), send)
             return
         try:
-            job_id = await self.submitter.submit(claim, spec)
+            submitted = await self.submitter.submit(claim, spec)
         except (OrchError, RedisError) as err:
             response: Response = refusal(err)
         else:
-            answer = Submitted(ids=[job_id]).model_dump_json()
+            answer = submitted.model_dump_json()
             response = Response(answer, status_code=201, media_type="application/json")
         await response(scope, receive, send)
 

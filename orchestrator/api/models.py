@@ -146,9 +146,13 @@ class JobBatch(_Body):
 
 
 class Submitted(_Body):
-    """The ids of the jobs a submission queued, in the order they were given."""
+    """The ids of the jobs a submission queued, in the order they were given, and what to
+    tell whoever submitted them (``orch submit`` prints these in either mode): a deadline
+    not checked or that cannot be met at the tuned rate, a job the scheduler's plan declines
+    (it runs best effort)."""
 
     ids: list[str]
+    warnings: list[str] = Field(default_factory=list)
 
 
 class WorkingDirStored(_Body):

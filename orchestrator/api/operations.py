@@ -8,13 +8,13 @@ anything is written: a refused batch writes nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
 from orchestrator.api.identity import Principal
-from orchestrator.api.models import JobDetail, JobView, Usage, UsageRow
+from orchestrator.api.models import JobDetail, JobView, Submitted, Usage, UsageRow
 from orchestrator.errors import (
     AmbiguousJob,
     Forbidden,
@@ -36,6 +36,7 @@ from orchestrator.sla import (
 from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
 from orchestrator.store.audit import AuditEntry
+from orchestrator.store.logs import LogEntry
 from orchestrator.store.records import JobRecord
 from orchestrator.store.states import HOLDING, TERMINAL, JobState
 from orchestrator.store.tokens import Role, TokenInfo
@@ -45,6 +46,7 @@ __all__ = [
     "apply_teams",
     "cancel",
     "create_token",
+    "follow_logs",
     "gpu_s_since",
     "guarantee_problem",
     "job_detail",
@@ -53,6 +55,7 @@ __all__ = [
     "list_tokens",
     "read_audit",
     "read_job",
+    "read_logs",
     "revoke_token",
     "submit",
     "submit_each",
@@ -102,7 +105,7 @@ def submit(
     *,
     by: str | None = None,
     strict: bool = False,
-) -> list[str]:
+) -> Submitted:
     """Queue jobs: all of them, or none.
 
     Args:
@@ -113,6 +116,10 @@ def submit(
             plan declines it beside the deadline jobs already admitted (see
             :func:`plan_declines`).
 
+    Returns:
+        The new ids in order, and the warnings to show whoever submitted (see
+        :func:`_warnings`): the API's reply and the CLI's direct mode are both this.
+
     Raises:
         Forbidden: a viewer, or a member submitting for another team (nothing is written).
         SpecError: the team config refuses one of the jobs, or ``strict`` and a deadline
@@ -120,10 +127,12 @@ def submit(
     """
     for spec in specs:
         who.check_write(spec.team)
+    checks = deadline_checks(store, specs)
+    declines = plan_declines(store, specs)
     if strict:
-        missed = [c.message for c in deadline_checks(store, specs) if c.ok is False]
+        missed = [c.message for c in checks if c.ok is False]
         advice = "; give a later deadline, or submit without --strict to run it best effort"
-        missed = missed or [m + advice for m in plan_declines(store, specs)]
+        missed = missed or [m + advice for m in declines]
         if missed:
             raise SpecError("deadline check (--strict)", missed)
     if len(specs) == 1:  # one script call, not a pipeline (which first asks SCRIPT EXISTS)
@@ -132,18 +141,29 @@ def submit(
         ids = store.submit_many(specs, by=by or who.name)
     teams = sorted({s.team for s in specs})
     _audit(store, who, "submit", ids, f"team {', '.join(teams)}")
-    return ids
+    return Submitted(ids=ids, warnings=_warnings(checks, declines))
+
+
+def _warnings(checks: Sequence[DeadlineCheck], declines: Sequence[str]) -> list[str]:
+    """What a submission that was queued tells its submitter: each deadline note or miss
+    (:func:`deadline_checks`) and each job the scheduler's plan declines
+    (:func:`plan_declines`), which then runs best effort. Built here only, so the API's
+    reply and the CLI's direct mode say the same (a strict submission that is queued has
+    neither misses nor declines: only the notes remain)."""
+    notes = [check.message for check in checks if check.message]
+    return notes + [f"{m}; it runs best effort" for m in declines]
 
 
 def submit_each(
     store: JobStore, requests: Sequence[tuple[Principal, JobSpec]]
-) -> list[str | OrchError]:
+) -> list[Submitted | OrchError]:
     """Queue one job per request, each on its own, as :func:`submit` (not ``strict``) of each
     would, in a few round trips for them all (the API's concurrent single submissions).
 
     Returns:
-        Each job's id, or why it was refused (:class:`Forbidden`, :class:`SpecError`: nothing
-        of it written), in order; the jobs not refused are written and audited all the same.
+        Each job's id with its warnings (judged alone: the request's own submission), or
+        why it was refused (:class:`Forbidden`, :class:`SpecError`: nothing of it written),
+        in order; the jobs not refused are written and audited all the same.
     """
     outcomes: list[str | OrchError] = []
     for who, spec in requests:
@@ -163,7 +183,14 @@ def submit_each(
         for i, outcome in enumerate(outcomes)
         if isinstance(outcome, str)
     )
-    return outcomes
+    answers: list[Submitted | OrchError] = []
+    for done, (_, spec) in zip(outcomes, requests, strict=True):
+        if isinstance(done, OrchError):
+            answers.append(done)
+        else:  # no store read for a job without a deadline (the hot path)
+            warnings = _warnings(deadline_checks(store, [spec]), plan_declines(store, [spec]))
+            answers.append(Submitted(ids=[done], warnings=warnings))
+    return answers
 
 
 def _entry(who: Principal, action: str, target: str, detail: str) -> dict[str, str]:
@@ -260,6 +287,45 @@ def read_job(store: JobStore, who: Principal, ref: str) -> JobRecord:
     if len(readable) > 1:
         raise AmbiguousJob(ref, [rec.id for rec in readable])
     return readable[0]
+
+
+def read_logs(
+    store: JobStore, who: Principal, ref: str, *, rank: int | None = None, tail: int | None = None
+) -> list[LogEntry]:
+    """The output kept of the job ``ref`` names (``tail`` lines of each rank, only ``rank``'s
+    if given), oldest first: whoever may read the job may read its output.
+
+    Raises:
+        JobNotFound, AmbiguousJob: as :func:`read_job`.
+    """
+    return store.logs.tail(read_job(store, who, ref).id, rank=rank, count=tail)
+
+
+def follow_logs(
+    store: JobStore,
+    who: Principal,
+    ref: str,
+    *,
+    rank: int | None = None,
+    tail: int | None = None,
+) -> Iterator[list[LogEntry]]:
+    """Follow the output of the job ``ref`` names, as ``orch logs -f`` and the API's stream
+    both do: the lines kept as a first batch, then batches of new lines until the job ends
+    and its last lines are drained (see ``LogStore.follow``; an empty batch: nothing came
+    for a couple of seconds).
+
+    Not a generator itself: the job is found and the principal's right to read it checked
+    at the call, so the API refuses (404) before its stream's 200 is sent.
+
+    Raises:
+        JobNotFound, AmbiguousJob: as :func:`read_job` (at the call).
+    """
+    job_id = read_job(store, who, ref).id
+
+    def ended() -> bool:
+        return store.get(job_id).terminal
+
+    return store.logs.follow(job_id, ended, rank=rank, tail=tail)
 
 
 def list_jobs(

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.errors import ApiError
 
 if TYPE_CHECKING:
     from orchestrator.api.identity import Principal
-    from orchestrator.api.models import JobDetail, JobView, Usage, WhoAmI
+    from orchestrator.api.models import JobDetail, JobView, Submitted, Usage, WhoAmI
     from orchestrator.client import Client
     from orchestrator.spec import JobSpec
     from orchestrator.store import JobStore
@@ -30,18 +29,10 @@ if TYPE_CHECKING:
     from orchestrator.store.tokens import Role, TokenInfo
     from orchestrator.teams import TeamConfig
 
-__all__ = ["ApiBackend", "Backend", "StoreBackend", "Submission", "connect"]
+__all__ = ["ApiBackend", "Backend", "StoreBackend", "connect"]
 
 ENDED = ("finished", "failed", "cancelled")
 """The states a job ends in (what `orch wait` waits for)."""
-
-
-@dataclass(frozen=True)
-class Submission:
-    """What a submission did: the jobs' ids in order, and warnings to show (deadline checks)."""
-
-    ids: list[str]
-    warnings: list[str] = field(default_factory=list)
 
 
 class Backend(Protocol):
@@ -55,7 +46,7 @@ class Backend(Protocol):
 
     def submit(
         self, specs: Sequence[JobSpec], *, strict: bool, working_dir: bytes | None
-    ) -> Submission: ...
+    ) -> Submitted: ...
     def list(
         self, *, states: Sequence[str] | None, team: str | None, job_class: str | None, limit: int
     ) -> builtins.list[JobView]: ...
@@ -116,10 +107,10 @@ class ApiBackend:
 
     def submit(
         self, specs: Sequence[JobSpec], *, strict: bool, working_dir: bytes | None
-    ) -> Submission:
+    ) -> Submitted:
         if working_dir is not None:
             self.sdk.put_working_dir(working_dir)  # before the jobs that name it
-        return Submission(self.sdk.submit_many(specs, strict=strict))
+        return self.sdk.submit_batch(specs, strict=strict)
 
     def list(
         self, *, states: Sequence[str] | None, team: str | None, job_class: str | None, limit: int
@@ -191,23 +182,13 @@ class StoreBackend:
 
     def submit(
         self, specs: Sequence[JobSpec], *, strict: bool, working_dir: bytes | None
-    ) -> Submission:
+    ) -> Submitted:
         from orchestrator.api import operations
 
         if working_dir is not None:
             operations.store_working_dir(self.store, self.who, working_dir)
-        warnings = [
-            check.message
-            for check in operations.deadline_checks(self.store, specs)
-            if check.message and not (strict and check.ok is False)
-        ]
-        if not strict:  # (with --strict a decline refuses the jobs instead)
-            warnings += [
-                f"{m}; it runs best effort" for m in operations.plan_declines(self.store, specs)
-            ]
         # All or none: the team config refuses none of them, or nothing is queued.
-        ids = operations.submit(self.store, self.who, specs, strict=strict)
-        return Submission(ids, warnings)
+        return operations.submit(self.store, self.who, specs, strict=strict)
 
     def list(
         self, *, states: Sequence[str] | None, team: str | None, job_class: str | None, limit: int
@@ -261,15 +242,10 @@ class StoreBackend:
     ) -> Iterator[LogEntry]:
         from orchestrator.api import operations
 
-        job_id = operations.read_job(self.store, self.who, ref).id
         if not follow:
-            yield from self.store.logs.tail(job_id, rank=rank, count=tail)
+            yield from operations.read_logs(self.store, self.who, ref, rank=rank, tail=tail)
             return
-
-        def ended() -> bool:
-            return self.store.get(job_id).terminal
-
-        for batch in self.store.logs.follow(job_id, ended, rank=rank, tail=tail):
+        for batch in operations.follow_logs(self.store, self.who, ref, rank=rank, tail=tail):
             yield from batch
 
     def whoami(self) -> WhoAmI:

@@ -41,7 +41,7 @@ class Case:
 
 def _job(team: str = "vision", *, cancelled: bool = False) -> Callable[[JobStore], str]:
     def submit(store: JobStore) -> str:
-        (job_id,) = operations.submit(store, ROOT, [job_spec(team)])
+        (job_id,) = operations.submit(store, ROOT, [job_spec(team)]).ids
         if cancelled:
             store.cancel(job_id)
         return job_id
@@ -52,7 +52,7 @@ def _job(team: str = "vision", *, cancelled: bool = False) -> Callable[[JobStore
 def _running_tuned_job(store: JobStore) -> str:
     """A tuned job of team vision that the store says is running (as a scheduler leaves it)."""
     data = {**spec_data(), "tuning": {"enabled": True, "budget": {"trials": 2}}}
-    (job_id,) = operations.submit(store, ROOT, [JobSpec.model_validate(data)])
+    (job_id,) = operations.submit(store, ROOT, [JobSpec.model_validate(data)]).ids
     store.transition(job_id, JobState.PLACED, expect=JobState.QUEUED)
     store.transition(job_id, JobState.RUNNING, expect=JobState.PLACED)
     return job_id
@@ -359,7 +359,7 @@ def test_another_teams_job_is_not_found_exactly_as_a_missing_one(
     """By id or by name, a job of team vision answers the outsider what a job that does not
     exist answers (404, the same body but for the reference), so it learns nothing; an admin
     still reaches it."""
-    job_id = operations.submit(world, ROOT, [job_spec("vision", name="secret-plan")])[0]
+    job_id = operations.submit(world, ROOT, [job_spec("vision", name="secret-plan")]).ids[0]
     world.cancel(job_id)  # ended: a stream answers at once, and nothing can change it now
     before = snapshot(world)
     with http(api, tokens["outsider"]) as client:
@@ -382,7 +382,7 @@ def test_a_name_two_teams_use_names_the_callers_own_job(
     """A name shared with another team's job is the caller's own job, not a conflict listing
     the other team's ids; an admin, who reads both, is asked for the id."""
     vision, speech = (
-        operations.submit(world, ROOT, [job_spec(team, name="shared")])[0]
+        operations.submit(world, ROOT, [job_spec(team, name="shared")]).ids[0]
         for team in ("vision", "speech")
     )
     with http(api, tokens["outsider"]) as client:

@@ -14,6 +14,7 @@ from orchestrator.api import operations
 from orchestrator.api.auth import Claim
 from orchestrator.api.batching import _Waiting, _write
 from orchestrator.api.identity import Principal
+from orchestrator.api.models import Submitted
 from orchestrator.api.server import ApiServer
 from orchestrator.errors import Forbidden, SpecError, Unauthenticated
 from orchestrator.store import JobStore
@@ -60,8 +61,10 @@ def test_one_batch_answers_each_request_on_its_own(store: JobStore) -> None:
         outcomes = _write(store, waiting)
     finally:
         loop.close()
-    first, refused, forbidden, unlisted, second = outcomes
-    assert isinstance(first, str) and isinstance(second, str)
+    written, refused, forbidden, unlisted, again = outcomes
+    assert isinstance(written, Submitted) and isinstance(again, Submitted)
+    ((first,), (second,)) = written.ids, again.ids
+    assert written.warnings == again.warnings == []
     assert isinstance(refused, Unauthenticated)
     assert isinstance(forbidden, Forbidden)
     assert isinstance(unlisted, SpecError) and "team: 'speech'" in str(unlisted.problems)

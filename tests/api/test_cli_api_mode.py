@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.api.server import ApiServer
 from orchestrator.store import JobStore
-from tests.api.conftest import spec_data
+from tests.api.conftest import http, spec_data
 
 
 def orch(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -163,3 +163,43 @@ def test_show_through_the_api_never_prints_a_traceback_for_an_odd_job(
         out = orch("show", job_id, env=as_token(api, tokens["admin"]))
         assert out.returncode == 0, out.stderr
         assert "Traceback" not in out.stdout + out.stderr and job_id in out.stdout
+
+
+def _deadline_job(path: Path, name: str) -> Path:
+    """A vision bulk job of 100,000 samples due in 1,000 s, as a file."""
+    spec = {
+        "name": name,
+        "team": "vision",
+        "class": "bulk",
+        "workload": "cnn",
+        "resources": {"gpus": 4},
+        "sla": {"throughput": {"work_samples": 100_000, "deadline_s": 1000.0}},
+    }
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_submit_warns_the_same_directly_and_through_the_api(
+    api: ApiServer, store: JobStore, tokens: dict[str, str], direct: dict[str, str], tmp_path: Path
+) -> None:
+    """The deadline warnings are built where the jobs are queued (operations.submit), so
+    `orch submit` prints the same ones, and the same `-o json`, in either mode; a single
+    `POST /v1/jobs` (written with the concurrent ones) answers its own."""
+    store.profiles.save("tuned", {"chosen": {"samples_per_s": 80.0}})  # 1,250 s: too slow
+    files = [_deadline_job(tmp_path / f"{n}.json", n) for n in ("tuned", "untuned")]
+    expected = [
+        "job 'tuned': sla.throughput.deadline_s 1000 s cannot be met: 100000 samples at the "
+        "tuned 80.0 samples/s on up to 4 GPUs take 1,250 s",
+        "job 'untuned': deadline not checked: no tuned rate yet (`orch tune` the job file first)",
+    ]
+    for env in (direct, as_token(api, tokens["member"])):
+        out = orch("submit", *map(str, files), "-o", "json", env=env)
+        assert out.returncode == 0, out.stderr
+        reply = json.loads(out.stdout)
+        assert len(reply["ids"]) == 2 and reply["warnings"] == expected
+        warned = [line for line in out.stderr.splitlines() if "no scheduler" not in line]
+        assert warned == [f"warning: {m}" for m in expected], out.stderr
+    assert len(store.list()) == 4
+    with http(api, tokens["member"]) as client:
+        single = client.post("/v1/jobs", json=json.loads(files[0].read_text()))
+    assert single.status_code == 201 and single.json()["warnings"] == expected[:1]

@@ -118,12 +118,12 @@ def running(store: JobStore, tmp_path: Path) -> Iterator[tuple[ControlLoop, list
     root = Principal.local("alice")
     ids = operations.submit(
         store, root, [job_spec("vision", "eval-a"), job_spec("vision", "eval-b")]
-    )
-    ids += operations.submit(store, root, [job_spec("speech", "asr")])
+    ).ids
+    ids += operations.submit(store, root, [job_spec("speech", "asr")]).ids
     loop.round()
     loop.round()
     wide = JobSpec.model_validate({**spec_data("vision", "eval-wide"), "resources": {"gpus": 2}})
-    ids += operations.submit(store, root, [wide])  # 1 GPU is free: it waits
+    ids += operations.submit(store, root, [wide]).ids  # 1 GPU is free: it waits
     loop.round()
     store.tune_reports.save(ids[0], TUNING)
     now = time.time()
@@ -180,7 +180,7 @@ def test_a_member_signs_in_sees_its_jobs_opens_one_and_cancels_it(
     tmp_path: Path,
 ) -> None:
     loop, (first, second, other, wide) = running
-    done = operations.submit(store, Principal.local("alice"), [job_spec("vision", "done")])[0]
+    done = operations.submit(store, Principal.local("alice"), [job_spec("vision", "done")]).ids[0]
     for state in (JobState.PLACED, JobState.RUNNING):
         store.transition(done, state)
     store.put_metrics(done, {"p95_ms": 12.0, "samples_per_s": 500.0, "step": 9})
@@ -294,8 +294,8 @@ def test_job_rows_and_metrics_history_follow_the_roles(
     store: JobStore, api: ApiServer, tokens: dict[str, str]
 ) -> None:
     root = Principal.local("alice")
-    ours = operations.submit(store, root, [job_spec("vision", f"v{i}") for i in range(3)])
-    theirs = operations.submit(store, root, [job_spec("speech", "s0")])
+    ours = operations.submit(store, root, [job_spec("vision", f"v{i}") for i in range(3)]).ids
+    theirs = operations.submit(store, root, [job_spec("speech", "s0")]).ids
     store.put_metrics(ours[0], {"p95_ms": 12.0, "samples_per_s": 100.0})
     store.put_metrics(ours[0], {"p95_ms": 14.0, "samples_per_s": 110.0})
 

@@ -38,7 +38,7 @@ def test_anything_else_is_refused_in_words(cursor: str) -> None:
 
 
 def _ended_job(store: JobStore) -> str:
-    (job_id,) = operations.submit(store, Principal.local("root"), [job_spec()])
+    (job_id,) = operations.submit(store, Principal.local("root"), [job_spec()]).ids
     store.cancel(job_id)
     return job_id
 
@@ -75,7 +75,7 @@ def test_a_list_limit_out_of_bounds_is_422_naming_it(
 def test_a_stream_whose_store_fails_ends_with_an_error_event(
     api: ApiServer, store: JobStore, tokens: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (job_id,) = operations.submit(store, Principal.local("root"), [job_spec()])
+    (job_id,) = operations.submit(store, Principal.local("root"), [job_spec()]).ids
 
     def down(*args: Any, **kwargs: Any) -> Any:
         raise RedisConnectionError("Connection refused")

@@ -41,7 +41,7 @@ def _operations(api: ApiServer) -> list[Any]:
 
 def _ended_job(store: JobStore) -> str:
     """A cancelled job: the streams of its events and output end at once."""
-    (job_id,) = operations.submit(store, Principal.local("root"), [job_spec(name="ended")])
+    (job_id,) = operations.submit(store, Principal.local("root"), [job_spec(name="ended")]).ids
     store.cancel(job_id)
     return job_id
 

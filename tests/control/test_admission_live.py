@@ -125,7 +125,7 @@ def test_strict_refuses_what_the_plan_declines_and_writes_nothing(
     assert float(earliest[1].replace(",", "")) == pytest.approx(2260, abs=5)
     assert len(store.list()) == 1  # nothing of 'later' written
     # without --strict it is queued, and the scheduler's verdict says why it runs best effort
-    job_id = operations.submit(store, who, [_spec("later", 2000)])[0]
+    job_id = operations.submit(store, who, [_spec("later", 2000)]).ids[0]
     loop.admit(loop.observe())
     assert not loop.admission.verdicts[job_id].admitted
     # two jobs of one batch are judged together, EDF: the second no longer fits beside the first

@@ -74,7 +74,7 @@ def test_strict_submission_refuses_and_writes_nothing(store: JobStore) -> None:
         operations.submit(store, who, [_spec()], strict=True)
     assert store.list() == []
     # without --strict it is queued (the CLI prints the check as a warning)
-    assert len(operations.submit(store, who, [_spec()])) == 1
+    assert len(operations.submit(store, who, [_spec()]).ids) == 1
 
 
 def test_orch_submit_strict(

@@ -75,7 +75,7 @@ async def submit(
     if strict:
         return _submitted(await _in_thread(partial(_submit, store, claim, [spec], strict)))
     submitter: Submitter = request.app.state.submitter  # written with concurrent ones
-    return _submitted([await submitter.submit(claim, spec)])
+    return _submitted(await submitter.submit(claim, spec))
 
 
 @router.post("/jobs/batch", status_code=201, response_model=Submitted)
@@ -86,14 +86,14 @@ async def submit_batch(
     return _submitted(await _in_thread(partial(_submit, store, claim, batch.jobs, strict)))
 
 
-def _submit(store: JobStore, claim: Claim, specs: list[JobSpec], strict: bool) -> list[str]:
+def _submit(store: JobStore, claim: Claim, specs: list[JobSpec], strict: bool) -> Submitted:
     return operations.submit(store, claim.confirm(store), specs, strict=strict)
 
 
-def _submitted(ids: list[str]) -> Response:
+def _submitted(submitted: Submitted) -> Response:
     # Encoded here: returning the model would have FastAPI validate it again and pass it
     # through its generic encoder, a few percent of a submission's time for a list of ids.
-    body = Submitted(ids=ids).model_dump_json()
+    body = submitted.model_dump_json()
     return Response(body, status_code=201, media_type="application/json")
 
 

@@ -17,7 +17,6 @@ from orchestrator.api.auth import Store, Who
 from orchestrator.api.params import MAX_RANK, MAX_TAIL
 from orchestrator.api.routers.jobs import Ref, stream_error
 from orchestrator.errors import OrchError
-from orchestrator.store import JobStore
 from orchestrator.store.logs import LogEntry
 
 __all__ = ["router"]
@@ -29,15 +28,13 @@ Tail = Annotated[
     int | None,
     Query(ge=1, le=MAX_TAIL, description="Only the last this many lines of each rank."),
 ]
-_BLOCK_MS = 2000  # under redis-py's default 5 s socket timeout, which a block must not reach
 
 
 @router.get("/jobs/{ref}/logs")
 def logs(ref: Ref, who: Who, store: Store, rank: Rank = None, tail: Tail = None) -> list[LogEntry]:
     """The job's captured output so far (the last ~2,000 lines of each rank are kept), oldest
     first across ranks; each line says its rank and stream (``out`` or ``err``)."""
-    job_id = operations.read_job(store, who, ref).id
-    return store.logs.tail(job_id, rank=rank, count=tail)
+    return operations.read_logs(store, who, ref, rank=rank, tail=tail)
 
 
 @router.get(
@@ -52,16 +49,13 @@ def follow_logs(
     line as it is written (``event: log``, the line as JSON data), until the job ends; a
     comment line every few seconds keeps the stream open. Should the store fail meanwhile, an
     ``event: error`` (``{"detail", "status"}``) ends it."""
-    job_id = operations.read_job(store, who, ref).id
-    return StreamingResponse(_stream(store, job_id, rank, tail), media_type="text/event-stream")
+    batches = operations.follow_logs(store, who, ref, rank=rank, tail=tail)
+    return StreamingResponse(_stream(batches), media_type="text/event-stream")
 
 
-def _stream(store: JobStore, job_id: str, rank: int | None, tail: int | None) -> Iterator[str]:
-    def ended() -> bool:
-        return store.get(job_id).terminal
-
+def _stream(batches: Iterator[list[LogEntry]]) -> Iterator[str]:
     try:  # the 200 is sent: a failure can only end the stream, saying why
-        for batch in store.logs.follow(job_id, ended, rank=rank, tail=tail, block_ms=_BLOCK_MS):
+        for batch in batches:
             if not batch:
                 yield ": waiting\n\n"
             for entry in batch:
