@@ -142,6 +142,13 @@ class JobEnded(OrchError):
         super().__init__(f"job {job_id} is already {state}")
 
 
+class NotAService(OrchError):
+    """A service's endpoint was asked of a job that is not a service with an endpoint
+    (``serve.endpoint: true``)."""
+
+    exit_code = 2
+
+
 class Unauthenticated(OrchError):
     """An API request carried no token, or one that is unknown, malformed or revoked."""
 

@@ -76,6 +76,7 @@ class WorkerActor:
         self._warm = False  # warmed up before it was given a job (see warm_up)
         self._set_up = threading.Event()  # a run's harness is built (see is_set_up)
         self._working_dir: bytes | None = None  # a command job's archive (see run)
+        self._requests: Any = None  # a service endpoint's queue, handed to its run
         _close_ray_logs()
 
     def warm_up(self, imports: tuple[str, ...] = (), *, gpuless: bool = False) -> dict[str, float]:
@@ -191,6 +192,7 @@ class WorkerActor:
         fence: Callable[[], bool] | None = None,
         run_tag: str = "",
         working_dir: bytes | None = None,
+        requests: Any = None,
     ) -> dict[str, Any]:
         """Run the harness for ``config_dict`` (see ``HarnessConfig.from_dict``).
 
@@ -203,6 +205,8 @@ class WorkerActor:
         unprivileged user (:mod:`workers.sandbox`); this actor relays its reports, output and
         stop requests. A command job's script runs the same way (:mod:`workers.command`),
         from ``working_dir``, its archive as stored (checked against its digest there).
+        ``requests``: a service endpoint's request queue (``serve.endpoint``), held by this
+        trusted worker (it carries the store's address): its run takes requests from it.
 
         Returns:
             ``RunResult.to_dict()``.
@@ -220,6 +224,7 @@ class WorkerActor:
         rank = self.rank if rank is None else rank
         args = (config_dict, init_method, checkpoint_dir, rank, world_size, fence, run_tag)
         self._working_dir = working_dir
+        self._requests = requests
         if self._log_sink_factory is None:
             return self._run(*args)
         from workers.logs import OutputCapture
@@ -285,6 +290,7 @@ class WorkerActor:
             num_threads=self._num_threads,
             fence=fence,
             run_tag=run_tag,
+            requests=self._requests,
         )
         self._set_up.set()
         try:

@@ -223,6 +223,7 @@ def _serve_problems(serve: dict[str, Any], duration_s: float | None) -> list[str
         "load_test",
         "start_at",
         "stopped_at",
+        "endpoint",
     }
     unknown = sorted(set(serve) - known)
     if unknown:
@@ -238,6 +239,8 @@ def _serve_problems(serve: dict[str, Any], duration_s: float | None) -> list[str
         v = serve.get(key)
         if v is not None and not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
             p.append(f"serve.{key} must be a finite number >= 0, got {v!r}")
+    if not isinstance(serve.get("endpoint", False), bool):
+        p.append(f"serve.endpoint must be true or false, got {serve.get('endpoint')!r}")
     if serve.get("quantize", "none") not in ("none", "int8", None):
         p.append(f"serve.quantize must be none or int8, got {serve.get('quantize')!r}")
     for key in ("start_at", "stopped_at"):

@@ -69,6 +69,8 @@ class Harness:
             status ``fenced`` at once: no checkpoint, no report (a newer copy of the run owns
             them). Give it to rank 0 alone; ``None``: always current.
         run_tag: this run's tag in its checkpoint files (``workers.checkpoint.run_tag``).
+        requests: a service endpoint's request queue (``serve.endpoint``; see
+            :mod:`workers.serve_endpoint`), handed over by the trusted worker.
 
     Attributes:
         lr: the optimizer's learning rate, ``config.lr`` scaled to this run's global batch by
@@ -96,6 +98,7 @@ class Harness:
         num_threads: int | None = None,
         fence: Callable[[], bool] | None = None,
         run_tag: str = "",
+        requests: Any = None,
     ) -> None:
         if world_size < 1 or not 0 <= rank < world_size:
             raise HarnessConfigError(f"rank must be in [0, {world_size}), got {rank}")
@@ -112,6 +115,7 @@ class Harness:
         self._should_stop = should_stop or (lambda: False)
         self._fence = fence or (lambda: True)
         self._run_tag = run_tag
+        self._requests = requests  # a service endpoint's queue (workers.serve_endpoint)
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         self.device = resolve_device(device, rank)
@@ -186,6 +190,10 @@ class Harness:
 
             if self.config.serve.get("load_test") is not None:  # a tuning trial
                 return load_test_run(self)
+            if self.config.serve.get("endpoint"):
+                from workers.serve_endpoint import EndpointServe
+
+                return EndpointServe(self, self._requests).execute()
             return ServeRun(self).execute()
         run = RunLoop(self)
         try:

@@ -73,6 +73,9 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         await auth.aclose()
+        ingress = getattr(app.state, "ingress", None)
+        if ingress is not None:
+            await ingress.aclose()
 
     app = FastAPI(
         title="SLA Orchestrator",
@@ -84,7 +87,14 @@ def create_app(
     app.state.store = store
     app.state.auth = auth
     app.state.submitter = submitter = Submitter(store)
-    for router in (routers.jobs, routers.workdirs, routers.logs, routers.pool, routers.access):
+    for router in (
+        routers.jobs,
+        routers.workdirs,
+        routers.logs,
+        routers.pool,
+        routers.access,
+        routers.services,
+    ):
         app.include_router(router)
     if metrics_public is None:
         metrics_public = metrics.metrics_public()

@@ -42,12 +42,14 @@ from orchestrator.store.async_tokens import AsyncTokens
 __all__ = [
     "CLAIM_KEY",
     "Authenticator",
+    "Caller",
     "Claim",
     "Claimed",
     "Store",
     "Who",
     "authenticate",
     "bearer_token",
+    "caller",
     "confirm_each",
     "principal",
     "store_of",
@@ -131,11 +133,12 @@ async def claimed(
         Unauthenticated: no bearer token, or one that is unknown, malformed or revoked.
     """
     claim = request.scope.get(CLAIM_KEY)
-    if isinstance(claim, Claim):
-        return claim
-    token = None if credentials is None else credentials.credentials
-    auth: Authenticator = request.app.state.auth
-    return Claim(token or "", await auth.principal(token), fresh=True)
+    if not isinstance(claim, Claim):
+        token = None if credentials is None else credentials.credentials
+        auth: Authenticator = request.app.state.auth
+        claim = Claim(token or "", await auth.principal(token), fresh=True)
+    claim.principal.check_not_service()
+    return claim
 
 
 async def principal(
@@ -144,6 +147,22 @@ async def principal(
 ) -> Principal:
     """The principal the request's bearer token speaks for, as stored now (the body-limit
     middleware's check when it read the token for this request, else read here).
+
+    Raises:
+        Unauthenticated: no bearer token, or one that is unknown, malformed or revoked.
+    """
+    who = await caller(request, credentials)
+    who.check_not_service()
+    return who
+
+
+async def caller(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """Whom the request's bearer token speaks for, service tokens included: only a service's
+    endpoint takes this (it lets a service token through to its own service); every other
+    route takes :func:`principal`.
 
     Raises:
         Unauthenticated: no bearer token, or one that is unknown, malformed or revoked.
@@ -237,7 +256,10 @@ Store = Annotated[JobStore, Depends(store_of)]
 """A route parameter: the app's job store."""
 
 Who = Annotated[Principal, Depends(principal)]
-"""A route parameter: the authenticated principal (401 without one)."""
+"""A route parameter: the authenticated principal (401 without one; 403 for a service token)."""
+
+Caller = Annotated[Principal, Depends(caller)]
+"""A route parameter of a service's endpoint only: the principal, service tokens included."""
 
 Claimed = Annotated[Claim, Depends(claimed)]
 """A route parameter: the principal as checked before the body was read, which the route

@@ -6,6 +6,8 @@ The rules (see docs/operator-guide.md, "Tokens and roles"):
 - ``member`` (always of one team): submits jobs for its own team only (a job naming another
   team is refused with 403, never rewritten), cancels that team's jobs, reads that team's jobs.
 - ``viewer``: reads: one team's jobs, or every team's when it has no team.
+- ``service``: sends requests to one service's endpoint; every other route refuses it (403),
+  and it reads, submits and cancels nothing.
 
 A job a principal may not read is not found (``orchestrator.api.operations.read_job``): the
 same 404 as a missing one, which tells an outsider nothing about another team's names.
@@ -33,17 +35,30 @@ class Principal:
         role: what it may do.
         team: the team whose jobs it reaches; ``None`` for an admin or a viewer of all teams.
         token_id: the token it authenticated with (``None`` for direct store access).
+        service: the one service a ``service`` principal may call.
     """
 
     name: str
     role: Role
     team: str | None = None
     token_id: str | None = None
+    service: str | None = None
 
     @classmethod
     def of_token(cls, info: TokenInfo) -> Principal:
         """The principal a live token speaks for."""
-        return cls(info.name, info.role, info.team, info.id)
+        return cls(info.name, info.role, info.team, info.id, info.service)
+
+    def check_not_service(self) -> None:
+        """Refuse a service token on any route but its service's endpoint.
+
+        Raises:
+            Forbidden: a service principal.
+        """
+        if self.role is Role.SERVICE:
+            raise Forbidden(
+                f"{self.describe()} reaches only the endpoint of service {self.service!r}"
+            )
 
     @classmethod
     def local(cls, name: str | None = None) -> Principal:
@@ -60,10 +75,13 @@ class Principal:
     @property
     def reads_all(self) -> bool:
         """Whether it reads every team's jobs (an admin, or a viewer with no team)."""
-        return self.role is Role.ADMIN or self.team is None
+        return self.role is Role.ADMIN or (self.team is None and self.role is Role.VIEWER)
 
     def may_read(self, team: str) -> bool:
-        """Whether it reads the jobs of ``team`` (its own team's, or every team's)."""
+        """Whether it reads the jobs of ``team`` (its own team's, or every team's; a service
+        token reads none)."""
+        if self.role is Role.SERVICE:
+            return False
         return self.reads_all or team == self.team
 
     def check_read(self, team: str) -> None:
@@ -85,6 +103,7 @@ class Principal:
             return
         if self.role is Role.VIEWER:
             raise Forbidden(f"{self.describe()} may only read")
+        self.check_not_service()
         if team != self.team:
             raise Forbidden(
                 f"{self.describe()} cannot submit or cancel jobs of team {team!r} "

@@ -288,6 +288,7 @@ def metrics(request: Request) -> Response:
     if not request.app.state.metrics_public:
         scheme, token = get_authorization_scheme_param(request.headers.get("Authorization"))
         live = token if scheme.lower() == "bearer" and token else None
-        authenticate(request.app.state.store, live)  # 401 unless a live token
+        # 401 unless a live token; 403 for a service token (it reaches only its endpoint)
+        authenticate(request.app.state.store, live).check_not_service()
     registry: CollectorRegistry = request.app.state.metrics_registry
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

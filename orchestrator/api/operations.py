@@ -20,8 +20,10 @@ from orchestrator.errors import (
     Forbidden,
     JobEnded,
     JobNotFound,
+    NotAService,
     OrchError,
     SpecError,
+    TokenNotFound,
     TuneError,
 )
 from orchestrator.sla import (
@@ -566,6 +568,14 @@ def create_token(
         SpecError: a member token without a team, or a team the team config refuses.
     """
     who.check_admin("create tokens")
+    if role is Role.SERVICE:
+        raise SpecError(
+            "role",
+            [
+                "a service token is made for its service: POST /v1/services/{job}/tokens "
+                "(orch tokens create --service JOB)"
+            ],
+        )
     if role is Role.MEMBER and team is None:
         raise SpecError("token", ["team is required for a member (a member acts for one team)"])
     config = store.teams()
@@ -596,6 +606,58 @@ def list_tokens(store: JobStore, who: Principal) -> list[TokenInfo]:
     """
     who.check_admin("list tokens")
     return store.tokens.list()
+
+
+def create_service_token(
+    store: JobStore, who: Principal, ref: str, name: str
+) -> tuple[str, TokenInfo]:
+    """Make a token that reaches one service's endpoint and nothing else, for the service's
+    own clients: an admin or a member of the service's team may.
+
+    Raises:
+        JobNotFound: ``ref`` names no job the principal may read.
+        Forbidden: a viewer, or a member of another team.
+        NotAService: the job is not a service with an endpoint.
+    """
+    rec = read_job(store, who, ref)
+    who.check_write(rec.team)
+    check_endpoint(rec)
+    token, info = store.tokens.create(
+        name=name, role=Role.SERVICE, team=rec.team, created_by=who.name, service=rec.id
+    )
+    _audit(store, who, "tokens.create", [info.id], f"service {rec.id} for {name}")
+    return token, info
+
+
+def revoke_service_token(store: JobStore, who: Principal, ref: str, token_id: str) -> TokenInfo:
+    """Revoke a token of one service (an admin or a member of its team may).
+
+    Raises:
+        JobNotFound: ``ref`` names no job the principal may read.
+        Forbidden: a viewer, or a member of another team.
+        TokenNotFound: no token of this service has that id.
+    """
+    rec = read_job(store, who, ref)
+    who.check_write(rec.team)
+    if store.tokens.get(token_id).service != rec.id:
+        raise TokenNotFound(token_id)
+    info = store.tokens.revoke(token_id, by=who.name)
+    _audit(store, who, "tokens.revoke", [token_id], info.name)
+    return info
+
+
+def check_endpoint(rec: JobRecord) -> None:
+    """Refuse a job that is not a service with an endpoint.
+
+    Raises:
+        NotAService: no ``serve:``, or ``serve.endpoint`` is false.
+    """
+    serve = rec.spec.serve
+    if serve is None or not serve.endpoint:
+        raise NotAService(
+            f"job {rec.id} is not a service with an endpoint: its job file needs serve: with "
+            "endpoint: true"
+        )
 
 
 def revoke_token(store: JobStore, who: Principal, token_id: str) -> TokenInfo:

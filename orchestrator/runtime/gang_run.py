@@ -55,6 +55,9 @@ class GangRun(threading.Thread):
             ``orchestrator.store.sink.RunFence``); ``None``: always.
         working_dirs: a command job's working directory digest -> its archive in Ray's object
             store (see :mod:`orchestrator.runtime.workdir`), handed to every rank's run.
+        requests: picklable; a service endpoint's request queue
+            (``orchestrator.store.ingress.ReplicaQueue``), handed to every rank's run: each
+            rank is one replica taking requests from it.
 
     Attributes:
         settled: set once the gang is placed and its workers are set up (rank 0 built its
@@ -76,10 +79,12 @@ class GangRun(threading.Thread):
         evicted: list[WarmWorker] | None = None,
         fence: Callable[[], bool] | None = None,
         working_dirs: Callable[[str], Any] | None = None,
+        requests: Any = None,
     ) -> None:
         super().__init__(name=f"{launch.kind}-{launch.job_id}", daemon=True)
         self.fence = fence
         self.working_dirs = working_dirs
+        self.requests = requests
         self.launch = launch
         self.job_id = launch.job_id
         self.emit = emit
@@ -271,6 +276,7 @@ class GangRun(threading.Thread):
                 fence=self.fence if i == 0 else None,
                 run_tag=tag,
                 working_dir=archive,
+                requests=self.requests,
             )
             for i, a in enumerate(self._actors)
         ]

@@ -101,6 +101,7 @@ class RayRuntime:
     def launch(self, launch: Launch) -> None:
         """See :meth:`Runtime.launch`."""
         from orchestrator.store import LogSink, MetricsSink, RunFence
+        from orchestrator.store.ingress import ReplicaQueue
 
         emit = functools.partial(self._emit, launch.job_id, launch.serial)
         kw: dict[str, Any] = {
@@ -121,6 +122,12 @@ class RayRuntime:
                 logs = functools.partial(LogSink, self.redis_url, self.namespace, launch.job_id)
                 fence = RunFence(self.redis_url, self.namespace, launch.job_id, launch.generation)
                 zips = functools.partial(working_dir_ref, self.redis_url, self.namespace)
+                serve = launch.spec.serve
+                queue = (
+                    ReplicaQueue(self.redis_url, self.namespace, launch.job_id)
+                    if serve is not None and serve.endpoint
+                    else None
+                )
                 run = GangRun(
                     launch,
                     emit,
@@ -129,6 +136,7 @@ class RayRuntime:
                     warm=warm,
                     fence=fence,
                     working_dirs=zips,
+                    requests=queue,
                     **kw,
                 )
             self._runs[launch.job_id] = run

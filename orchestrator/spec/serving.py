@@ -85,6 +85,12 @@ class ServeSpec(SpecModel):
         description="when the run before last reported serving (Unix seconds), set by the "
         "scheduler with start_at: requests due since then count as dropped",
     )
+    endpoint: bool = Field(
+        default=False,
+        description="true: answer real requests sent to the service's endpoint "
+        "(POST /v1/services/{id}/infer; orch load sends them) instead of generating its own; "
+        "rate_rps or trace is then the load the SLA and the tuner are about",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> Self:
@@ -111,4 +117,5 @@ class ServeSpec(SpecModel):
             "quant_tolerance": self.quant_tolerance,
             "start_at": self.start_at,
             "stopped_at": self.stopped_at,
+            "endpoint": self.endpoint,
         }

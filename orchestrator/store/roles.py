@@ -10,8 +10,10 @@ __all__ = ["Role"]
 
 class Role(StrEnum):
     """What a principal may do. ``admin``: teams, tokens and any job; ``member``: submit for
-    its own team and cancel that team's jobs; ``viewer``: read."""
+    its own team and cancel that team's jobs; ``viewer``: read; ``service``: send requests to
+    one service's endpoint and nothing else (a token for the service's own clients)."""
 
     ADMIN = "admin"
     MEMBER = "member"
     VIEWER = "viewer"
+    SERVICE = "service"

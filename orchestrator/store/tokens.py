@@ -42,6 +42,8 @@ class TokenInfo(BaseModel):
         role: what it may do (see :class:`Role`).
         created_at, created_by: when and by whom it was made.
         revoked_at, revoked_by: when and by whom it was revoked, if it was.
+        service: the one service (a job id) a ``service`` token reaches; ``None`` for the
+            other roles.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -54,11 +56,14 @@ class TokenInfo(BaseModel):
     created_by: str
     revoked_at: float | None = None
     revoked_by: str | None = None
+    service: str | None = Field(default=None, pattern=NAME_PATTERN)
 
     @model_validator(mode="after")
     def _member_has_team(self) -> Self:
-        if self.role is Role.MEMBER and self.team is None:
-            raise ValueError("a member token needs a team")
+        if self.role in (Role.MEMBER, Role.SERVICE) and self.team is None:
+            raise ValueError(f"a {self.role.value} token needs a team")
+        if (self.role is Role.SERVICE) != (self.service is not None):
+            raise ValueError("a service token names its service, and only a service token does")
         return self
 
     @property
@@ -71,7 +76,13 @@ class TokenStore(KeyFamily):
     """The API tokens of one namespace (``{ns}:tokens``)."""
 
     def create(
-        self, *, name: str, role: Role, team: str | None, created_by: str
+        self,
+        *,
+        name: str,
+        role: Role,
+        team: str | None,
+        created_by: str,
+        service: str | None = None,
     ) -> tuple[str, TokenInfo]:
         """Make a new token.
 
@@ -90,6 +101,7 @@ class TokenStore(KeyFamily):
                 role=role,
                 created_at=time.time(),
                 created_by=created_by,
+                service=service,
             )
             secret = secrets.token_urlsafe(32)
             record = {**info.model_dump(mode="json"), "sha256": _digest(secret)}

@@ -1,0 +1,471 @@
+"""A service's endpoint in the store: requests in, answers out, which replicas are ready, and
+every request's latency as measured where it arrived.
+
+Why Redis streams and not Ray Serve's proxy and router: a service's replicas are the job's
+gang, on the GPUs the scheduler granted, and a team's model runs in the sandboxed child as the
+job's own uid (``workers.sandbox``). Ray Serve runs its replicas as Ray actors it places itself
+(its controller decides where and how many) under the operator's user, and its proxy has no
+authentication: the scheduler's grants, the trust boundary and the team's tokens would each
+need working around. A consumer group over one stream per service is the router instead:
+
+- the API's ingress (``orchestrator.api.routers.services``) checks the caller, validates the
+  body, appends the request (``XADD``, capped at :data:`QUEUE_MAXLEN`) and waits for its
+  answer (``BLPOP`` on a list of its own, with the request's timeout);
+- each replica reads up to its batch (``XREADGROUP`` in group :data:`GROUP`, one consumer per
+  replica), so requests go to whichever replica is free, answers each request (``RPUSH`` of
+  its list, which expires) and acknowledges it;
+- a replica is *ready* once its model is loaded and has run a first batch: it says so in
+  ``ready`` with a time it holds until (renewed every second); the ingress answers 503 at
+  once when no replica is ready. A replica that stops (a scale-down, a cancel) first stops
+  taking requests and answers those it took (a drain), then leaves ``ready``: the replicas
+  that stay serve throughout.
+
+The ingress measures each request, arrival to answer, into log-spaced buckets (relative error
+:data:`GAMMA` - 1) kept for the service's whole life and per :data:`WINDOW_S` window: the
+figures, the SLA's attainment over windows and the verdict survive every relaunch and scale,
+and take bounded space per window.
+
+Keys (``ns:svc:{id}:...``): ``req`` stream, ``ans:{rid}`` list, ``ready`` hash (replica ->
+JSON facts), ``life`` hash (bucket -> count, and the outcome counters), ``win:{k}`` hash (one
+window's buckets and counters), ``wins`` zset (window numbers).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+
+__all__ = [
+    "GAMMA",
+    "GROUP",
+    "OUTCOMES",
+    "WINDOW_S",
+    "ReplicaQueue",
+    "Request",
+    "ServiceFigures",
+    "bucket_of",
+    "figures_of",
+    "quantile",
+    "service_keys",
+]
+
+GROUP = "replicas"
+QUEUE_MAXLEN = 10_000
+"""Requests a service's stream holds at most (about: trimmed with ``~``): a burst past it loses
+its oldest waiting requests, which time out at the ingress and are counted there."""
+READY_TTL_S = 3.0
+"""A replica's readiness holds this long unless renewed (every second while it serves): a
+replica that dies stops being offered requests within it."""
+ANSWER_TTL_S = 60
+WINDOW_S = 10.0
+"""The windows over which the SLA's attainment is counted (a window meets it when its
+percentile is within the ceiling)."""
+GAMMA = 1.02
+"""Bucket ``b`` holds latencies in (GAMMA^(b-1), GAMMA^b] ms: a percentile is within 1%."""
+WINDOWS_KEPT = 8640
+"""Windows kept per service (a day of 10 s windows); older ones are dropped, the whole-life
+buckets keep them."""
+OUTCOMES = ("ok", "error", "timeout", "rejected")
+"""What became of a request: answered; failed at the replica (its model raised); not answered
+within its timeout; refused before it was queued (no ready replica, a malformed body)."""
+
+
+def service_keys(namespace: str, job_id: str) -> dict[str, str]:
+    """The keys of one service's endpoint (see the module doc)."""
+    base = f"{namespace}:svc:{job_id}"
+    return {
+        "req": f"{base}:req",
+        "ans": f"{base}:ans:",
+        "ready": f"{base}:ready",
+        "life": f"{base}:life",
+        "win": f"{base}:win:",
+        "wins": f"{base}:wins",
+    }
+
+
+def bucket_of(ms: float) -> int:
+    """The bucket of a latency in milliseconds (see :data:`GAMMA`); 0 holds all up to 1 ms
+    divided finely enough: latencies under 0.01 ms count as 0.01 ms."""
+    return math.ceil(math.log(max(ms, 0.01)) / math.log(GAMMA))
+
+
+def bucket_ms(b: int) -> float:
+    """A bucket's representative latency (the middle of its range, in ms)."""
+    return float(GAMMA ** (b - 0.5))
+
+
+def quantile(buckets: Mapping[int, int], q: float) -> float | None:
+    """The ``q`` quantile (0 < q <= 1) of the latencies counted in ``buckets``; ``None`` for
+    none."""
+    total = sum(buckets.values())
+    if total <= 0:
+        return None
+    rank = max(1, math.ceil(q * total))
+    seen = 0
+    for b in sorted(buckets):
+        seen += buckets[b]
+        if seen >= rank:
+            return bucket_ms(b)
+    return bucket_ms(max(buckets))
+
+
+@dataclass(frozen=True)
+class ServiceFigures:
+    """A service's requests as its ingress measured them.
+
+    Attributes:
+        requests: requests that reached the ingress with a valid body, and were answered,
+            failed, timed out or were rejected (``counts``).
+        p50_ms, p95_ms, p99_ms: the answered requests' latencies, arrival to answer, over
+            the service's whole life.
+        counts: requests per outcome (:data:`OUTCOMES`).
+        windows: windows with requests; ``windows_met``: those whose percentile was within
+            the ceiling asked about, with no request failed or timed out (``None`` when no
+            ceiling was asked about).
+    """
+
+    requests: int
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    counts: dict[str, int]
+    windows: int
+    windows_met: int | None
+
+    @property
+    def attainment(self) -> float | None:
+        """The share of windows meeting the SLA (``None`` without windows or a ceiling)."""
+        if self.windows_met is None or not self.windows:
+            return None
+        return self.windows_met / self.windows
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON."""
+        return {
+            "requests": self.requests,
+            "p50_ms": self.p50_ms,
+            "p95_ms": self.p95_ms,
+            "p99_ms": self.p99_ms,
+            "counts": dict(self.counts),
+            "windows": self.windows,
+            "windows_met": self.windows_met,
+            "attainment": self.attainment,
+        }
+
+
+def _split(raw: Mapping[str, str]) -> tuple[dict[int, int], dict[str, int]]:
+    """A hash of buckets (integer fields) and counters (named fields)."""
+    buckets: dict[int, int] = {}
+    counts: dict[str, int] = {}
+    for k, v in raw.items():
+        try:
+            buckets[int(k)] = int(v)
+        except ValueError:
+            counts[k] = int(v)
+    return buckets, counts
+
+
+def figures_of(
+    life: Mapping[str, str],
+    windows: Iterable[Mapping[str, str]],
+    ceiling: tuple[float, float] | None = None,
+) -> ServiceFigures:
+    """The figures of a service from its ``life`` hash and its windows' hashes; ``ceiling``
+    (``(q, max_ms)``, q in (0, 1]) judges each window."""
+    buckets, counts = _split(life)
+    n_windows = met = 0
+    for raw in windows:
+        wb, wc = _split(raw)
+        if not wb and not any(wc.values()):
+            continue
+        n_windows += 1
+        if ceiling is not None:
+            p = quantile(wb, ceiling[0])
+            failed = wc.get("error", 0) + wc.get("timeout", 0)
+            met += int(p is not None and p <= ceiling[1] and failed == 0)
+    return ServiceFigures(
+        requests=sum(counts.get(k, 0) for k in OUTCOMES),
+        p50_ms=quantile(buckets, 0.50),
+        p95_ms=quantile(buckets, 0.95),
+        p99_ms=quantile(buckets, 0.99),
+        counts={k: counts.get(k, 0) for k in OUTCOMES},
+        windows=n_windows,
+        windows_met=met if ceiling is not None else None,
+    )
+
+
+def record_commands(
+    keys: Mapping[str, str], outcome: str, latency_ms: float | None, now: float
+) -> list[tuple[Any, ...]]:
+    """The Redis commands recording one request's ``outcome`` (and latency, when answered)
+    in the whole-life and the current window's hashes (one pipeline, no read)."""
+    k = int(now // WINDOW_S)
+    win = f"{keys['win']}{k}"
+    cmds: list[tuple[Any, ...]] = [
+        ("HINCRBY", keys["life"], outcome, 1),
+        ("HINCRBY", win, outcome, 1),
+    ]
+    if latency_ms is not None:
+        b = str(bucket_of(latency_ms))
+        cmds += [("HINCRBY", keys["life"], b, 1), ("HINCRBY", win, b, 1)]
+    cmds += [
+        ("EXPIRE", win, int(WINDOWS_KEPT * WINDOW_S)),
+        ("ZADD", keys["wins"], k, k),
+    ]
+    return cmds
+
+
+def read_figures(
+    client: redis.Redis, keys: Mapping[str, str], ceiling: tuple[float, float] | None
+) -> ServiceFigures:
+    """A service's figures as stored (blocking client)."""
+    life = cast(dict[Any, Any], client.hgetall(keys["life"]))
+    numbers = cast(list[Any], client.zrange(keys["wins"], -WINDOWS_KEPT, -1))
+    pipe = client.pipeline(transaction=False)
+    for k in numbers:
+        pipe.hgetall(f"{keys['win']}{k.decode() if isinstance(k, bytes) else k}")
+    return figures_of(_text(life), (_text(w) for w in pipe.execute()), ceiling)
+
+
+def _text(raw: Mapping[Any, Any]) -> dict[str, str]:
+    return {
+        (k.decode() if isinstance(k, bytes) else str(k)): (
+            v.decode() if isinstance(v, bytes) else str(v)
+        )
+        for k, v in raw.items()
+    }
+
+
+def ready_facts(raw: Mapping[str, str], now: float) -> dict[str, dict[str, Any]]:
+    """The replicas whose readiness holds at ``now``, with what each said of itself."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, text in raw.items():
+        try:
+            facts = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(facts, dict) and float(facts.get("until", 0)) > now:
+            out[name] = facts
+    return out
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as a replica took it.
+
+    Attributes:
+        rid: its id (its answer goes to the list of that name).
+        entry: its stream entry's id (acknowledged once answered).
+        arrived_at: when the ingress received it (Unix seconds): a queue time is measured
+            from it.
+        payload: what the ingress checked: ``{"input": nested list}`` or ``{"raw": base64,
+            "dtype": ..., "shape": [...]}``.
+    """
+
+    rid: str
+    entry: str
+    arrived_at: float
+    payload: dict[str, Any]
+
+
+class ReplicaQueue:
+    """A replica's side of a service's endpoint: picklable (made by the control plane, shipped
+    to the worker with the run; the connection opens on first use), held only by the trusted
+    worker, never by a team's process (it carries the store's address and password).
+
+    Args:
+        redis_url, namespace, job_id: the store and the service.
+    """
+
+    def __init__(self, redis_url: str, namespace: str, job_id: str) -> None:
+        self.redis_url = redis_url
+        self.namespace = namespace
+        self.job_id = job_id
+        self.keys = service_keys(namespace, job_id)
+        self.name = ""
+        self.facts: dict[str, Any] = {}
+        self._client: redis.Redis | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_client"] = None
+        return state
+
+    @property
+    def client(self) -> redis.Redis:
+        """The connection (opened on first use)."""
+        if self._client is None:
+            self._client = redis.Redis.from_url(
+                self.redis_url, decode_responses=True, socket_connect_timeout=5.0
+            )
+        return self._client
+
+    def join(self, name: str, facts: dict[str, Any]) -> None:
+        """Become ready as replica ``name``, telling the ingress ``facts`` (its input's shape
+        and dtype, its batch): requests are routed to it from now on."""
+        self.name = name
+        self.facts = dict(facts)
+        try:
+            self.client.xgroup_create(self.keys["req"], GROUP, id="0", mkstream=True)
+        except redis.ResponseError as err:
+            if "BUSYGROUP" not in str(err):
+                raise
+        self.heartbeat()
+
+    def heartbeat(self) -> None:
+        """Renew this replica's readiness (see :data:`READY_TTL_S`)."""
+        facts = {**self.facts, "until": time.time() + READY_TTL_S}
+        self.client.hset(self.keys["ready"], self.name, json.dumps(facts))
+
+    def leave(self) -> None:
+        """Stop being offered requests (before draining what was taken)."""
+        if self.name:
+            self.client.hdel(self.keys["ready"], self.name)
+
+    def take(self, max_n: int, block_s: float) -> list[Request]:
+        """Up to ``max_n`` requests, waiting at most ``block_s`` for the first."""
+        got: Any = self.client.xreadgroup(
+            GROUP,
+            self.name,
+            {self.keys["req"]: ">"},
+            count=max_n,
+            block=max(1, int(block_s * 1000)),
+        )
+        out: list[Request] = []
+        for _stream, entries in got or ():
+            for entry, fields in entries:
+                try:
+                    out.append(
+                        Request(
+                            rid=fields["rid"],
+                            entry=entry,
+                            arrived_at=float(fields["at"]),
+                            payload=json.loads(fields["body"]),
+                        )
+                    )
+                except (KeyError, ValueError):  # not the ingress's: acknowledged, dropped
+                    self.client.xack(self.keys["req"], GROUP, entry)
+        return out
+
+    def answer(self, answers: Iterable[tuple[Request, dict[str, Any]]]) -> None:
+        """Send each request its answer and acknowledge it (one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        entries = []
+        for req, body in answers:
+            key = f"{self.keys['ans']}{req.rid}"
+            pipe.rpush(key, json.dumps(body))
+            pipe.expire(key, ANSWER_TTL_S)
+            entries.append(req.entry)
+        if entries:
+            pipe.xack(self.keys["req"], GROUP, *entries)
+            pipe.xdel(self.keys["req"], *entries)
+        pipe.execute()
+
+    def offered_rps(self, window_s: float) -> float | None:
+        """Requests per second that reached the service's ingress over the last
+        ``window_s`` seconds (every outcome), from its windows' counters."""
+        now = time.time()
+        first = int((now - window_s) // WINDOW_S)
+        last = int(now // WINDOW_S)
+        pipe = self.client.pipeline(transaction=False)
+        for k in range(first, last + 1):
+            pipe.hmget(f"{self.keys['win']}{k}", *OUTCOMES)
+        total = sum(int(v or 0) for row in pipe.execute() for v in row)
+        span = now - first * WINDOW_S
+        return total / span if span > 0 else None
+
+    def close(self) -> None:
+        """Close the connection (a later use reopens it)."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def new_request_id() -> str:
+    """A request's id: unguessable, so no one answers another's request."""
+    return secrets.token_hex(12)
+
+
+class IngressStore:
+    """The ingress's side of every service's endpoint (the API's): an asyncio client over
+    the store's server, made on first use on the serving loop, with no read timeout of its
+    own (a request's wait for its answer is bounded by the request's timeout instead).
+
+    Args:
+        client: the store's blocking client (its server and settings are mirrored).
+        namespace: the store's namespace.
+    """
+
+    def __init__(self, client: redis.Redis, namespace: str) -> None:
+        from orchestrator.store.async_tokens import async_pool_kwargs
+
+        self.namespace = namespace
+        kwargs = async_pool_kwargs(client)
+        self._kwargs = None if kwargs is None else {**kwargs, "socket_timeout": None}
+        self._blocking = client
+        self._loop: Any = None
+        self._client: Any = None
+
+    def _async(self) -> Any:
+        import asyncio
+
+        import redis.asyncio as aredis
+
+        if self._kwargs is None:
+            raise RuntimeError(
+                "the store's connection (TLS, a credential provider) cannot be mirrored: "
+                "a service endpoint needs a plain or unix-socket Redis connection"
+            )
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            self._client = aredis.Redis(connection_pool=aredis.ConnectionPool(**self._kwargs))
+            self._loop = loop
+        return self._client
+
+    async def ready(self, job_id: str) -> dict[str, dict[str, Any]]:
+        """The service's ready replicas and what each said of itself."""
+        keys = service_keys(self.namespace, job_id)
+        raw = await self._async().hgetall(keys["ready"])
+        return ready_facts(_text(raw), time.time())
+
+    async def ask(
+        self, job_id: str, payload: dict[str, Any], arrived_at: float, timeout_s: float
+    ) -> dict[str, Any] | None:
+        """Queue a request and wait for its answer; ``None`` if none came in ``timeout_s``."""
+        keys = service_keys(self.namespace, job_id)
+        rid = new_request_id()
+        client = self._async()
+        fields = {"rid": rid, "at": repr(arrived_at), "body": json.dumps(payload)}
+        await client.xadd(keys["req"], fields, maxlen=QUEUE_MAXLEN, approximate=True)
+        got = await client.blpop([f"{keys['ans']}{rid}"], timeout=max(0.01, timeout_s))
+        if got is None:
+            return None
+        answer = json.loads(got[1])
+        return answer if isinstance(answer, dict) else None
+
+    async def record(self, job_id: str, outcome: str, latency_ms: float | None) -> None:
+        """Count one request's outcome (and its latency) in the service's figures."""
+        keys = service_keys(self.namespace, job_id)
+        pipe = self._async().pipeline(transaction=False)
+        for cmd in record_commands(keys, outcome, latency_ms, time.time()):
+            pipe.execute_command(*cmd)
+        await pipe.execute()
+
+    def figures(self, job_id: str, ceiling: tuple[float, float] | None) -> ServiceFigures:
+        """The service's figures as stored (blocking: call it in a thread)."""
+        return read_figures(self._blocking, service_keys(self.namespace, job_id), ceiling)
+
+    async def aclose(self) -> None:
+        """Close the asyncio client's connections (the server is stopping)."""
+        import asyncio
+
+        if self._client is not None and self._loop is asyncio.get_running_loop():
+            await self._client.aclose()
+        self._client = self._loop = None

@@ -1,0 +1,165 @@
+"""A service with an endpoint on the pool: real HTTP clients' requests, through the API's
+ingress, answered by the service's replica; its figures measured where the requests arrived;
+its own clients' tokens reaching it and nothing else; bad requests refused, never hung."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from orchestrator.api import operations
+from orchestrator.api.identity import Principal
+from orchestrator.api.server import ApiServer, start
+from orchestrator.spec import parse_spec
+from orchestrator.store.states import JobState
+from orchestrator.store.tokens import Role
+from tests.e2e.conftest import Orch
+
+DONE = {JobState.FINISHED, JobState.FAILED, JobState.CANCELLED}
+
+
+@pytest.fixture
+def api(orch: Orch) -> Iterator[ApiServer]:
+    server = start(orch.store, "127.0.0.1:0")
+    yield server
+    server.stop()
+
+
+def _client(api: ApiServer, token: str) -> httpx.Client:
+    return httpx.Client(base_url=api.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def _token(orch: Orch, name: str, role: Role, team: str | None) -> str:
+    root = Principal.local("root")
+    return operations.create_token(orch.store, root, name=name, role=role, team=team)[0]
+
+
+def _service(orch: Orch, name: str = "svc", duration_s: float = 60) -> str:
+    spec = parse_spec(
+        {
+            "name": name,
+            "team": "e2e",
+            "class": "interactive",
+            "workload": {"name": "infer", "args": {"model": "mlp"}},
+            "sla": {"latency": {"percentile": 99, "max_ms": 2000}},
+            "run": {"micro_batch": 8, "duration_s": duration_s},
+            "serve": {"rate_rps": 20, "max_delay_ms": 5, "endpoint": True},
+        }
+    )
+    return orch.store.submit(spec).id
+
+
+def _ready(c: httpx.Client, job_id: str, timeout_s: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        r = c.get(f"/v1/services/{job_id}")
+        assert r.status_code == 200, r.text
+        if r.json()["ready_replicas"] >= 1:
+            return dict(r.json())
+        time.sleep(0.3)
+    pytest.fail(f"service {job_id} never had a ready replica")
+
+
+def test_real_clients_requests_are_answered_and_measured_where_they_arrive(
+    orch: Orch, api: ApiServer
+) -> None:
+    member = _token(orch, "alice", Role.MEMBER, "e2e")
+    outsider = _token(orch, "mallory", Role.MEMBER, "other")
+    job_id = _service(orch)
+    with _client(api, member) as c:
+        # before a replica is ready: 503 at once, with Retry-After, never a hang
+        first = c.post(f"/v1/services/{job_id}/infer", json={"input": [0.0] * 32})
+        if first.status_code == 503:
+            assert first.headers["Retry-After"] == "1"
+        info = _ready(c, job_id)
+        shape = info["input"]["shape"]
+        assert info["input"]["dtype"] == "float32" and len(shape) == 1
+        sample = [0.5] * shape[0]
+
+        # concurrent real requests: each answered with the model's output and its timing
+        def call(i: int) -> httpx.Response:
+            return c.post(f"/v1/services/{job_id}/infer", json={"input": sample})
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(call, range(40)))
+        assert [r.status_code for r in answers] == [200] * 40, answers[0].text
+        outputs = [r.json()["output"] for r in answers]
+        # the same input, the same answer (to rounding: batches of other sizes sum in
+        # another order)
+        assert all(o == pytest.approx(outputs[0], rel=1e-4, abs=1e-5) for o in outputs)
+        timings = [r.json()["timing"] for r in answers]
+        assert max(t["batch"] for t in timings) >= 1
+        assert all(t["latency_ms"] >= t["model_ms"] > 0 for t in timings)
+
+        # raw bytes of the advertised shape answer the same as JSON
+        import struct
+
+        raw = struct.pack(f"<{shape[0]}f", *sample)
+        r = c.post(
+            f"/v1/services/{job_id}/infer",
+            content=raw,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["output"] == pytest.approx(outputs[0], rel=1e-4, abs=1e-5)
+
+        # bad requests: 400 naming what is wrong, 413 past the body limit; none queued
+        bad = c.post(f"/v1/services/{job_id}/infer", json={"input": [1.0, 2.0]})
+        assert bad.status_code == 400 and "input" in bad.json()["detail"]
+        assert "shape" in bad.json()["detail"]
+        nan = c.post(f"/v1/services/{job_id}/infer", content=b'{"input": "x"}')
+        assert nan.status_code == 400
+        short = c.post(
+            f"/v1/services/{job_id}/infer",
+            content=b"\0" * 3,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        assert short.status_code == 400 and "bytes" in short.json()["detail"]
+        huge = c.post(f"/v1/services/{job_id}/infer", content=b"0" * (2 << 20))
+        assert huge.status_code == 413
+
+        # the figures: every answered request, measured at the ingress
+        figures = c.get(f"/v1/services/{job_id}").json()["figures"]
+        assert figures["counts"]["ok"] == 41
+        assert figures["counts"]["rejected"] >= 3
+        assert 0 < figures["p50_ms"] <= figures["p99_ms"]
+        assert figures["windows"] >= 1 and figures["attainment"] is not None
+
+    # another team's member: the service is not found (as a missing one)
+    with _client(api, outsider) as c:
+        assert c.post(f"/v1/services/{job_id}/infer", json={"input": sample}).status_code == 404
+        assert c.get(f"/v1/services/{job_id}").status_code == 404
+
+
+def test_a_service_token_reaches_its_service_and_nothing_else(orch: Orch, api: ApiServer) -> None:
+    member = _token(orch, "alice", Role.MEMBER, "e2e")
+    job_id = _service(orch, "svc-a")
+    other = _service(orch, "svc-b", duration_s=5)
+    with _client(api, member) as c:
+        made = c.post(f"/v1/services/{job_id}/tokens", json={"name": "web-frontend"})
+        assert made.status_code == 201, made.text
+        token, token_id = made.json()["token"], made.json()["info"]["id"]
+        assert made.json()["info"]["role"] == "service"
+        info = _ready(c, job_id)
+    sample = [0.1] * info["input"]["shape"][0]
+    with _client(api, token) as s:
+        assert s.post(f"/v1/services/{job_id}/infer", json={"input": sample}).status_code == 200
+        assert s.get(f"/v1/services/{job_id}").status_code == 200
+        # nothing else: another service, the jobs, the pool, metrics, tokens
+        assert s.post(f"/v1/services/{other}/infer", json={"input": sample}).status_code == 404
+        assert s.get("/v1/jobs").status_code == 403
+        assert s.get(f"/v1/jobs/{job_id}").status_code == 403
+        assert s.get("/v1/pool").status_code == 403
+        assert s.get("/metrics").status_code == 403
+        assert s.post(f"/v1/services/{job_id}/tokens", json={"name": "x"}).status_code == 403
+        assert s.post(f"/v1/jobs/{job_id}/cancel").status_code == 403
+    with _client(api, member) as c:
+        gone = c.delete(f"/v1/services/{job_id}/tokens/{token_id}")
+        assert gone.status_code == 200, gone.text
+    with _client(api, token) as s:
+        assert s.post(f"/v1/services/{job_id}/infer", json={"input": sample}).status_code == 401
