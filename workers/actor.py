@@ -274,6 +274,7 @@ class WorkerActor:
                 num_threads=self._num_threads,
                 run_tag=run_tag,
                 limits=_limits(config, world),
+                requests=self._requests,
             )
         from workers.harness import Harness
 

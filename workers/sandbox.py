@@ -137,9 +137,11 @@ def run_sandboxed(
     num_threads: int | None,
     run_tag: str = "",
     limits: Limits | None = None,
+    requests: Any = None,
 ) -> dict[str, Any]:
     """Run one rank's harness for ``config`` in a sandboxed child; return its
-    ``RunResult.to_dict()``.
+    ``RunResult.to_dict()``. ``requests``: a service endpoint's queue, which this worker
+    holds and pumps to the child (:class:`workers.serve_endpoint.RequestPump`).
 
     Raises:
         HarnessConfigError, WorkloadError, CheckpointError: as the harness raised them.
@@ -155,11 +157,12 @@ def run_sandboxed(
         "num_threads": num_threads,
         "run_tag": run_tag,
         "report": report is not None,
+        "endpoint": requests is not None,
     }
     local = Path(checkpoint_dir) if checkpoint_dir and "://" not in checkpoint_dir else None
     with sandbox(job_id, rank, world_size, limits, local, "orch-run-") as box:
         box.give(box.home)
-        outcome, code = _supervise(init, box, report, should_stop, fence)
+        outcome, code = _supervise(init, box, report, should_stop, fence, requests)
         box.check(code)
         return _outcome(outcome, code)
 
@@ -346,6 +349,7 @@ def _supervise(
     report: Callable[[dict[str, Any]], None] | None,
     should_stop: Callable[[], bool],
     fence: Callable[[], bool],
+    requests: Any = None,
 ) -> tuple[dict[str, Any], int]:
     msg_r, msg_w = os.pipe()
     home, uid = box.home, box.uid
@@ -378,6 +382,11 @@ def _supervise(
             stdin.flush()
 
     send(init)
+    pump = None
+    if requests is not None:
+        from workers.serve_endpoint import RequestPump
+
+        pump = RequestPump(requests, send)
     done = threading.Event()
     relays = [
         threading.Thread(target=_relay, args=(child.stdout, sys.stdout), daemon=True),
@@ -390,6 +399,8 @@ def _supervise(
     try:
         with os.fdopen(msg_r, "rb") as messages:
             for message in _messages(messages):
+                if pump is not None and pump.on_message(message):
+                    continue
                 if "report" in message and report is not None and fence():
                     cleaned = clean_report(message["report"])
                     if cleaned is not None:
@@ -399,6 +410,8 @@ def _supervise(
         code = child.wait()
     finally:
         done.set()
+        if pump is not None:
+            pump.close()
         if child.poll() is None:
             child.kill()
             child.wait()

@@ -1,7 +1,7 @@
 """The child's side of the sandbox (:mod:`workers.sandbox` is the worker's): ``python -m
 workers.sandbox_child FD`` runs one rank's harness as the worker asked on stdin (stop and fence
-messages follow there), and answers on the descriptor ``FD``: its reports, then its result or
-its error, one JSON message a line.
+messages follow there, and a service replica's requests), and answers on the descriptor ``FD``:
+its reports (and a replica's answers), then its result or its error, one JSON message a line.
 """
 
 from __future__ import annotations
@@ -27,15 +27,22 @@ def _child_main(msg_fd: int) -> int:
 
     init = json.loads(sys.stdin.readline())
     stop, deposed = threading.Event(), threading.Event()
+    requests = None
+    if init.get("endpoint"):  # a service's replica: requests come from the worker
+        from workers.serve_endpoint import PipedRequests
+
+        requests = PipedRequests(say)
 
     def listen() -> None:
         for line in sys.stdin:
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, AttributeError):
                 message = json.loads(line)
                 if message.get("stop"):
                     stop.set()
                 if message.get("fenced"):
                     deposed.set()
+                if requests is not None:
+                    requests.feed(message)
 
     threading.Thread(target=listen, daemon=True).start()
     try:
@@ -59,6 +66,7 @@ def _child_main(msg_fd: int) -> int:
             num_threads=init["num_threads"],
             fence=lambda: not deposed.is_set(),
             run_tag=init["run_tag"],
+            requests=requests,
         )
         say({"result": harness.run().to_dict()})
     except Exception as err:

@@ -20,7 +20,12 @@ position: the next token.
 from __future__ import annotations
 
 import base64
+import contextlib
+import threading
 import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -30,7 +35,14 @@ from workers.errors import HarnessConfigError
 from workers.result import RunResult
 from workers.serve_run import LOAD_WINDOW_S, Replica, ServeRun, _sync
 
-__all__ = ["MAX_OUTPUT_VALUES", "EndpointServe", "RequestQueue"]
+__all__ = [
+    "MAX_OUTPUT_VALUES",
+    "EndpointServe",
+    "PipedRequests",
+    "RequestPump",
+    "RequestQueue",
+    "clean_answer",
+]
 
 MAX_OUTPUT_VALUES = 4096
 HEARTBEAT_S = 1.0
@@ -47,6 +59,7 @@ class RequestQueue(Protocol):
     def leave(self) -> None: ...
     def take(self, max_n: int, block_s: float) -> list[Any]: ...
     def answer(self, answers: Any) -> None: ...
+    def requeue(self, requests: list[Any]) -> None: ...
     def offered_rps(self, window_s: float) -> float | None: ...
     def close(self) -> None: ...
 
@@ -190,7 +203,9 @@ class EndpointServe(ServeRun):
             t0 = time.perf_counter()
             try:
                 with torch.inference_mode(), h._autocast():
-                    out = model(x)
+                    # the workload's own forward (a forward-only workload's loss is its
+                    # output): a team's model may wrap it
+                    out = h.workload.loss(model, (x, None))
                 _sync(h.device)
             except Exception as err:  # the model failed on these inputs: each is told
                 answers += [(r, {"error": f"{type(err).__name__}: {err}"}) for r in good]
@@ -246,3 +261,194 @@ class EndpointServe(ServeRun):
             "window_served_rps": sum(b[2] for b in recent) * self.h.world_size / span,
             "window_busy": min(1.0, sum(b[1] for b in recent) / span),
         }
+
+
+# -- a team's model: the sandboxed child serves, the trusted worker holds the queue ------------
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A request as the sandboxed child takes it (what the worker sent it of the request)."""
+
+    entry: str
+    arrived_at: float
+    payload: dict[str, Any]
+
+
+class PipedRequests:
+    """The child's :class:`RequestQueue`: the worker (:class:`RequestPump`) sends it requests
+    on its stdin; it says its answers, readiness and drain on its message pipe (``say``). It
+    never reaches the store: the child has no network and no credential.
+
+    Args:
+        say: writes one message to the worker.
+    """
+
+    def __init__(self, say: Callable[[dict[str, Any]], None]) -> None:
+        self.say = say
+        self.name = ""
+        self._waiting: deque[Taken] = deque()
+        self._ready = threading.Condition()
+        self._offered: float | None = None
+
+    def feed(self, message: dict[str, Any]) -> None:
+        """A message from the worker: requests to serve, or the offered load."""
+        if "offered_rps" in message:
+            v = message["offered_rps"]
+            self._offered = float(v) if isinstance(v, int | float) else None
+        taken = []
+        for r in message.get("requests") or ():
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                taken.append(Taken(str(r["entry"]), float(r["arrived_at"]), dict(r["payload"])))
+        if taken:
+            with self._ready:
+                self._waiting.extend(taken)
+                self._ready.notify_all()
+
+    def join(self, name: str, facts: dict[str, Any]) -> None:
+        self.name = name
+        self.say({"join": {"name": name, "facts": facts}})
+
+    def heartbeat(self) -> None:
+        self.say({"heartbeat": True})
+
+    def leave(self) -> None:
+        self.say({"leave": True})
+
+    def take(self, max_n: int, block_s: float) -> list[Taken]:
+        with self._ready:
+            if not self._waiting:
+                self._ready.wait(block_s)
+            n = min(max_n, len(self._waiting))
+            return [self._waiting.popleft() for _ in range(n)]
+
+    def answer(self, answers: Any) -> None:
+        self.say({"answers": [[req.entry, body] for req, body in answers]})
+
+    def requeue(self, requests: list[Any]) -> None:
+        return None  # the worker's pump puts back what this process never answered
+
+    def offered_rps(self, window_s: float) -> float | None:
+        return self._offered
+
+    def close(self) -> None:
+        return None
+
+
+MAX_ERROR_CHARS = 2000
+
+
+def clean_answer(body: object) -> dict[str, Any]:
+    """An answer the team's process said, as the worker passes it on: its output, its timing's
+    numbers and its error's text, nothing else (the process is not trusted)."""
+    if not isinstance(body, dict):
+        return {"error": "the service's process answered with something other than an object"}
+    if body.get("error") is not None:
+        return {"error": str(body["error"])[:MAX_ERROR_CHARS]}
+    timing = body.get("timing")
+    numbers = (
+        {
+            str(k)[:40]: v
+            for k, v in list(timing.items())[:16]
+            if isinstance(v, int | float | str) and not isinstance(v, bool)
+        }
+        if isinstance(timing, dict)
+        else {}
+    )
+    return {"output": body.get("output"), "timing": numbers}
+
+
+class RequestPump:
+    """The worker's side of a sandboxed replica: it holds the service's queue (the store's
+    credentials stay here), joins and leaves the ready set when the child says so, and sends
+    the child at most two batches of requests ahead of its answers; each answer the child
+    says goes to the request the worker sent under that entry, and to no other.
+
+    Args:
+        queue: the service's request queue (``orchestrator.store.ingress.ReplicaQueue``).
+        send: writes one message to the child's stdin.
+    """
+
+    def __init__(self, queue: RequestQueue, send: Callable[[dict[str, Any]], None]) -> None:
+        self.queue = queue
+        self.send = send
+        self.max_batch = 1
+        self._sent: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._joined = threading.Event()
+        self._left = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="request-pump", daemon=True)
+
+    def on_message(self, message: dict[str, Any]) -> bool:
+        """Handle one of the child's messages; ``True`` when it was the pump's."""
+        if "join" in message:
+            join = message["join"] if isinstance(message["join"], dict) else {}
+            facts: dict[str, Any] = join["facts"] if isinstance(join.get("facts"), dict) else {}
+            self.max_batch = max(1, min(4096, int(facts.get("max_batch") or 1)))
+            self.queue.join(str(join.get("name") or "replica")[:64], facts)
+            self._joined.set()
+            self._thread.start()
+        elif "heartbeat" in message:
+            if self._joined.is_set() and not self._left.is_set():
+                self.queue.heartbeat()
+        elif "leave" in message:
+            self._left.set()
+            self.queue.leave()
+        elif "answers" in message:
+            out = []
+            with self._lock:
+                for item in message["answers"] if isinstance(message["answers"], list) else ():
+                    if isinstance(item, list) and len(item) == 2:
+                        req = self._sent.pop(str(item[0]), None)
+                        if req is not None:
+                            out.append((req, clean_answer(item[1])))
+            if out:
+                self.queue.answer(out)
+        else:
+            return False
+        return True
+
+    def _run(self) -> None:
+        beat = 0.0
+        while not self._left.is_set():
+            with self._lock:
+                room = 2 * self.max_batch - len(self._sent)
+            if room <= 0:
+                time.sleep(0.001)
+                continue
+            try:
+                taken = self.queue.take(room, TAKE_BLOCK_S)
+                if time.monotonic() - beat >= HEARTBEAT_S:
+                    beat = time.monotonic()
+                    self.send({"offered_rps": self.queue.offered_rps(LOAD_WINDOW_S)})
+            except Exception:  # the store briefly unreachable: try again
+                time.sleep(0.5)
+                continue
+            if self._left.is_set():  # taken after the child left: for the replicas that stay
+                self.queue.requeue(taken)
+                return
+            if taken:
+                with self._lock:
+                    for r in taken:
+                        self._sent[r.entry] = r
+                self.send(
+                    {
+                        "requests": [
+                            {"entry": r.entry, "arrived_at": r.arrived_at, "payload": r.payload}
+                            for r in taken
+                        ]
+                    }
+                )
+
+    def close(self) -> None:
+        """The child is gone: leave the ready set, and put back what it never answered, for
+        the replicas that stay (none lost; with none left, their wait times out)."""
+        self._left.set()
+        with contextlib.suppress(Exception):
+            self.queue.leave()
+            with self._lock:
+                left, self._sent = list(self._sent.values()), {}
+            if left:
+                self.queue.requeue(left)
+        with contextlib.suppress(Exception):
+            self.queue.close()

@@ -368,6 +368,24 @@ class ReplicaQueue:
             pipe.xdel(self.keys["req"], *entries)
         pipe.execute()
 
+    def requeue(self, requests: Iterable[Request]) -> None:
+        """Put requests this replica took but will not answer back at the stream's end, for
+        the replicas that stay (their arrival time kept: their wait goes on counting)."""
+        pipe = self.client.pipeline(transaction=False)
+        entries = []
+        for req in requests:
+            fields: dict[Any, Any] = {
+                "rid": req.rid,
+                "at": repr(req.arrived_at),
+                "body": json.dumps(req.payload),
+            }
+            pipe.xadd(self.keys["req"], fields, maxlen=QUEUE_MAXLEN, approximate=True)
+            entries.append(req.entry)
+        if entries:
+            pipe.xack(self.keys["req"], GROUP, *entries)
+            pipe.xdel(self.keys["req"], *entries)
+            pipe.execute()
+
     def offered_rps(self, window_s: float) -> float | None:
         """Requests per second that reached the service's ingress over the last
         ``window_s`` seconds (every outcome), from its windows' counters."""

@@ -163,3 +163,36 @@ def test_a_service_token_reaches_its_service_and_nothing_else(orch: Orch, api: A
         assert gone.status_code == 200, gone.text
     with _client(api, token) as s:
         assert s.post(f"/v1/services/{job_id}/infer", json={"input": sample}).status_code == 401
+
+
+def test_a_teams_own_model_serves_from_its_sandbox(orch: Orch, api: ApiServer) -> None:
+    """The team's model (an entry point) runs in the sandboxed child, which has no network
+    and no store credential: the worker takes the requests and passes them to it."""
+    member = _token(orch, "alice", Role.MEMBER, "e2e")
+    spec = parse_spec(
+        {
+            "name": "own-svc",
+            "team": "e2e",
+            "class": "interactive",
+            "workload": {
+                "entry": "tests.e2e.paced_service:build",
+                "args": {"request_ms": 1.0},
+            },
+            "sla": {"latency": {"percentile": 99, "max_ms": 2000}},
+            "run": {"micro_batch": 4, "duration_s": 60},
+            "serve": {"rate_rps": 20, "max_delay_ms": 2, "endpoint": True},
+        }
+    )
+    job_id = orch.store.submit(spec).id
+    with _client(api, member) as c:
+        info = _ready(c, job_id)
+        sample = [0.25] * info["input"]["shape"][0]
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            answers = list(
+                pool.map(
+                    lambda _: c.post(f"/v1/services/{job_id}/infer", json={"input": sample}),
+                    range(12),
+                )
+            )
+        assert [r.status_code for r in answers] == [200] * 12, answers[0].text
+        assert all(r.json()["timing"]["model_ms"] >= 1.0 for r in answers)  # its own forward
