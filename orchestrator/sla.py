@@ -123,8 +123,23 @@ def evaluate_sla(
     lat = spec.sla.latency
     if lat is not None:
         value = _num(metrics, f"p{lat.percentile}_ms")
-        verdicts.append(None if value is None else value <= lat.max_ms)
-        measured.append("-" if value is None else f"p{lat.percentile} {value:.1f} ms")
+        ok = None if value is None else value <= lat.max_ms
+        text = "-" if value is None else f"p{lat.percentile} {value:.1f} ms"
+        requests = _num(metrics, "requests")
+        if requests:  # a service's requests, measured at its ingress over its whole life
+            failed = _num(metrics, "requests_failed") or 0.0
+            # a failed or timed-out request had no answer in time: past any ceiling, so more
+            # of them than the percentile leaves out is a miss whatever the answered ones took
+            if failed > requests * (1 - lat.percentile / 100.0):
+                ok = False
+            text += f" over {requests:,.0f} requests"
+            if failed:
+                text += f", {failed:,.0f} failed"
+            share = _num(metrics, "attainment")
+            if share is not None:
+                text += f", {share:.0%} of windows met"
+        verdicts.append(ok)
+        measured.append(text)
     if ended in ("cancelled", "failed"):
         measured.append(ended)
         verdicts = [None] if ended == "cancelled" else [False]

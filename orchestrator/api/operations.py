@@ -367,7 +367,7 @@ def verdict_of(store: JobStore, rec: JobRecord) -> SLAVerdict:
         rec.spec  # noqa: B018 - parsing is the check
     except ValidationError:
         return SLAVerdict(met=None, target="(stored spec unreadable)", measured="-")
-    metrics = store.metrics(rec.id)
+    metrics = store.judged_metrics(rec)
     finished_at = _float(rec.fields.get("finished_at"))
     end = finished_at or time.time()
     return evaluate_sla(
@@ -407,7 +407,7 @@ def job_detail(store: JobStore, rec: JobRecord) -> JobDetail:
             break
     return JobDetail(
         job=job_view(store, rec),
-        metrics=store.metrics(rec.id),
+        metrics=store.judged_metrics(rec),
         events=store.events(rec.id),
         tuning=tuning,
         profile=profile,

@@ -131,7 +131,7 @@ class ReapSteps(GangActions):
     def _sla_message(self, rec: JobRecord) -> str:
         verdict = evaluate_sla(
             rec.spec,
-            self.store.metrics(rec.id),
+            self.store.judged_metrics(rec),
             elapsed_s=self.clock() - rec.submitted_at,
             finished=True,
         )

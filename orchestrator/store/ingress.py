@@ -54,6 +54,7 @@ __all__ = [
     "figures_of",
     "quantile",
     "service_keys",
+    "with_service_figures",
 ]
 
 GROUP = "replicas"
@@ -72,9 +73,13 @@ GAMMA = 1.02
 WINDOWS_KEPT = 8640
 """Windows kept per service (a day of 10 s windows); older ones are dropped, the whole-life
 buckets keep them."""
-OUTCOMES = ("ok", "error", "timeout", "rejected")
+OUTCOMES = ("ok", "error", "timeout", "unavailable", "refused")
 """What became of a request: answered; failed at the replica (its model raised); not answered
-within its timeout; refused before it was queued (no ready replica, a malformed body)."""
+within its timeout; refused because the running service had no ready replica (503); refused
+for the caller's own doing (a malformed body) or before the service first ran. All but the
+last count against the SLA."""
+FAILED = ("error", "timeout", "unavailable")
+"""The outcomes that are the service's failures (a request with no answer in time)."""
 
 
 def service_keys(namespace: str, job_id: str) -> dict[str, str]:
@@ -126,9 +131,9 @@ class ServiceFigures:
         p50_ms, p95_ms, p99_ms: the answered requests' latencies, arrival to answer, over
             the service's whole life.
         counts: requests per outcome (:data:`OUTCOMES`).
-        windows: windows with requests; ``windows_met``: those whose percentile was within
-            the ceiling asked about, with no request failed or timed out (``None`` when no
-            ceiling was asked about).
+        windows: windows with requests the SLA judges; ``windows_met``: those whose
+            percentile was within the ceiling asked about, with no request failed
+            (:data:`FAILED`; ``None`` when no ceiling was asked about).
     """
 
     requests: int
@@ -183,13 +188,13 @@ def figures_of(
     n_windows = met = 0
     for raw in windows:
         wb, wc = _split(raw)
-        if not wb and not any(wc.values()):
+        failed = sum(wc.get(k, 0) for k in FAILED)
+        if not wb and not failed:  # nothing the SLA judges (refusals only)
             continue
         n_windows += 1
         if ceiling is not None:
             p = quantile(wb, ceiling[0])
-            failed = wc.get("error", 0) + wc.get("timeout", 0)
-            met += int(p is not None and p <= ceiling[1] and failed == 0)
+            met += int(failed == 0 and p is not None and p <= ceiling[1])
     return ServiceFigures(
         requests=sum(counts.get(k, 0) for k in OUTCOMES),
         p50_ms=quantile(buckets, 0.50),
@@ -220,6 +225,31 @@ def record_commands(
         ("ZADD", keys["wins"], k, k),
     ]
     return cmds
+
+
+def with_service_figures(metrics: dict[str, Any], figures: ServiceFigures) -> dict[str, Any]:
+    """A service's metrics with its requests' figures as its ingress measured them over its
+    whole life (percentiles, requests, failed, windows met) in place of its replicas' own,
+    which start again with each run; unchanged while no request reached it."""
+    if not figures.requests:
+        return metrics
+    failed = sum(figures.counts[k] for k in FAILED)
+    judged = figures.requests - figures.counts["refused"]
+    if not judged:
+        return metrics
+    return {
+        **metrics,
+        "p50_ms": figures.p50_ms,
+        "p95_ms": figures.p95_ms,
+        "p99_ms": figures.p99_ms,
+        "requests": judged,
+        "requests_failed": failed,
+        "requests_refused": figures.counts["refused"],
+        "windows": figures.windows,
+        "windows_met": figures.windows_met,
+        "attainment": figures.attainment,
+        "measured_at": "ingress",
+    }
 
 
 def read_figures(

@@ -265,6 +265,26 @@ class JobReads:
         raw = _hash(self.client.hgetall(self.keys.metrics(job_id)))
         return {k: json.loads(v) for k, v in raw.items()}
 
+    def judged_metrics(self, rec: JobRecord) -> dict[str, Any]:
+        """The metrics a job is judged and shown on: its latest reports, and for a service
+        with an endpoint its requests' figures over its whole life as its ingress measured
+        them (``orchestrator.store.ingress``: they outlive every relaunch and scale)."""
+        from pydantic import ValidationError
+
+        from orchestrator.store.ingress import read_figures, service_keys, with_service_figures
+
+        metrics = self.metrics(rec.id)
+        try:
+            spec = rec.spec
+        except ValidationError:  # stored by an older version: its reports alone
+            return metrics
+        if spec.serve is None or not spec.serve.endpoint:
+            return metrics
+        lat = spec.sla.latency
+        ceiling = None if lat is None else (lat.percentile / 100.0, lat.max_ms)
+        keys = service_keys(self.keys.namespace, rec.id)
+        return with_service_figures(metrics, read_figures(self.client, keys, ceiling))
+
     def metrics_history(self, job_id: str, count: int = 100) -> builtins.list[dict[str, Any]]:
         """The job's last ``count`` metrics reports, oldest first.
 

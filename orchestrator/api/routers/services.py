@@ -130,19 +130,19 @@ async def infer(ref: Ref, who: Caller, request: Request) -> JSONResponse:
         )
     rec = await run_in_threadpool(_resolve, store, who, ref)
     ingress = ingress_of(request)
-    if rec.state is not JobState.RUNNING:
-        await ingress.record(rec.id, "rejected", None)
+    if rec.state is not JobState.RUNNING:  # not started (or over): not the SLA's business
+        await ingress.record(rec.id, "refused", None)
         return _unavailable(f"service {rec.id} is {rec.state.value}, not serving")
     ready = await ingress.ready(rec.id)
-    if not ready:
-        await ingress.record(rec.id, "rejected", None)
+    if not ready:  # running, and no replica to answer: the service's failure
+        await ingress.record(rec.id, "unavailable", None)
         return _unavailable(f"service {rec.id} has no ready replica yet")
     sample = next(iter(ready.values())).get("input") or {}
     body = await request.body()
     try:
         payload = _payload(body, request.headers.get("content-type", ""), sample)
     except ValueError as err:
-        await ingress.record(rec.id, "rejected", None)
+        await ingress.record(rec.id, "refused", None)
         return JSONResponse({"detail": str(err)}, status_code=400)
     serve = rec.spec.serve
     timeout = (
@@ -205,7 +205,7 @@ def _payload(body: bytes, content_type: str, sample: dict[str, Any]) -> dict[str
         return {"raw": base64.b64encode(body).decode(), "dtype": dtype, "shape": shape}
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # a body nested past the parser's depth too
         raise ValueError(
             'body: not JSON; send {"input": ...} with Content-Type: application/json, or the '
             "raw bytes with Content-Type: application/octet-stream"

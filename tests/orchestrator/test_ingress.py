@@ -1,0 +1,214 @@
+"""A service's endpoint, the parts that need no replica: the latency buckets and what is
+judged on them, the request checks of the ingress, the replica's answers, and the queue's
+round trip through a real Redis."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from typing import Any
+
+import pytest
+import torch
+
+from orchestrator.api.routers.services import _payload
+from orchestrator.sla import evaluate_sla
+from orchestrator.spec import parse_spec
+from orchestrator.store.ingress import (
+    GAMMA,
+    OUTCOMES,
+    WINDOW_S,
+    ReplicaQueue,
+    bucket_of,
+    figures_of,
+    quantile,
+    record_commands,
+    service_keys,
+    with_service_figures,
+)
+from workers.serve_endpoint import answer_of, clean_answer, decode, sample_facts
+
+
+def test_a_percentile_from_the_buckets_is_within_their_relative_error() -> None:
+    rng = random.Random(7)
+    values = [rng.lognormvariate(2.0, 1.0) for _ in range(20_000)]
+    buckets: dict[int, int] = {}
+    for v in values:
+        b = bucket_of(v)
+        buckets[b] = buckets.get(b, 0) + 1
+    values.sort()
+    for q in (0.5, 0.95, 0.99):
+        exact = values[math.ceil(q * len(values)) - 1]
+        got = quantile(buckets, q)
+        assert got is not None and abs(got - exact) / exact <= GAMMA - 1
+    assert quantile({}, 0.99) is None
+
+
+def _hash(cmds: list[tuple[Any, ...]], into: dict[str, dict[str, str]]) -> None:
+    """Apply recorded HINCRBYs to plain dicts (what Redis would hold)."""
+    for cmd in cmds:
+        if cmd[0] == "HINCRBY":
+            h = into.setdefault(cmd[1], {})
+            h[str(cmd[2])] = str(int(h.get(str(cmd[2]), "0")) + int(cmd[3]))
+
+
+def test_windows_meet_the_sla_only_within_the_ceiling_and_without_failures() -> None:
+    keys = service_keys("ns", "svc")
+    stored: dict[str, dict[str, str]] = {}
+    t0 = 1_000_000.0
+    for i in range(100):  # window 0: fast
+        _hash(record_commands(keys, "ok", 5.0, t0 + i * 0.01), stored)
+    for i in range(100):  # window 1: slow
+        _hash(record_commands(keys, "ok", 500.0, t0 + WINDOW_S + i * 0.01), stored)
+    _hash(record_commands(keys, "ok", 5.0, t0 + 2 * WINDOW_S), stored)  # window 2: a timeout
+    _hash(record_commands(keys, "timeout", None, t0 + 2 * WINDOW_S), stored)
+    _hash(record_commands(keys, "refused", None, t0 + 3 * WINDOW_S), stored)  # window 3
+    _hash(record_commands(keys, "unavailable", None, t0 + 4 * WINDOW_S), stored)  # window 4
+    windows = [v for k, v in sorted(stored.items()) if k.startswith(keys["win"])]
+    f = figures_of(stored[keys["life"]], windows, ceiling=(0.99, 100.0))
+    assert f.counts == {"ok": 201, "error": 0, "timeout": 1, "unavailable": 1, "refused": 1}
+    assert f.requests == 204
+    # judged: the fast window, the slow one, the timeout's, the 503's (refusals alone: none)
+    assert f.windows == 4 and f.windows_met == 1
+    assert f.attainment == 0.25
+    assert f.p50_ms is not None and abs(f.p50_ms - 5.0) <= 0.05
+    assert f.p99_ms is not None and abs(f.p99_ms - 500.0) <= 5.0
+
+
+def _spec() -> Any:
+    return parse_spec(
+        {
+            "name": "svc",
+            "team": "t",
+            "class": "interactive",
+            "workload": {"name": "infer", "args": {"model": "mlp"}},
+            "sla": {"latency": {"percentile": 99, "max_ms": 100}},
+            "run": {"duration_s": 10},
+            "serve": {"rate_rps": 10, "endpoint": True},
+        }
+    )
+
+
+def test_the_verdict_counts_failed_requests_as_past_the_ceiling() -> None:
+    from orchestrator.store.ingress import ServiceFigures
+
+    def figures(ok: int, failed: int) -> ServiceFigures:
+        counts = {"ok": ok, "error": 0, "timeout": failed, "unavailable": 0, "refused": 3}
+        return ServiceFigures(ok + failed + 3, 5.0, 8.0, 9.0, counts, 2, 2)
+
+    met = evaluate_sla(_spec(), with_service_figures({"p99_ms": 999.0}, figures(1000, 5)))
+    assert met.met is True  # the replicas' own p99 is replaced by the ingress's
+    assert "over 1,005 requests, 5 failed, 100% of windows met" in met.measured
+    missed = evaluate_sla(_spec(), with_service_figures({}, figures(1000, 20)))
+    assert missed.met is False  # 2% failed: past what p99 leaves out
+    none = ServiceFigures(0, None, None, None, dict.fromkeys(OUTCOMES, 0), 0, None)
+    assert with_service_figures({"p99_ms": 1.0}, none) == {"p99_ms": 1.0}  # nothing came yet
+
+
+SAMPLE = {"shape": [2, 3], "dtype": "float32", "high": None}
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "says"),
+    [
+        (b"{", "application/json", "not JSON"),
+        (b'{"inputs": []}', "application/json", 'must be an object {"input"'),
+        (b'{"input": [[1, 2, 3]]}', "application/json", "input: a list of 1 where 2"),
+        (b'{"input": [[1, 2, 3], [4, 5, "x"]]}', "application/json", "input[1][2]: 'x'"),
+        (b'{"input": [[1, 2, 3], [4, 5, true]]}', "application/json", "input[1][2]: True"),
+        (b"\0" * 23, "application/octet-stream", "23 bytes"),
+    ],
+)
+def test_a_malformed_request_is_refused_naming_what_is_wrong(
+    body: bytes, content_type: str, says: str
+) -> None:
+    with pytest.raises(ValueError) as err:
+        _payload(body, content_type, SAMPLE)
+    assert says in str(err.value)
+    assert "shape [2, 3]" in str(err.value) or "not JSON" in str(err.value)
+
+
+def test_a_deep_body_is_refused_without_exhausting_the_stack() -> None:
+    deep = b'{"input": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with pytest.raises(ValueError):
+        _payload(deep, "application/json", SAMPLE)
+
+
+def test_token_ids_must_be_in_the_vocabulary() -> None:
+    ids = {"shape": [3], "dtype": "int64", "high": 10}
+    assert _payload(b'{"input": [0, 5, 9]}', "application/json", ids) == {"input": [0, 5, 9]}
+    for bad in (b'{"input": [0, 5, 10]}', b'{"input": [0, -1, 2]}', b'{"input": [0, 1.5, 2]}'):
+        with pytest.raises(ValueError, match=r"\[0, 10\)"):
+            _payload(bad, "application/json", ids)
+
+
+def test_a_replica_decodes_both_bodies_to_the_same_sample() -> None:
+    import base64
+    import struct
+
+    raw = struct.pack("<6f", *range(6))
+    a = decode({"input": [[0, 1, 2], [3, 4, 5]]}, SAMPLE)
+    b = decode({"raw": base64.b64encode(raw).decode()}, SAMPLE)
+    assert torch.equal(a, b) and a.shape == (2, 3)
+    with pytest.raises(ValueError):
+        decode({"input": [1, 2]}, SAMPLE)
+
+
+def test_what_a_replica_says_of_its_input_and_output() -> None:
+    emb = torch.nn.Sequential(torch.nn.Embedding(50, 4))
+    assert sample_facts(emb, torch.zeros(1, 7, dtype=torch.long)) == {
+        "shape": [7],
+        "dtype": "int64",
+        "high": 50,
+    }
+    assert answer_of(torch.tensor([1.0, 2.0])) == [1.0, 2.0]
+    logits = torch.zeros(8, 1000)
+    logits[-1, 123] = 5.0
+    assert answer_of(logits) == {"next_token": 123}  # 8,000 values: the next token only
+
+
+def test_a_team_process_answer_is_cleaned_before_it_leaves_the_worker() -> None:
+    assert clean_answer("nope") == {
+        "error": "the service's process answered with something other than an object"
+    }
+    assert clean_answer({"error": "x" * 10_000}) == {"error": "x" * 2000}
+    got = clean_answer({"output": [1], "timing": {"model_ms": 1.5, "x": {"deep": 1}}, "y": 2})
+    assert got == {"output": [1], "timing": {"model_ms": 1.5}}
+
+
+def test_requests_reach_one_replica_each_and_are_answered_and_requeued(redis_url: str) -> None:
+    """The queue over a real Redis: two replicas share the requests (each taken once); what
+    one takes and puts back is taken again by the other."""
+    import json
+
+    import redis
+
+    ns = f"test-ingress-{time.time_ns()}"
+    a, b = (ReplicaQueue(redis_url, ns, "svc") for _ in range(2))
+    a.join("a", {"max_batch": 4})
+    b.join("b", {"max_batch": 4})
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    keys = service_keys(ns, "svc")
+    try:
+        for i in range(6):
+            client.xadd(keys["req"], {"rid": f"r{i}", "at": "1.0", "body": json.dumps({"i": i})})
+        got_a = a.take(4, 0.1)
+        got_b = b.take(4, 0.1)
+        assert len(got_a) == 4 and len(got_b) == 2
+        assert {r.rid for r in got_a} | {r.rid for r in got_b} == {f"r{i}" for i in range(6)}
+        a.answer([(r, {"output": r.payload["i"]}) for r in got_a])
+        for r in got_a:
+            assert json.loads(client.lpop(f"{keys['ans']}{r.rid}")) == {"output": r.payload["i"]}
+        b.requeue(got_b)  # b stops: what it took goes to the replicas that stay
+        again = a.take(4, 0.1)
+        assert sorted(r.rid for r in again) == sorted(r.rid for r in got_b)
+        assert client.xlen(keys["req"]) == 2  # answered ones are gone
+        assert set(client.hgetall(keys["ready"])) == {"a", "b"}
+        b.leave()
+        assert set(client.hgetall(keys["ready"])) == {"a"}
+    finally:
+        for k in client.scan_iter(f"{ns}:*"):
+            client.delete(k)
+        a.close()
+        b.close()
