@@ -73,9 +73,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         await auth.aclose()
-        ingress = getattr(app.state, "ingress", None)
-        if ingress is not None:
-            await ingress.aclose()
+        await store.ingress.aclose()
 
     app = FastAPI(
         title="SLA Orchestrator",

@@ -28,6 +28,7 @@ from orchestrator.errors import (
 )
 from orchestrator.store.audit import AuditStore
 from orchestrator.store.connection import open_url
+from orchestrator.store.ingress import IngressStore
 from orchestrator.store.job_reads import BATCH, EVENTS_MAXLEN, pairs
 from orchestrator.store.lease import LEASE_MS, Lease, LeaseLost, lease_holder
 from orchestrator.store.logs import LogStore
@@ -87,6 +88,8 @@ class JobStore(JobSubmission):
         wake: the wake channel, published on by submissions and cancels (see
             :meth:`wakeups`).
         working_dirs: command jobs' packed working directories, by digest.
+        ingress: services' endpoints: requests, answers, ready replicas and the requests'
+            figures (the API's side; see ``orchestrator.store.ingress``).
     """
 
     def __init__(
@@ -107,6 +110,7 @@ class JobStore(JobSubmission):
         self.retention = RetentionStore(client, self.keys, self.logs)
         self.wake = WakeChannel(client, self.keys)
         self.working_dirs = WorkingDirStore(client, self.keys)
+        self.ingress = IngressStore(client, namespace)
         self._transition = client.register_script(_TRANSITION_LUA)
         self._incr_attempts = client.register_script(_INCR_ATTEMPTS_LUA)
         self._annotate = client.register_script(_ANNOTATE_LUA)

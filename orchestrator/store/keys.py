@@ -58,6 +58,8 @@ class Keys:
         ns:audit                   stream  every mutation and who made it, capped
         ns:telemetry               hash    the loop's counters and histogram buckets (/metrics)
         ns:wake                    channel pub/sub: submissions and cancels wake the scheduler
+        ns:svc:{id}:*              a service's endpoint: requests, answers, ready replicas and
+                                   the requests' figures (``orchestrator.store.ingress``)
 
     ``{job}`` is a job id, or a job name for ``orch tune FILE`` (tuned without submitting).
     Each family has one owner in ``orchestrator/store/`` (``JobStore`` and the stores it

@@ -73,6 +73,9 @@ def job_keys(keys: Keys, job_id: str) -> list[str]:
         keys.scaling(job_id),
         keys.profile(job_id),
         keys.tune_report(job_id),
+        *(  # a service's endpoint (its windows expire on their own)
+            keys.key("svc", job_id, part) for part in ("req", "ready", "life", "wins")
+        ),
         keys.log_ranks(job_id),
     ]
 

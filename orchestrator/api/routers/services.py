@@ -60,13 +60,9 @@ class ServiceTokenCreate(_Body):
 
 
 def ingress_of(request: Request) -> IngressStore:
-    """The app's ingress store (made on first use)."""
-    state = request.app.state
-    ingress: IngressStore | None = getattr(state, "ingress", None)
-    if ingress is None:
-        store: JobStore = state.store
-        ingress = state.ingress = IngressStore(store.client, store.namespace)
-    return ingress
+    """The app's ingress store (the store's: its asyncio client is closed with the app)."""
+    store: JobStore = request.app.state.store
+    return store.ingress
 
 
 def _resolve(store: JobStore, who: Principal, ref: str) -> JobRecord:
