@@ -63,7 +63,8 @@ class RunResult:
             ``tokens_per_s`` is ``None`` for workloads without tokens.
         peak_mem_mb: this run's peak: CUDA peak allocated memory, or on the CPU the peak RSS
             since the run began (see ``peak_mem_scope``).
-        peak_mem_scope: ``run`` (the peak was restarted when this run began), or ``process``
+        peak_mem_scope: ``run`` (the peak was restarted when this run began; a command job's:
+            the peak of the run's own processes, its cgroup's where there is one), or ``process``
             (a CPU where it cannot be: the worker process's lifetime peak, earlier runs
             included).
         data_wait_ms, compute_ms: mean per measured step of this run: waiting for the step's

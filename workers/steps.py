@@ -147,7 +147,7 @@ class CommandSteps:
             "checkpoint_at": self.checkpoint_at,
             "time_left_s": None,
             "peak_mem_mb": peak_mem_mb,
-            "peak_mem_scope": "process",  # the script's process: its whole life, this run
+            "peak_mem_scope": "run",  # the run's own processes (workers.command's meter)
             # the script's data loading is inside its step, out of the worker's sight
             "data_wait_ms": None,
             "compute_ms": None,
@@ -161,7 +161,8 @@ class CommandSteps:
 
     def result(self, status: str, peak_mem_mb: float, checkpoint_dir: str | None) -> RunResult:
         """The run's ``RunResult``. ``param_fingerprint`` is 0.0: the model is the script's,
-        out of the worker's sight (compare final losses instead)."""
+        out of the worker's sight (compare final losses instead). ``peak_mem_mb``: the peak of
+        this run's own processes."""
         m = self.metrics()
         return RunResult(
             status=status,
@@ -184,5 +185,5 @@ class CommandSteps:
             telemetry={"nvml": "unavailable"},
             checkpoint_path=checkpoint_dir if self.checkpoint_step is not None else None,
             first_step_at=self.first_step_at,
-            peak_mem_scope="process",
+            peak_mem_scope="run",
         )
