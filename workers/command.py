@@ -18,7 +18,9 @@ submission; the runtime hands its archive to every rank of the gang (see
   the run's cgroup's peak, else its process tree sampled), not the worker's other runs';
 - ends with the harness's ``RunResult``, or a :class:`~workers.errors.CommandError` that says
   what went wrong: the command was not found or not executable, it exited with an error (its
-  code and last lines of output), or it sent no step report within ``first_report_s``.
+  code and last lines of output), or it sent no step report within ``first_report_s``; or an
+  ``OutOfMemoryError`` when the kernel killed one of its processes for its memory
+  (:meth:`workers.sandbox.RunSandbox.check`), which the tuner prunes as a CUDA OOM.
 
 What the script checkpoints is its own, in ``ctx.checkpoint_dir`` (the job's checkpoint folder,
 kept across runs); the worker keeps beside it (``<folder>.command.json``, where the script

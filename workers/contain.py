@@ -231,12 +231,22 @@ class RunCgroup:
                 out |= {int(p) for p in (d / "cgroup.procs").read_text().split()}
         return out
 
-    def out_of_memory(self) -> bool:
-        """Whether the kernel killed a process of the run for going over its memory bound."""
+    def out_of_memory(self, killed: bool = False) -> bool:
+        """Whether the kernel's OOM killer killed a process of the run: the cgroup's count of
+        OOM kills (v2 ``memory.events``, v1 ``memory.oom_control``; both count a kill by the
+        host's OOM killer too). A v1 kernel older than 4.13 keeps no such count: there, a run
+        ``killed`` by ``SIGKILL`` after its memory reached its bound (``memory.failcnt``) is
+        taken as one."""
         for h, d in self.dirs:
-            name = "memory.events" if h.version == 2 else "memory.oom_control"
-            if _counter(d / name, "oom_kill"):
-                return True
+            if h.version == 2:
+                if _counter(d / "memory.events", "oom_kill"):
+                    return True
+            elif h.controller == "memory":
+                kills = _counter(d / "memory.oom_control", "oom_kill", None)
+                if kills:
+                    return True
+                if kills is None and killed and _read_int(d / "memory.failcnt"):
+                    return True
         return False
 
     def memory_peak(self) -> int | None:
@@ -311,13 +321,15 @@ def _write(path: Path, text: str) -> bool:
         return False
 
 
-def _counter(path: Path, key: str) -> int:
+def _counter(path: Path, key: str, missing: int | None = 0) -> int | None:
+    """The value of ``key`` in a flat-keyed cgroup file; ``missing`` when the file or the key
+    is not there."""
     with contextlib.suppress(OSError, ValueError):
         for line in path.read_text().splitlines():
             name, _, value = line.partition(" ")
             if name == key:
                 return int(value)
-    return 0
+    return missing
 
 
 def _read_int(path: Path) -> int | None:

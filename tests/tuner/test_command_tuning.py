@@ -3,11 +3,13 @@ declared settings through the real tuner path: the study and report in Redis, ea
 team's script run through ``workers.command`` (sandboxed as its own uid when the tests run as
 root, real torch steps), measured from its step reports; a script that crashes or runs out of
 memory in a trial is an infeasible trial with its reason; the chosen settings reach the job's
-run through its job context."""
+run through its job context. A script that runs out of host memory (the kernel's OOM killer, or
+torch's CPU allocator) is pruned as a CUDA OOM is."""
 
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from orchestrator.tuner.script_space import setting_values
 from orchestrator.tuner.service import tune_spec
 from orchestrator.tuner.space import Config, DeviceCaps
 from orchestrator.workdir import pack
+from workers.contain import enforced
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "own_script"
@@ -40,16 +43,34 @@ if hidden == 128:
 runpy.run_path("train.py", run_name="__main__")
 """
 
+# Holds 16 MiB per sample of its micro-batch (written, so resident) through its steps.
+HUNGRY = """\
+from workers import job
 
-def _spec(store: JobStore, folder: Path, **workload: Any) -> JobSpec:
+ctx = job.context()
+held = b"\\x01" * (ctx.micro_batch * 16 << 20)
+for _ in range(ctx.steps or 13):
+    job.report(samples=ctx.global_batch)
+"""
+
+
+def _spec(
+    store: JobStore,
+    folder: Path,
+    micro_batch: tuple[int, int] = (16, 16),
+    resources: dict[str, Any] | None = None,
+    **workload: Any,
+) -> JobSpec:
     """The example's own job file with tuning on (the run settings narrowed, so the trials
     are about the script's settings), its folder stored as ``orch submit --working-dir``
     stores it."""
     job = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
     job["workload"].update(workload, working_dir=store.working_dirs.put(pack(folder).data))
+    job["resources"].update(resources or {})
+    lo, hi = micro_batch
     job["tuning"] = {
         "enabled": True,
-        "bounds": {"micro_batch": {"min": 16, "max": 16}, "precision": ["fp32"]},
+        "bounds": {"micro_batch": {"min": lo, "max": hi}, "precision": ["fp32"]},
     }
     return parse_spec(job)
 
@@ -147,3 +168,39 @@ def test_orch_tune_takes_the_scripts_folder(
     report = store.tune_reports.load("own-script")
     assert report is not None and report["trials"] == 2
     assert set(report["config"]["settings"]) == {"hidden", "lr", "threads"}
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or enforced()["memory"].startswith("not enforced"),
+    reason="a memory bound needs a root worker and a cgroup memory controller",
+)
+def test_a_script_killed_for_its_memory_is_pruned_as_out_of_memory(
+    store: JobStore, redis_url: str, tmp_path: Path
+) -> None:
+    """The real thing, where the host enforces it (as here, as root): each trial's script is
+    bounded by the job's ``resources.memory_gb`` (0.2 GB) as its runs are, so at micro-batch
+    16 (256 MiB) the kernel's OOM killer ends it; the run's cgroup counted the kill, so the
+    trial is ``oom``, and, as after a CUDA OOM, no larger micro-batch with its settings is
+    tried. (Torch's CPU allocator failing, the other CPU OOM, is tests/tuner/test_oom.py's and
+    test_service.py's.)"""
+    folder = tmp_path / "hungry"
+    folder.mkdir()
+    (folder / "hungry.py").write_text(HUNGRY)
+    spec = _spec(
+        store,
+        folder,
+        micro_batch=(8, 32),
+        resources={"memory_gb": 0.2},
+        command=["python", "hungry.py"],
+        settings={},
+    )
+    report = tune_spec(spec, store, redis_url, job="hungry", caps=CPU)
+    rows = [t for t in report.to_dict()["trials_table"] if t["source"] == "measured"]
+    by_mb = {t["config"]["micro_batch"]: t for t in rows}
+    oom = by_mb[16]
+    assert oom["measurement"]["status"] == "oom" and not oom["feasible"], oom
+    assert "out of memory" in oom["reason"] and "host memory bound" in oom["reason"]
+    assert by_mb[8]["measurement"]["status"] == "ok"
+    ooms = [t["config"]["micro_batch"] for t in rows if t["measurement"]["status"] == "oom"]
+    assert ooms == sorted(set(ooms), reverse=True)  # nothing at or above an OOM tried again
+    assert report.result.chosen is not None and report.result.chosen.config.micro_batch == 8
