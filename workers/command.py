@@ -158,6 +158,7 @@ class _CommandRun:
             "resume_step": state["checkpoint_step"] if state else None,
             "settings": dict(command.get("settings") or {}),
             "args": dict(config.get("workload_args") or {}),
+            "loader_settings": dict(config.get("loader") or {}),
         }
         self.steps = CommandSteps(
             warmup_steps=int(config.get("warmup_steps") or 0),

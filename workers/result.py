@@ -95,8 +95,9 @@ class RunResult:
             other ranks.
         forward_only: the workload is forward-only (``Workload.train`` is False): the tuner's
             probe reads it to shape the search space (accumulation 1, no batch to keep).
-        dataset: the workload gave a dataset, read through the harness's loader: the tuner's
-            probe reads it to know whether the loader's knobs can matter.
+        dataset: the workload gave a dataset, read through the harness's loader (a command
+            job's script: its batches through ``job.loader``): the tuner's probe reads it to
+            know whether the loader's knobs can matter.
         quant_error: a service serving an int8 model: its outputs' relative L2 error against
             fp32's on seeded inputs (``workers.quantize``); ``None`` otherwise.
         offered, dropped: a service's requests that arrived, and those that waited past its

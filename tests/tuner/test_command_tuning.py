@@ -4,7 +4,8 @@ team's script run through ``workers.command`` (sandboxed as its own uid when the
 root, real torch steps), measured from its step reports; a script that crashes or runs out of
 memory in a trial is an infeasible trial with its reason; the chosen settings reach the job's
 run through its job context. A script that runs out of host memory (the kernel's OOM killer, or
-torch's CPU allocator) is pruned as a CUDA OOM is."""
+torch's CPU allocator) is pruned as a CUDA OOM is; one that reads its batches through
+``job.loader`` gets the loader stage."""
 
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ import yaml
 from orchestrator.runtime.harness_config import job_harness_config, run_spec
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store import JobStore
+from orchestrator.tuner.loader_stage import WALL_CLOCK
 from orchestrator.tuner.script_space import setting_values
 from orchestrator.tuner.service import tune_spec
 from orchestrator.tuner.space import Config, DeviceCaps
 from orchestrator.workdir import pack
 from workers.contain import enforced
+from workers.loader_settings import LoaderSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "own_script"
@@ -52,6 +55,7 @@ held = b"\\x01" * (ctx.micro_batch * 16 << 20)
 for _ in range(ctx.steps or 13):
     job.report(samples=ctx.global_batch)
 """
+SCRIPTS = ROOT / "tests" / "workers" / "command_dir"
 
 
 def _spec(
@@ -73,6 +77,10 @@ def _spec(
         "bounds": {"micro_batch": {"min": lo, "max": hi}, "precision": ["fp32"]},
     }
     return parse_spec(job)
+
+
+def _workers(config: Config) -> int:
+    return LoaderSettings.from_token(config.loader).num_workers
 
 
 def _settings(rec: Any) -> tuple[Any, ...]:
@@ -204,3 +212,24 @@ def test_a_script_killed_for_its_memory_is_pruned_as_out_of_memory(
     ooms = [t["config"]["micro_batch"] for t in rows if t["measurement"]["status"] == "oom"]
     assert ooms == sorted(set(ooms), reverse=True)  # nothing at or above an OOM tried again
     assert report.result.chosen is not None and report.result.chosen.config.micro_batch == 8
+
+
+def test_a_script_waiting_on_its_data_gets_the_loader_stage(
+    store: JobStore, redis_url: str
+) -> None:
+    """tests/workers/command_dir/loads.py waits 30 ms a batch in ``job.loader`` over the
+    loader workers its context gives it, and computes 10 ms: its data wait is measured, most
+    of its step, so the loader stage profiles other loader settings, the script reads them
+    from ``ctx.dataloader_kwargs``, and one with workers wins at the wall clock."""
+    spec = _spec(store, SCRIPTS, command=["python", "loads.py"], settings={})
+    report = tune_spec(spec, store, redis_url, job="loads", caps=CPU)
+    rows = [t for t in report.to_dict()["trials_table"] if t["source"] == "measured"]
+    first = [t for t in rows if t["measurement"]["message"] != WALL_CLOCK]
+    assert first and all(t["measurement"]["data_wait_share"] >= 0.5 for t in first), first
+    staged = [t for t in rows if t["measurement"]["message"] == WALL_CLOCK]
+    loaders = {_workers(Config.from_dict(t["config"])) for t in staged}
+    assert {0, 1} <= loaders, loaders  # the job's own among them, judged alike
+    chosen = report.result.chosen
+    assert chosen is not None and _workers(chosen.config) >= 1
+    runs = job_harness_config(run_spec(spec, chosen.config.to_dict()))
+    assert runs["loader"]["num_workers"] >= 1  # what the job's script reads in its runs

@@ -91,8 +91,11 @@ class CommandEvaluator(Evaluator):
         return False
 
     def reads_dataset(self) -> bool:
-        """The script loads its own data, out of the harness's loader: no loader knobs."""
-        return False
+        """The script may read its batches through ``job.loader``, with the loader's knobs
+        from its context (``ctx.dataloader_kwargs``): the loader stage then runs when its
+        trials' data wait is material, and never for a script whose trials report none
+        (``loader_stage.data_wait_material``), so no probe is needed to tell."""
+        return True
 
     def evaluate(self, config: Config) -> Measurement:
         """Run the script for ``warmup_steps + measured_steps`` steps at ``config``.

@@ -130,9 +130,9 @@ class GangEvaluator(Evaluator):
         return self.command is None and bool(self._probed().get("forward_only"))
 
     def reads_dataset(self) -> bool:
-        """Whether the probe's harness read a dataset through its loader (a command job's
-        script loads its own data)."""
-        return self.command is None and bool(self._probed().get("dataset"))
+        """Whether the probe's harness read a dataset through its loader; for a command job,
+        yes: its script may read through ``job.loader`` (see ``CommandEvaluator``)."""
+        return self.command is not None or bool(self._probed().get("dataset"))
 
     def _probed(self) -> dict[str, Any]:
         if self._probe is None:
