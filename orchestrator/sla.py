@@ -58,14 +58,16 @@ def _num(metrics: dict[str, Any], key: str) -> float | None:
 
 def wall_share(metrics: dict[str, Any]) -> float | None:
     """The share of a run's time spent waiting for its data, when that data is the job's own
-    (``reads_dataset``: the harness's loader), else ``None``.
+    (``reads_dataset``: the harness's loader, or a command job's ``job.loader``), else ``None``.
 
     A run's ``samples_per_s`` counts its timed steps alone: what its tuning trades (micro-batch,
     GPUs, precision) changes it, the data wait beside it does not. A throughput SLA is about
     the rate the job's work goes at, ``samples_per_s x (1 - share)``, so a job that waits on
     its loader is judged at the wall clock. The batches the harness generates for a workload
     without a dataset are its stand-in for a loader (not the job's cost), so their wait is not
-    counted; a command job's step times are the script's own and already hold its loading.
+    counted. A command job's waits in ``job.loader`` are its own loading, taken out of its
+    steps and reported apart (``reads_dataset``); a script that reads no batches through it
+    has step times that hold its loading, and no wait figure.
     """
     if metrics.get("reads_dataset") is not True:
         return None

@@ -14,9 +14,13 @@ submission; the runtime hands its archive to every rank of the gang (see
   :mod:`workers.job`); ``python`` is the worker's own interpreter (torch, ``workers.job``);
 - turns the script's step reports into the harness's reports (:mod:`workers.steps`), relays
   stop requests and a lost fence to it, and relays its output to the job's log;
+- measures the run's own peak memory, of every process it started (:mod:`workers.run_memory`:
+  the run's cgroup's peak, else its process tree sampled), not the worker's other runs';
 - ends with the harness's ``RunResult``, or a :class:`~workers.errors.CommandError` that says
   what went wrong: the command was not found or not executable, it exited with an error (its
-  code and last lines of output), or it sent no step report within ``first_report_s``.
+  code and last lines of output), or it sent no step report within ``first_report_s``; or an
+  ``OutOfMemoryError`` when the kernel killed one of its processes for its memory
+  (:meth:`workers.sandbox.RunSandbox.check`), which the tuner prunes as a CUDA OOM.
 
 What the script checkpoints is its own, in ``ctx.checkpoint_dir`` (the job's checkpoint folder,
 kept across runs); the worker keeps beside it (``<folder>.command.json``, where the script
@@ -43,6 +47,7 @@ from typing import IO, TYPE_CHECKING, Any
 from workers.contain import Limits
 from workers.errors import CommandError
 from workers.job import CONTEXT_ENV, CONTROL_FD_ENV, REPORT_FD_ENV
+from workers.run_memory import RunMemory
 from workers.steps import CommandSteps
 from workers.workdir import unpack_verified
 
@@ -153,6 +158,7 @@ class _CommandRun:
             "resume_step": state["checkpoint_step"] if state else None,
             "settings": dict(command.get("settings") or {}),
             "args": dict(config.get("workload_args") or {}),
+            "loader_settings": dict(config.get("loader") or {}),
         }
         self.steps = CommandSteps(
             warmup_steps=int(config.get("warmup_steps") or 0),
@@ -165,6 +171,7 @@ class _CommandRun:
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.time_limit_s: float | None = None
         self.stopped = self.fenced = False
+        self.memory: RunMemory | None = None
 
     def execute(
         self,
@@ -218,6 +225,7 @@ class _CommandRun:
         finally:
             os.close(msg_w)
             os.close(ctl_r)
+        self.memory = RunMemory(box.cgroup, child.pid)
         code = self._supervise(child, msg_r, ctl_w, report_every_s, should_stop, fence)
         box.check(code)
         return self._end(code)
@@ -259,6 +267,8 @@ class _CommandRun:
                         eof = True
                     else:
                         self._take(message)
+                if self.memory is not None:  # where the run's cgroup keeps no peak of its own
+                    self.memory.sample()
                 if not stopped and should_stop():
                     stopped = _tell(control, {"stop": True})
                 if not fenced and not fence():
@@ -278,7 +288,7 @@ class _CommandRun:
                     )
                 if self.steps.local_steps and time.monotonic() - last_report >= report_every_s:
                     last_report = time.monotonic()
-                    self._emit("running", child.pid)
+                    self._emit("running")
             code = child.wait()
         finally:
             # the script, if it still runs, and whatever it started: nothing outlives the run
@@ -310,14 +320,18 @@ class _CommandRun:
                 kind = f"the command was killed by signal {-code}"
             raise CommandError(f"{kind}: {' '.join(self.argv)}{self._last_lines()}")
         status = "stopped" if stopped else "finished"
-        self._emit(status, None)
-        return self.steps.result(status, _peak_mb(None), str(self.ckpt)).to_dict()
+        self._emit(status)
+        return self.steps.result(status, self._peak_mb(), str(self.ckpt)).to_dict()
 
-    def _emit(self, status: str, pid: int | None) -> None:
+    def _emit(self, status: str) -> None:
         if self.report is None:
             return
         with contextlib.suppress(Exception):  # a failing sink must not end the job
-            self.report(self.steps.report(status, _peak_mb(pid)))
+            self.report(self.steps.report(status, self._peak_mb()))
+
+    def _peak_mb(self) -> float:
+        """The run's own peak memory so far, in MiB (:mod:`workers.run_memory`)."""
+        return self.memory.peak_mb() if self.memory is not None else 0.0
 
     def _relay(self, source: IO[bytes]) -> None:
         """The script's output to the worker's stdout (the job's log), keeping its last lines
@@ -349,20 +363,6 @@ def _read(
         for message in messages(stream):
             inbox.put(message)
     inbox.put(None)
-
-
-def _peak_mb(pid: int | None) -> float:
-    """Peak resident memory of the script (``pid``, while it runs), or of this worker's
-    finished children (after), in MiB."""
-    if pid is not None:
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-        return 0.0
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
 def _read_state(path: Path | None) -> dict[str, Any] | None:

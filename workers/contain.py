@@ -20,6 +20,10 @@ At the run's end :meth:`RunCgroup.close` kills what is left, waits until the cgr
 empty, and removes it: a double-forked daemon of the team's is gone before the job's uid is
 claimed by the next job. A job's uid, not its cgroup, is what keeps it from another's files.
 
+The cgroup also measures the run as itself, apart from the worker and its earlier runs: the
+most memory its processes held at once (:meth:`RunCgroup.memory_peak`) and whether the OOM
+killer ended one of them (:meth:`RunCgroup.out_of_memory`).
+
 Why hand-written: the design's dependencies hold no cgroup library; ``systemd-run --scope``
 needs a systemd that containers and Ray nodes rarely run; what is needed is a handful of file
 writes, kept here in one place.
@@ -182,8 +186,9 @@ class RunCgroup:
         unique = f"orch-{safe}-{os.getpid()}-{next(_names)}"
         for h in _hierarchies():
             _sweep(h.base)
-            if h.version == 2 and limits.memory_bytes is not None:
-                # best effort: a cgroup with processes of its own cannot hand controllers down
+            if h.version == 2:
+                # best effort: a cgroup with processes of its own cannot hand controllers down;
+                # asked for with no memory bound too: the controller also keeps the run's peak
                 _write(h.base / "cgroup.subtree_control", "+pids +memory")
             path = h.base / unique
             try:
@@ -226,13 +231,37 @@ class RunCgroup:
                 out |= {int(p) for p in (d / "cgroup.procs").read_text().split()}
         return out
 
-    def out_of_memory(self) -> bool:
-        """Whether the kernel killed a process of the run for going over its memory bound."""
+    def out_of_memory(self, killed: bool = False) -> bool:
+        """Whether the kernel's OOM killer killed a process of the run: the cgroup's count of
+        OOM kills (v2 ``memory.events``, v1 ``memory.oom_control``; both count a kill by the
+        host's OOM killer too). A v1 kernel older than 4.13 keeps no such count: there, a run
+        ``killed`` by ``SIGKILL`` after its memory reached its bound (``memory.failcnt``) is
+        taken as one."""
         for h, d in self.dirs:
-            name = "memory.events" if h.version == 2 else "memory.oom_control"
-            if _counter(d / name, "oom_kill"):
-                return True
+            if h.version == 2:
+                if _counter(d / "memory.events", "oom_kill"):
+                    return True
+            elif h.controller == "memory":
+                kills = _counter(d / "memory.oom_control", "oom_kill", None)
+                if kills:
+                    return True
+                if kills is None and killed and _read_int(d / "memory.failcnt"):
+                    return True
         return False
+
+    def memory_peak(self) -> int | None:
+        """The most memory the run's processes held at once so far, in bytes, as the kernel
+        charges it against their bound (their pages, page cache included): v2 ``memory.peak``
+        (Linux 5.19), v1 ``memory.max_usage_in_bytes``; ``None`` where the run's cgroup has
+        no memory controller. The cgroup is the run's own, made for it: no earlier run's
+        peak is in it, whatever ran in the worker before."""
+        peaks = [
+            _read_int(d / ("memory.peak" if h.version == 2 else "memory.max_usage_in_bytes"))
+            for h, d in self.dirs
+            if h.version == 2 or h.controller == "memory"
+        ]
+        found = [p for p in peaks if p is not None]
+        return max(found) if found else None
 
     def hit_process_bound(self) -> bool:
         """Whether a fork of the run failed on its process bound."""
@@ -292,13 +321,23 @@ def _write(path: Path, text: str) -> bool:
         return False
 
 
-def _counter(path: Path, key: str) -> int:
+def _counter(path: Path, key: str, missing: int | None = 0) -> int | None:
+    """The value of ``key`` in a flat-keyed cgroup file; ``missing`` when the file or the key
+    is not there."""
     with contextlib.suppress(OSError, ValueError):
         for line in path.read_text().splitlines():
             name, _, value = line.partition(" ")
             if name == key:
                 return int(value)
-    return 0
+    return missing
+
+
+def _read_int(path: Path) -> int | None:
+    """A cgroup file holding one number (``None``: not there, or ``max``)."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 # -- the child's first steps -------------------------------------------------------------------

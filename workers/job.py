@@ -9,8 +9,10 @@ reports each optimizer step, saves a checkpoint when asked and stops cleanly on 
     ctx = job.context()
     model = build(hidden=ctx.settings["hidden"])
     step = load(ctx.checkpoint_dir) if ctx.resume else 0   # the script's own checkpoint
+    data = DataLoader(dataset, batch_size=ctx.micro_batch, **ctx.dataloader_kwargs)
+    batches = job.loader(data)                # its waits for each batch, timed
     while step < ctx.steps:
-        loss = train_step(batch_size=ctx.micro_batch)
+        loss = train_step(next(batches))
         step += 1
         job.report(samples=ctx.micro_batch * ctx.grad_accum * ctx.world_size, loss=loss)
         if job.should_checkpoint():
@@ -23,6 +25,14 @@ Timing: a step's time is the time between two :func:`report` calls (the first fr
 :func:`context`); ``orch`` excludes the first ``ctx.warmup_steps`` of each run, as for a
 built-in workload, and turns the steps into the same latency percentiles, throughput and SLA
 figures. Call :func:`report` once per optimizer step, on every rank (only rank 0's count).
+
+Data wait: the batches a script reads through :func:`loader` are timed as it waits for each
+one, and that wait is reported with the step, apart from it, as the harness reports a built-in
+workload's: the step's time is then its compute, and ``data_wait_share`` says how much of the
+job's time went to waiting for data (a throughput SLA is judged at the wall clock, and the
+tuner tries other loader settings when the wait is material: ``ctx.dataloader_kwargs`` hands
+the script the ones it chose). Without :func:`loader`, a step's time holds its loading and
+the data wait is not known.
 
 How it talks: the worker runs the script as the job's sandbox user with three variables,
 ``ORCH_JOB_CONTEXT`` (a JSON file of the run's settings), ``ORCH_JOB_FD`` (a pipe the reports
@@ -39,8 +49,9 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 __all__ = [
     "CONTEXT_ENV",
@@ -49,6 +60,7 @@ __all__ = [
     "JobContext",
     "checkpointed",
     "context",
+    "loader",
     "report",
     "should_checkpoint",
     "should_stop",
@@ -57,6 +69,8 @@ __all__ = [
 CONTEXT_ENV = "ORCH_JOB_CONTEXT"
 REPORT_FD_ENV = "ORCH_JOB_FD"
 CONTROL_FD_ENV = "ORCH_JOB_CONTROL_FD"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,9 @@ class JobContext:
         resume_step: the step of that checkpoint (``None`` when ``resume`` is false).
         settings: the script's declared settings (``workload.settings``), with their values.
         args: the job file's ``workload.args``.
+        loader_settings: the data loader's knobs for this run (``run.loader``, or what the
+            tuner's loader stage chose: ``num_workers``, ``prefetch_factor``, ``pin_memory``,
+            ``persistent_workers``, ``cache_mb``); see :attr:`dataloader_kwargs`.
     """
 
     job_id: str = "local"
@@ -101,11 +118,26 @@ class JobContext:
     resume_step: int | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     args: dict[str, Any] = field(default_factory=dict)
+    loader_settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def global_batch(self) -> int:
         """Samples per optimizer step over all ranks."""
         return self.micro_batch * self.grad_accum * self.world_size
+
+    @property
+    def dataloader_kwargs(self) -> dict[str, Any]:
+        """:attr:`loader_settings` as ``torch.utils.data.DataLoader``'s keyword arguments:
+        ``num_workers`` and ``pin_memory``, and with workers ``prefetch_factor`` and
+        ``persistent_workers`` (torch refuses them without). ``cache_mb`` (the harness's RAM
+        cache of decoded samples) is the script's to honour or not."""
+        s = self.loader_settings
+        workers = int(s.get("num_workers", 0))
+        kwargs: dict[str, Any] = {"num_workers": workers, "pin_memory": bool(s.get("pin_memory"))}
+        if workers > 0:
+            kwargs["prefetch_factor"] = int(s.get("prefetch_factor", 2))
+            kwargs["persistent_workers"] = bool(s.get("persistent_workers"))
+        return kwargs
 
 
 class _Channel:
@@ -121,6 +153,8 @@ class _Channel:
         self.context = JobContext(**{k: v for k, v in data.items() if k in known})
         self.step = self.context.resume_step or 0
         self.last = time.perf_counter()
+        self.wait = 0.0  # waited in loader() since the last report
+        self.timed = False  # whether the script reads its batches through loader()
         self.stop = threading.Event()
         self.fenced = threading.Event()
         self.lock = threading.Lock()
@@ -145,6 +179,11 @@ class _Channel:
                     self.stop.set()
         # the worker is gone (killed, or its host lost): nobody supervises this run
         os._exit(143)
+
+    def waited(self, seconds: float) -> None:
+        with self.lock:
+            self.wait += seconds
+            self.timed = True
 
     def send(self, message: dict[str, Any]) -> None:
         if self.out is None:
@@ -190,6 +229,8 @@ def report(
     now = time.perf_counter()
     elapsed, ch.last = now - ch.last, now
     ch.step = ch.step + 1 if step is None else int(step)
+    with ch.lock:
+        wait, ch.wait = ch.wait, 0.0
     ch.send(
         {
             "step": {
@@ -198,9 +239,29 @@ def report(
                 "samples": int(samples),
                 "tokens": None if tokens is None else int(tokens),
                 "loss": None if loss is None else float(loss),
+                "wait_s": wait if ch.timed else None,
             }
         }
     )
+
+
+def loader(batches: Iterable[T]) -> Iterator[T]:
+    """Iterate ``batches`` (the script's ``DataLoader``, or any iterable of batches), timing
+    each wait for the next one (its workers' start included, on the first): the waits since
+    the last :func:`report` go out with the next one, apart from the step (see the module
+    doc). Outside ``orch`` it only iterates."""
+    ch = _channel()
+    start = time.perf_counter()
+    source = iter(batches)
+    while True:
+        try:
+            batch = next(source)
+        except StopIteration:
+            return
+        finally:
+            ch.waited(time.perf_counter() - start)
+        yield batch
+        start = time.perf_counter()
 
 
 def should_stop() -> bool:

@@ -63,7 +63,8 @@ class RunResult:
             ``tokens_per_s`` is ``None`` for workloads without tokens.
         peak_mem_mb: this run's peak: CUDA peak allocated memory, or on the CPU the peak RSS
             since the run began (see ``peak_mem_scope``).
-        peak_mem_scope: ``run`` (the peak was restarted when this run began), or ``process``
+        peak_mem_scope: ``run`` (the peak was restarted when this run began; a command job's:
+            the peak of the run's own processes, its cgroup's where there is one), or ``process``
             (a CPU where it cannot be: the worker process's lifetime peak, earlier runs
             included).
         data_wait_ms, compute_ms: mean per measured step of this run: waiting for the step's
@@ -94,8 +95,9 @@ class RunResult:
             other ranks.
         forward_only: the workload is forward-only (``Workload.train`` is False): the tuner's
             probe reads it to shape the search space (accumulation 1, no batch to keep).
-        dataset: the workload gave a dataset, read through the harness's loader: the tuner's
-            probe reads it to know whether the loader's knobs can matter.
+        dataset: the workload gave a dataset, read through the harness's loader (a command
+            job's script: its batches through ``job.loader``): the tuner's probe reads it to
+            know whether the loader's knobs can matter.
         quant_error: a service serving an int8 model: its outputs' relative L2 error against
             fp32's on seeded inputs (``workers.quantize``); ``None`` otherwise.
         offered, dropped: a service's requests that arrived, and those that waited past its

@@ -3,8 +3,8 @@
 A worker process runs many runs (a tuner's trials, a job's runs on a warm worker), so a figure
 kept by the process (CUDA's peak allocated memory, the kernel's peak RSS) must be restarted at
 the start of each run, or a small run reads an earlier large one's peak. :class:`PeakMemory`
-does that; the functions below are the arithmetic of the other per-run figures, kept pure so
-they are tested with numbers, on machines without a GPU.
+does that; :class:`RunMeter` keeps the other per-run figures, whose arithmetic is
+:mod:`workers.ratios`.
 """
 
 from __future__ import annotations
@@ -21,16 +21,10 @@ from pathlib import Path
 import torch
 
 from workers.latency import LatencySketch
+from workers.ratios import busy_share, data_wait_share, energy_per_sample_j, mean_ms
 from workers.telemetry import NvmlSampler, process_peak_rss_mb
 
-__all__ = [
-    "PeakMemory",
-    "RunMeter",
-    "busy_share",
-    "data_wait_share",
-    "energy_per_sample_j",
-    "mean_ms",
-]
+__all__ = ["PeakMemory", "RunMeter"]
 
 log = logging.getLogger(__name__)
 
@@ -117,42 +111,6 @@ def _malloc_trim() -> Callable[[int], int] | None:
     except (OSError, AttributeError):
         return None
     return trim
-
-
-def energy_per_sample_j(start_mj: int | None, end_mj: int | None, samples: int) -> float | None:
-    """Joules per sample from two readings of NVML's total-energy counter (millijoules).
-
-    ``None`` when either reading is missing (no NVML, a GPU without the counter), no sample
-    was processed, or the counter went backwards (a driver reload restarts it).
-    """
-    if start_mj is None or end_mj is None or samples <= 0 or end_mj < start_mj:
-        return None
-    return (end_mj - start_mj) / 1000.0 / samples
-
-
-def busy_share(busy_s: float, wall_s: float) -> float | None:
-    """The share of ``wall_s`` the device spent computing (``busy_s``), in [0, 1].
-
-    ``None`` when no wall time passed. Clamped at 1: two clocks read around the same interval
-    can disagree by microseconds.
-    """
-    if wall_s <= 0:
-        return None
-    return min(1.0, max(0.0, busy_s / wall_s))
-
-
-def data_wait_share(wait_s: float, compute_s: float) -> float | None:
-    """The share of the step that was waiting for data: ``wait / (wait + compute)``;
-    ``None`` before any step."""
-    total = wait_s + compute_s
-    if total <= 0:
-        return None
-    return wait_s / total
-
-
-def mean_ms(total_s: float, steps: int) -> float | None:
-    """Milliseconds per step of ``total_s`` seconds over ``steps`` steps (``None`` for none)."""
-    return total_s * 1000.0 / steps if steps > 0 else None
 
 
 class RunMeter:

@@ -44,6 +44,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -100,8 +101,10 @@ class SandboxError(RuntimeError):
 
 
 class OutOfMemoryError(SandboxError):
-    """The team's process ran out of device memory (``torch.OutOfMemoryError`` there): named
-    so, the tuner's OOM handling (``orchestrator.tuner.oom.is_oom``) sees it as one."""
+    """The team's code ran out of memory: device memory (``torch.OutOfMemoryError`` in its
+    process), or host memory (the kernel killed one of its processes for it, see
+    :meth:`RunSandbox.check`). Named so, the tuner's OOM handling
+    (``orchestrator.tuner.oom.is_oom``) sees it as one: the trial is pruned as a CUDA OOM is."""
 
 
 # the child's errors that keep their type here: the worker's and the tuner's callers act on it
@@ -202,7 +205,7 @@ class RunSandbox:
                 file=sys.stderr,
                 flush=True,
             )
-        if self.cgroup.out_of_memory():
+        if self.cgroup.out_of_memory(killed=code == -signal.SIGKILL):
             mib = (self.limits.memory_bytes or 0) / (1 << 20)
             raise OutOfMemoryError(
                 f"out of memory: the job's processes went over their host memory bound of "

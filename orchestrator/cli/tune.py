@@ -163,6 +163,8 @@ def _tune_on_pool(
             num_threads=1 if virtual else None,
             seed=spec.run.seed,
             gpus_per_node=max(Counter(nodes).values()),
+            memory_gb=spec.resources.memory_gb,
+            network=spec.resources.network,
             **command_trials(spec, url, settings.namespace),
         )
         try:

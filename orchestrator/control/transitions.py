@@ -124,6 +124,16 @@ def _next(
     return Transition(JobState.QUEUED, f"requeued: {why}", base)
 
 
+_CACHE_WORDS = {
+    "hit": "cache hit",
+    "warm": "warm-started from the cache",
+    "miss": "cache miss",
+    "off": "cache off",
+}
+"""The tuning cache's status (``tuner.service.TuneReport.cache``) as an event says it: a bare
+"miss" beside a job's tuning reads as an SLA missed."""
+
+
 def tuning_ended(answer: dict[str, Any]) -> Transition:
     """The next state of a job whose tuning finished: queued with its tuned settings, or
     failed as SLA-infeasible (``answer`` is the tuner's, see ``tuner.remote.tune_job``)."""
@@ -134,7 +144,8 @@ def tuning_ended(answer: dict[str, Any]) -> Transition:
         from orchestrator.tuner.space import Config
 
         config = Config.from_dict(answer["config"])
-        msg = f"tuned ({cache}, {trials} trials): {config.describe()}"
+        cached = _CACHE_WORDS.get(str(cache), f"cache {cache}")
+        msg = f"tuned ({cached}, {trials} trials): {config.describe()}"
         return Transition(JobState.QUEUED, msg, {"placement": "", "tuned": answer["config"]})
     msg = (
         f"sla-infeasible: {answer.get('reason') or 'no config meets the SLA'} "

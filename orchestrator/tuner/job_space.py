@@ -113,14 +113,17 @@ def _command_space(spec: JobSpec, caps: DeviceCaps, gpus: range) -> SearchSpace:
     """A command job's space: the run settings its script reads from the job context
     (micro-batch and accumulation within its global batch, GPU count, precision) and its own
     declared settings (:mod:`orchestrator.tuner.script_space`). What the harness applies to a
-    model it builds (checkpointing, compile, sharding, plans, the loader) the script does not
-    get: those stay off (the spec refuses bounds that ask for them)."""
+    model it builds (checkpointing, compile, sharding, plans) the script does not get: those
+    stay off (the spec refuses bounds that ask for them). The loader's knobs are the job's
+    own (``ctx.dataloader_kwargs``), searched by the loader stage as for a built-in when the
+    script's waits in ``job.loader`` are material (``tuner.loader_stage``)."""
     from orchestrator.tuner.script_space import script_dimensions
 
     b = spec.tuning.bounds
     return SearchSpace(
         **_training_batch(spec, caps, gpus),
         precisions=allowed("precision", b.precision, caps.precisions, caps.precisions),
+        loaders=(spec.run.loader.token(),),
         gpus_per_node=caps.gpus_per_node,
         settings=script_dimensions(spec),
     )

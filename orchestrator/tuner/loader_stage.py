@@ -1,8 +1,10 @@
 """The tuner's second stage: the data loader's knobs, searched only when data wait matters.
 
 The first stage tunes how the step computes (micro-batch, GPUs, precision, ...) with the job's
-own loader settings. If the workload reads a dataset through the harness's loader and the
-chosen config waits for data for at least :data:`MATERIAL_SHARE` of its step, this stage
+own loader settings. If the workload reads a dataset through the harness's loader (or a
+command job's script reads its batches through ``job.loader``, and takes the loader's knobs
+from ``ctx.dataloader_kwargs``) and the chosen config waits for data for at least
+:data:`MATERIAL_SHARE` of its step, this stage
 profiles that config with other loader settings (a grid: worker processes x prefetch depth,
 pinned memory on a GPU), the job's own among them, and the best of them is chosen if it
 beats the job's own by more than :data:`MARGIN` (5%, the noise of a short profiling run on a
@@ -64,7 +66,8 @@ MAX_TUNED_WORKERS = 8
 
 def data_wait_material(result: TuneResult, reads_dataset: bool) -> bool:
     """Whether the loader stage runs: the workload reads a dataset and the chosen config
-    waited for data for at least :data:`MATERIAL_SHARE` of its step."""
+    waited for data for at least :data:`MATERIAL_SHARE` of its step (a command job's script
+    that reads no batches through ``job.loader`` measures no wait: never)."""
     chosen = result.chosen
     if not reads_dataset or chosen is None or chosen.measurement.status != "ok":
         return False

@@ -10,26 +10,41 @@ DeepSpeed's autotuner does for ZeRO stages.
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass, field
 
 from orchestrator.tuner.space import Config
 
 __all__ = ["FitFrontier", "is_oom", "memory_key"]
 
-_OOM_WORDS = ("out of memory", "cuda error: out of memory", "cublas_status_alloc_failed")
+_OOM_WORDS = (
+    "out of memory",
+    "cuda error: out of memory",
+    "cublas_status_alloc_failed",
+    # torch's CPU allocator: "DefaultCPUAllocator: can't allocate memory: you tried to
+    # allocate N bytes. Error code 12 (Cannot allocate memory)" ("not enough memory" on
+    # platforms without posix_memalign)
+    "defaultcpuallocator",
+    "can't allocate memory",
+)
 
 
 def is_oom(err: BaseException) -> bool:
-    """Whether ``err`` means the trial ran out of memory.
+    """Whether ``err`` means the trial ran out of memory, on a GPU or on the CPU alike.
 
     ``torch.OutOfMemoryError`` (a ``RuntimeError`` subclass, also raised as
     ``torch.cuda.OutOfMemoryError``), any ``RuntimeError`` whose message says "out of memory"
-    (allocator and cuBLAS failures), and Python's ``MemoryError`` (host RAM); for a command
-    job's script, a failure whose last output names one of those. Checked by name so the
-    control plane need not import torch.
+    (CUDA's allocator and cuBLAS failures) or is torch's CPU allocator failing, Python's
+    ``MemoryError`` and an ``OSError`` of ``ENOMEM`` (host RAM: a fork or a mapping refused),
+    and the sandbox's ``OutOfMemoryError``, which is how a team's process killed by the
+    kernel's OOM killer ends (``workers.sandbox.RunSandbox.check``: the run's cgroup counted
+    the kill); for a command job's script, a failure whose last output names one of those.
+    Checked by name so the control plane need not import torch or the workers.
     """
     for e in _chain(err):
         if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+            return True
+        if isinstance(e, OSError) and e.errno == errno.ENOMEM:
             return True
         if isinstance(e, RuntimeError) and any(w in str(e).lower() for w in _OOM_WORDS):
             return True
@@ -40,9 +55,15 @@ def is_oom(err: BaseException) -> bool:
 
 def _names_oom(text: str) -> bool:
     """Whether a command job's failure (its message quotes the script's last output) was an
-    out-of-memory error: torch's, or Python's ``MemoryError``."""
+    out-of-memory error: torch's (CUDA's or the CPU allocator's), Python's ``MemoryError``, or
+    ``ENOMEM`` ("Cannot allocate memory")."""
     low = text.lower()
-    return "outofmemoryerror" in low or "memoryerror:" in low or any(w in low for w in _OOM_WORDS)
+    return (
+        "outofmemoryerror" in low
+        or "memoryerror:" in low
+        or "cannot allocate memory" in low
+        or any(w in low for w in _OOM_WORDS)
+    )
 
 
 def _chain(err: BaseException) -> list[BaseException]:

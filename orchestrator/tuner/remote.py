@@ -59,6 +59,8 @@ def tune_job(
         num_threads=num_threads,
         seed=spec.run.seed,
         gpus_per_node=max(Counter(nodes).values()),
+        memory_gb=spec.resources.memory_gb,
+        network=spec.resources.network,
         **command_trials(spec, redis_url, namespace),
     )
     try:

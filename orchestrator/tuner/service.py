@@ -417,4 +417,6 @@ def command_evaluator(
         caps=caps,
         job_id=_sandbox_key(spec, job),
         seed=spec.run.seed,
+        memory_gb=spec.resources.memory_gb,
+        network=spec.resources.network,
     )

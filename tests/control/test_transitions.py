@@ -77,7 +77,7 @@ def test_every_ended_run_leaves_its_job_in_a_legal_state() -> None:
 def test_tuning_ends_queued_with_its_settings_or_failed_as_infeasible() -> None:
     good = tuning_ended({"run": True, "config": {"micro_batch": 16}, "cache": "miss", "trials": 7})
     assert good.target is S.QUEUED and good.fields["tuned"] == {"micro_batch": 16}
-    assert good.message.startswith("tuned (miss, 7 trials): ")
+    assert good.message.startswith("tuned (cache miss, 7 trials): ")
     bad = tuning_ended({"run": False, "reason": "p95 38 ms > 25 ms", "closest": "mb 1"})
     assert bad.target is S.FAILED and bad.message.startswith("sla-infeasible: p95 38 ms > 25 ms")
     assert "best_effort" in bad.message

@@ -1,5 +1,7 @@
 """A user workload with a memory cap: micro-batches above ``cap`` samples raise the error
-CUDA's allocator raises (``torch.OutOfMemoryError``), so OOM handling is tested on a CPU.
+CUDA's allocator raises (``torch.OutOfMemoryError``), so OOM handling is tested on a CPU;
+with ``kind: memory`` Python's ``MemoryError``, and with ``kind: cpu`` torch's CPU allocator
+fails for real (an allocation larger than any host's address space).
 
 ``step_ms`` makes each micro-batch take that much longer (a sleep, which needs no CPU): its
 throughput then grows with the micro-batch by a margin no CPU contention undoes, so a test can
@@ -28,6 +30,8 @@ def build(args: dict[str, Any], seed: int) -> Workload:
         if count > cap:
             if kind == "memory":
                 raise MemoryError(f"cannot allocate {count} samples")
+            if kind == "cpu":  # "DefaultCPUAllocator: can't allocate memory: ..."
+                torch.empty(1 << 50, dtype=torch.uint8)
             raise torch.OutOfMemoryError(
                 f"CUDA out of memory. Tried to allocate {count} MiB (cap {cap})"
             )

@@ -3,11 +3,14 @@ declared settings through the real tuner path: the study and report in Redis, ea
 team's script run through ``workers.command`` (sandboxed as its own uid when the tests run as
 root, real torch steps), measured from its step reports; a script that crashes or runs out of
 memory in a trial is an infeasible trial with its reason; the chosen settings reach the job's
-run through its job context."""
+run through its job context. A script that runs out of host memory (the kernel's OOM killer, or
+torch's CPU allocator) is pruned as a CUDA OOM is; one that reads its batches through
+``job.loader`` gets the loader stage."""
 
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -18,10 +21,13 @@ import yaml
 from orchestrator.runtime.harness_config import job_harness_config, run_spec
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store import JobStore
+from orchestrator.tuner.loader_stage import WALL_CLOCK
 from orchestrator.tuner.script_space import setting_values
 from orchestrator.tuner.service import tune_spec
 from orchestrator.tuner.space import Config, DeviceCaps
 from orchestrator.workdir import pack
+from workers.contain import enforced
+from workers.loader_settings import LoaderSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "own_script"
@@ -40,18 +46,41 @@ if hidden == 128:
 runpy.run_path("train.py", run_name="__main__")
 """
 
+# Holds 16 MiB per sample of its micro-batch (written, so resident) through its steps.
+HUNGRY = """\
+from workers import job
 
-def _spec(store: JobStore, folder: Path, **workload: Any) -> JobSpec:
+ctx = job.context()
+held = b"\\x01" * (ctx.micro_batch * 16 << 20)
+for _ in range(ctx.steps or 13):
+    job.report(samples=ctx.global_batch)
+"""
+SCRIPTS = ROOT / "tests" / "workers" / "command_dir"
+
+
+def _spec(
+    store: JobStore,
+    folder: Path,
+    micro_batch: tuple[int, int] = (16, 16),
+    resources: dict[str, Any] | None = None,
+    **workload: Any,
+) -> JobSpec:
     """The example's own job file with tuning on (the run settings narrowed, so the trials
     are about the script's settings), its folder stored as ``orch submit --working-dir``
     stores it."""
     job = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
     job["workload"].update(workload, working_dir=store.working_dirs.put(pack(folder).data))
+    job["resources"].update(resources or {})
+    lo, hi = micro_batch
     job["tuning"] = {
         "enabled": True,
-        "bounds": {"micro_batch": {"min": 16, "max": 16}, "precision": ["fp32"]},
+        "bounds": {"micro_batch": {"min": lo, "max": hi}, "precision": ["fp32"]},
     }
     return parse_spec(job)
+
+
+def _workers(config: Config) -> int:
+    return LoaderSettings.from_token(config.loader).num_workers
 
 
 def _settings(rec: Any) -> tuple[Any, ...]:
@@ -147,3 +176,60 @@ def test_orch_tune_takes_the_scripts_folder(
     report = store.tune_reports.load("own-script")
     assert report is not None and report["trials"] == 2
     assert set(report["config"]["settings"]) == {"hidden", "lr", "threads"}
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or enforced()["memory"].startswith("not enforced"),
+    reason="a memory bound needs a root worker and a cgroup memory controller",
+)
+def test_a_script_killed_for_its_memory_is_pruned_as_out_of_memory(
+    store: JobStore, redis_url: str, tmp_path: Path
+) -> None:
+    """The real thing, where the host enforces it (as here, as root): each trial's script is
+    bounded by the job's ``resources.memory_gb`` (0.2 GB) as its runs are, so at micro-batch
+    16 (256 MiB) the kernel's OOM killer ends it; the run's cgroup counted the kill, so the
+    trial is ``oom``, and, as after a CUDA OOM, no larger micro-batch with its settings is
+    tried. (Torch's CPU allocator failing, the other CPU OOM, is tests/tuner/test_oom.py's and
+    test_service.py's.)"""
+    folder = tmp_path / "hungry"
+    folder.mkdir()
+    (folder / "hungry.py").write_text(HUNGRY)
+    spec = _spec(
+        store,
+        folder,
+        micro_batch=(8, 32),
+        resources={"memory_gb": 0.2},
+        command=["python", "hungry.py"],
+        settings={},
+    )
+    report = tune_spec(spec, store, redis_url, job="hungry", caps=CPU)
+    rows = [t for t in report.to_dict()["trials_table"] if t["source"] == "measured"]
+    by_mb = {t["config"]["micro_batch"]: t for t in rows}
+    oom = by_mb[16]
+    assert oom["measurement"]["status"] == "oom" and not oom["feasible"], oom
+    assert "out of memory" in oom["reason"] and "host memory bound" in oom["reason"]
+    assert by_mb[8]["measurement"]["status"] == "ok"
+    ooms = [t["config"]["micro_batch"] for t in rows if t["measurement"]["status"] == "oom"]
+    assert ooms == sorted(set(ooms), reverse=True)  # nothing at or above an OOM tried again
+    assert report.result.chosen is not None and report.result.chosen.config.micro_batch == 8
+
+
+def test_a_script_waiting_on_its_data_gets_the_loader_stage(
+    store: JobStore, redis_url: str
+) -> None:
+    """tests/workers/command_dir/loads.py waits 30 ms a batch in ``job.loader`` over the
+    loader workers its context gives it, and computes 10 ms: its data wait is measured, most
+    of its step, so the loader stage profiles other loader settings, the script reads them
+    from ``ctx.dataloader_kwargs``, and one with workers wins at the wall clock."""
+    spec = _spec(store, SCRIPTS, command=["python", "loads.py"], settings={})
+    report = tune_spec(spec, store, redis_url, job="loads", caps=CPU)
+    rows = [t for t in report.to_dict()["trials_table"] if t["source"] == "measured"]
+    first = [t for t in rows if t["measurement"]["message"] != WALL_CLOCK]
+    assert first and all(t["measurement"]["data_wait_share"] >= 0.5 for t in first), first
+    staged = [t for t in rows if t["measurement"]["message"] == WALL_CLOCK]
+    loaders = {_workers(Config.from_dict(t["config"])) for t in staged}
+    assert {0, 1} <= loaders, loaders  # the job's own among them, judged alike
+    chosen = report.result.chosen
+    assert chosen is not None and _workers(chosen.config) >= 1
+    runs = job_harness_config(run_spec(spec, chosen.config.to_dict()))
+    assert runs["loader"]["num_workers"] >= 1  # what the job's script reads in its runs

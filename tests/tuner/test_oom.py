@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +14,8 @@ from orchestrator.tuner.oom import FitFrontier, is_oom
 from orchestrator.tuner.space import Config, DeviceCaps, SearchSpace
 from orchestrator.tuner.strategies import STRATEGIES
 from orchestrator.tuner.tuner import Tuner
+from workers.errors import CommandError
+from workers.sandbox import OutOfMemoryError
 
 
 def test_oom_errors_are_recognised() -> None:
@@ -27,6 +31,30 @@ def test_oom_errors_are_recognised() -> None:
         assert is_oom(err)
     assert not is_oom(RuntimeError("shape mismatch"))
     assert not is_oom(ValueError("out of range"))
+
+
+def test_out_of_memory_on_the_cpu_is_recognised_as_on_a_gpu() -> None:
+    """Torch's CPU allocator failing for real (more than any host's address space), an
+    ``ENOMEM`` (a fork or a mapping refused), the sandbox's error for a process the kernel's
+    OOM killer ended, and a command job's failure whose last output names the allocator's
+    message."""
+    try:
+        torch.empty(1 << 50, dtype=torch.uint8)
+    except RuntimeError as err:
+        assert "DefaultCPUAllocator" in str(err)
+        assert is_oom(err)
+    else:
+        raise AssertionError("a petabyte was allocated")
+    assert is_oom(OSError(errno.ENOMEM, "Cannot allocate memory"))
+    assert not is_oom(OSError(errno.EAGAIN, "Resource temporarily unavailable"))
+    assert is_oom(OutOfMemoryError("out of memory: ... the kernel killed one (exit code -9)"))
+    said = (
+        "the command exited with code 1: python train.py; last output: RuntimeError: [enforce "
+        "fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory"
+    )
+    assert is_oom(CommandError(said))
+    assert is_oom(CommandError("... last output: OSError: [Errno 12] Cannot allocate memory"))
+    assert not is_oom(CommandError("the command exited with code 1: ... disk full"))
 
 
 @settings(max_examples=40, deadline=None)

@@ -54,9 +54,11 @@ def _harness(workload: str, args: dict[str, Any]) -> HarnessEvaluator:
     )
 
 
-@pytest.mark.parametrize("kind", ["torch", "memory"])
+@pytest.mark.parametrize("kind", ["torch", "memory", "cpu"])
 def test_oom_in_a_real_trial_is_infeasible_and_the_tuner_goes_on(kind: str) -> None:
-    """A workload that allocates past a cap of 8 samples: the largest micro-batch found is 8."""
+    """A workload that allocates past a cap of 8 samples: the largest micro-batch found is 8.
+    ``cpu``: torch's CPU allocator really fails (``DefaultCPUAllocator: can't allocate
+    memory``), pruned as the CUDA OOM of ``torch`` is."""
     space = SearchSpace(micro_batches=(1, 2, 4, 8, 16, 32))
     ev = _harness("tests.tuner.oom_workload:build", {"cap": 8, "kind": kind})
     result = Tuner(space, Goal("latency", ceiling_ms=5000.0), ev, SLASearchStrategy()).run()

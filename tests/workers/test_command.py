@@ -191,6 +191,49 @@ def test_a_hostile_script_runs_as_its_own_user_and_reads_nothing_else(job_root: 
     assert (job_root / "h").stat().st_uid == os.geteuid()  # back to the worker after the run
 
 
+def test_a_runs_peak_memory_is_its_own_not_an_earlier_bigger_runs(job_root: Path) -> None:
+    """Issue 37: the peak was the largest child the worker ever reaped (a 330 MB trial read
+    1,728.7 MB after a 1.5 GB one). Each run reads its own processes' peak: its cgroup's
+    where the host gives it a memory controller (as here, as root), else its process tree
+    sampled (tests/workers/test_run_memory.py)."""
+
+    def holding(mb: int) -> dict[str, Any]:
+        cfg = config(["python", "hold.py"], steps=3)
+        cfg["command"]["settings"] = {"mb": mb}
+        return cfg
+
+    reports: list[dict[str, Any]] = []
+    big = run(holding(400), job_root / "big", SCRIPTS)
+    small = run(holding(16), job_root / "small", SCRIPTS, reports=reports)
+    assert big["peak_mem_mb"] >= 400
+    assert 16 <= small["peak_mem_mb"] < big["peak_mem_mb"] - 300, (small, big)
+    assert small["peak_mem_scope"] == reports[-1]["peak_mem_scope"] == "run"
+    assert 16 <= reports[-1]["peak_mem_mb"] < big["peak_mem_mb"] - 300
+
+
+def test_a_script_reading_through_job_loader_reports_its_data_wait(job_root: Path) -> None:
+    """loads.py waits 15 ms for each batch through ``job.loader`` (30 ms over the one loader
+    worker its ``ctx.dataloader_kwargs`` gives it) and computes 10 ms: the wait is reported
+    apart from the step (which it was part of, unknown, before ``job.loader``)."""
+    cfg = config(["python", "loads.py"], steps=12)
+    cfg["loader"] = {"num_workers": 1, "prefetch_factor": 4, "persistent_workers": True}
+    reports: list[dict[str, Any]] = []
+    result = run(cfg, job_root / "l", SCRIPTS, reports=reports)
+    assert result["status"] == "finished" and result["measured_steps"] == 10
+    assert result["dataset"] and result["data_wait_ms"] >= 15 and result["compute_ms"] >= 10
+    assert 0 < result["data_wait_share"] < 1
+    assert result["p50_ms"] >= 10  # the step without its wait
+    final = reports[-1]
+    assert final["reads_dataset"] is True and final["data_wait_share"] is not None
+    given = json.loads((job_root / "l" / "loader.json").read_text())
+    assert given == {
+        "num_workers": 1,
+        "pin_memory": False,
+        "prefetch_factor": 4,
+        "persistent_workers": True,
+    }
+
+
 def _two_ranks(cfg: dict[str, Any], ckpt: Path, stop_at: int | None) -> dict[int, Any]:
     from workers.distributed import find_free_port
 

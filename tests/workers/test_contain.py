@@ -69,6 +69,19 @@ def test_forks_past_the_bound_fail_and_the_hit_is_seen(cgroup: RunCgroup) -> Non
 
 
 @root_only
+def test_the_runs_memory_peak_is_its_own(cgroup: RunCgroup) -> None:
+    """A fresh cgroup per run: its peak is what this run's processes held (100 MiB and an
+    interpreter), nothing of what the worker or its earlier runs did."""
+    if cgroup.memory_peak() is None:
+        pytest.skip("no memory controller here")
+    child = run("x = b'\\x01' * (100 << 20); print('held')", cgroup)
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == 0 and "held" in out
+    peak = cgroup.memory_peak()
+    assert peak is not None and 100 << 20 <= peak < 200 << 20
+
+
+@root_only
 def test_memory_past_the_bound_is_an_out_of_memory_kill(cgroup: RunCgroup) -> None:
     if not cgroup.enforces()["memory"]:
         pytest.skip("no memory controller here")

@@ -114,3 +114,17 @@ def test_a_script_whose_worker_is_gone_ends(tmp_path: Path) -> None:
     child.stdout.readline()
     os.close(ctl_w)  # the worker died: nobody supervises the run any more
     assert child.wait(timeout=30) == 143
+
+
+def test_outside_orch_job_loader_only_iterates_and_the_loader_is_torchs_default() -> None:
+    from workers import job
+
+    assert list(job.loader(x for x in (1, 2, 3))) == [1, 2, 3]
+    assert job.JobContext().dataloader_kwargs == {"num_workers": 0, "pin_memory": False}
+    given = job.JobContext(loader_settings={"num_workers": 2, "prefetch_factor": 4, "cache_mb": 9})
+    assert given.dataloader_kwargs == {
+        "num_workers": 2,
+        "pin_memory": False,
+        "prefetch_factor": 4,
+        "persistent_workers": False,
+    }

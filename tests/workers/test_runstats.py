@@ -7,14 +7,8 @@ import sys
 import pytest
 import torch
 
-from workers.runstats import (
-    PeakMemory,
-    RunMeter,
-    busy_share,
-    data_wait_share,
-    energy_per_sample_j,
-    mean_ms,
-)
+from workers.ratios import busy_share, data_wait_share, energy_per_sample_j, mean_ms
+from workers.runstats import PeakMemory, RunMeter
 from workers.telemetry import NvmlSampler
 
 

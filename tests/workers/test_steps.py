@@ -52,3 +52,31 @@ def test_a_resumed_run_continues_from_the_checkpointed_state() -> None:
     assert result.steps_done == 10 and result.resumed_from_step == 5
     assert result.measured_steps == 3 + 3  # each run's 2 warm-up steps left out
     assert result.checkpoint_path == "/ckpt" and result.loss == 0.25
+
+
+def test_a_scripts_waits_in_job_loader_are_reported_apart_from_its_steps() -> None:
+    """As the harness times a step after its batch is made: the step's own time is what the
+    percentiles and samples/s cover, the wait is its own figure, and the report says it is
+    the job's loading (``reads_dataset``: a throughput SLA is judged at the wall clock)."""
+    s = _steps()
+    waits = [0.5, 0.5, 0.04, 0.04, 0.06, 0.06]
+    for step, wait in enumerate(waits, start=1):
+        assert s.add({"step": step, "s": 0.1, "samples": 8, "wait_s": wait})
+    assert not s.add({"step": 7, "s": 0.1, "samples": 8, "wait_s": -1.0})
+    m = s.metrics()
+    assert m["measured_steps"] == 4 and math.isclose(m["samples_per_s"], 32 / 0.2)
+    assert math.isclose(m["p50_ms"], 50.0, rel_tol=0.02)  # the steps' 60 and 40 ms
+    assert math.isclose(m["data_wait_ms"], 50.0) and math.isclose(m["compute_ms"], 50.0)
+    assert math.isclose(m["data_wait_share"], 0.5) and m["reads_dataset"] is True
+    result = s.result("finished", 1.0, None)
+    assert result.dataset and math.isclose(result.data_wait_share or 0.0, 0.5)
+    assert result.peak_mem_scope == "run"
+
+
+def test_without_job_loader_the_wait_is_unknown_and_the_step_holds_the_loading() -> None:
+    s = _steps()
+    for step in range(1, 5):
+        s.add({"step": step, "s": 0.1, "samples": 8, "wait_s": None})
+    report = s.report("running", 1.0)
+    assert report["data_wait_share"] is None and report["reads_dataset"] is False
+    assert math.isclose(report["p50_ms"], 100.0, rel_tol=0.02)

@@ -92,11 +92,15 @@ def trial_config(
     measured_steps: int,
     seed: int,
     command: Mapping[str, Any] | None = None,
+    memory_gb: float | None = None,
+    network: bool = False,
 ) -> dict[str, Any]:
     """The harness configuration of one trial of ``config``: ``warmup_steps +
     measured_steps`` steps, no checkpoints, the config's parallel plan. For a command job
     (``command``: its ``HarnessConfig.command``), the script's settings at the config's
-    values (:meth:`Config.script_settings`)."""
+    values (:meth:`Config.script_settings`). ``memory_gb`` and ``network``: the job's
+    ``resources``, which bound a team's code in a trial as in the job's runs (a config that
+    runs out of the job's host memory is out of memory in its trial too)."""
     run = harness_config(
         workload,
         workload_args,
@@ -109,6 +113,7 @@ def trial_config(
     if command is not None:
         settings = {**command.get("settings", {}), **config.script_settings()}
         run["command"] = {**command, "settings": settings}
+    run["memory_gb"], run["network"] = memory_gb, network
     return run
 
 

@@ -13,10 +13,14 @@ measure the same thing.
 A script that fails (exits with an error, is not found, sends no step report within
 ``first_report_s``, or runs past ``trial_timeout_s``) raises its
 :class:`~workers.errors.CommandError`, with its last output: the tuner records an infeasible
-trial with that reason (an out-of-memory error in the output makes it an ``oom`` trial) and
-goes on. Once the trial has its measured steps, the script is asked to stop (it may ignore
-its step budget). One GPU here; trials on more GPUs run on the pool's tuning gang
-(``evaluators.gang``), whose worker actors run the same :func:`run_command` per rank.
+trial with that reason and goes on. It is an ``oom`` trial, pruned as a CUDA OOM is (no larger
+micro-batch with its settings is tried), when its output names an out-of-memory error (CUDA's,
+torch's CPU allocator's, Python's ``MemoryError``) or the kernel killed one of its processes
+over the job's host memory (``resources.memory_gb``, which bounds a trial as it bounds a run:
+``workers.sandbox.OutOfMemoryError``). Once the trial has its measured steps, the script is
+asked to stop (it may ignore its step budget). One GPU here; trials on more GPUs run on the
+pool's tuning gang (``evaluators.gang``), whose worker actors run the same
+:func:`run_command` per rank.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ class CommandEvaluator(Evaluator):
         num_threads: the script's CPU threads (``OMP_NUM_THREADS``; 1 = one virtual slot).
         seed: the job's seed.
         trial_timeout_s: a trial still running after this long is killed and counted failed.
+        memory_gb, network: the job's ``resources``: the script's processes are bounded in a
+            trial as in the job's runs (``workers.contain.limits_from_env``), so a config
+            that runs out of the job's host memory is an out-of-memory trial.
     """
 
     def __init__(
@@ -63,6 +70,8 @@ class CommandEvaluator(Evaluator):
         num_threads: int | None = 1,
         seed: int = 0,
         trial_timeout_s: float = 600.0,
+        memory_gb: float | None = None,
+        network: bool = False,
     ) -> None:
         self.command = dict(command)
         self.workload_args = dict(workload_args or {})
@@ -74,14 +83,19 @@ class CommandEvaluator(Evaluator):
         self.num_threads = num_threads
         self.seed = seed
         self.trial_timeout_s = trial_timeout_s
+        self.memory_gb = memory_gb
+        self.network = network
 
     def forward_only(self) -> bool:
         """A command job trains (it reports optimizer steps): its global batch is kept."""
         return False
 
     def reads_dataset(self) -> bool:
-        """The script loads its own data, out of the harness's loader: no loader knobs."""
-        return False
+        """The script may read its batches through ``job.loader``, with the loader's knobs
+        from its context (``ctx.dataloader_kwargs``): the loader stage then runs when its
+        trials' data wait is material, and never for a script whose trials report none
+        (``loader_stage.data_wait_material``), so no probe is needed to tell."""
+        return True
 
     def evaluate(self, config: Config) -> Measurement:
         """Run the script for ``warmup_steps + measured_steps`` steps at ``config``.
@@ -94,6 +108,7 @@ class CommandEvaluator(Evaluator):
                 "error", message="in-process profiling runs one GPU; multi-GPU trials need the pool"
             )
         from workers.command import run_command
+        from workers.contain import limits_from_env
 
         run = trial_config(
             " ".join(self.command["argv"]),
@@ -103,6 +118,8 @@ class CommandEvaluator(Evaluator):
             measured_steps=self.measured_steps,
             seed=self.seed,
             command=self.command,
+            memory_gb=self.memory_gb,
+            network=self.network,
         )
         enough = threading.Event()
 
@@ -125,5 +142,6 @@ class CommandEvaluator(Evaluator):
             num_threads=self.num_threads,
             archive=self.archive,
             time_limit_s=self.trial_timeout_s,
+            limits=limits_from_env(self.memory_gb, self.network),
         )
         return measurement_of(result, time.perf_counter() - t0)

@@ -64,6 +64,8 @@ class GangEvaluator(Evaluator):
             (``workers.command``, sandboxed as a job run is) with the trial's settings.
         working_dir: a command job's working directory, its archive in Ray's object store
             (``orchestrator.runtime.workdir``): every trial's run unpacks it afresh.
+        memory_gb, network: the job's ``resources``: a team's code (a script, an ``entry:``)
+            is bounded in a trial as in the job's runs (``trial_config``).
     """
 
     def __init__(
@@ -81,8 +83,12 @@ class GangEvaluator(Evaluator):
         gpus_per_node: int | None = None,
         command: dict[str, Any] | None = None,
         working_dir: Any = None,
+        memory_gb: float | None = None,
+        network: bool = False,
     ) -> None:
         self.command = command
+        self.memory_gb = memory_gb
+        self.network = network
         self.working_dir = working_dir
         self.placement_group = placement_group
         self.size = len(placement_group.bundle_specs)
@@ -124,9 +130,9 @@ class GangEvaluator(Evaluator):
         return self.command is None and bool(self._probed().get("forward_only"))
 
     def reads_dataset(self) -> bool:
-        """Whether the probe's harness read a dataset through its loader (a command job's
-        script loads its own data)."""
-        return self.command is None and bool(self._probed().get("dataset"))
+        """Whether the probe's harness read a dataset through its loader; for a command job,
+        yes: its script may read through ``job.loader`` (see ``CommandEvaluator``)."""
+        return self.command is not None or bool(self._probed().get("dataset"))
 
     def _probed(self) -> dict[str, Any]:
         if self._probe is None:
@@ -199,6 +205,8 @@ class GangEvaluator(Evaluator):
             measured_steps=self.measured_steps,
             seed=self.seed,
             command=self.command,
+            memory_gb=self.memory_gb,
+            network=self.network,
         )
         refs = [
             a.run.remote(
