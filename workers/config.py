@@ -224,6 +224,7 @@ def _serve_problems(serve: dict[str, Any], duration_s: float | None) -> list[str
         "start_at",
         "stopped_at",
         "endpoint",
+        "weights",
     }
     unknown = sorted(set(serve) - known)
     if unknown:
@@ -239,6 +240,11 @@ def _serve_problems(serve: dict[str, Any], duration_s: float | None) -> list[str
         v = serve.get(key)
         if v is not None and not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
             p.append(f"serve.{key} must be a finite number >= 0, got {v!r}")
+    weights = serve.get("weights")
+    if weights is not None and not (
+        isinstance(weights, dict) and {"location", "workload", "workload_args"} <= set(weights)
+    ):
+        p.append("serve.weights must name a checkpoint's location, workload and workload_args")
     if not isinstance(serve.get("endpoint", False), bool):
         p.append(f"serve.endpoint must be true or false, got {serve.get('endpoint')!r}")
     if serve.get("quantize", "none") not in ("none", "int8", None):

@@ -211,6 +211,34 @@ def load_test_run(h: Replica) -> RunResult:
     )
 
 
+def load_weights(model: torch.nn.Module, weights: dict[str, Any]) -> str:
+    """Load the model tensors of another job's final checkpoint (``serve.weights``, set by the
+    scheduler for ``serve.from_job``) into ``model``; returns the step directory read. The
+    checkpoint is checked to be of the workload and arguments the scheduler named, which are
+    the served model's.
+
+    Raises:
+        HarnessConfigError: that job left no checkpoint.
+        CheckpointError: it cannot be read, or its tensors do not fit the model.
+    """
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        set_model_state_dict,
+    )
+
+    from workers.checkpoint import load_checkpoint, load_tensors
+
+    location = str(weights["location"])
+    ckpt = load_checkpoint(location, str(weights["workload"]), dict(weights["workload_args"]))
+    if ckpt is None:
+        raise HarnessConfigError(f"serve.from_job: no checkpoint at {location}")
+    state = {"model": get_model_state_dict(model)}
+    source = load_tensors(location, ckpt, state)  # the model's tensors only: no optimizer
+    set_model_state_dict(model, state["model"])
+    log.info("serving the weights of %s (step %d)", source, ckpt.step)
+    return source
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -266,6 +294,8 @@ class ServeRun:
         cfg = h.config
         settings = dict(cfg.serve or {})
         self.max_delay_s = settings.get("max_delay_s")
+        if settings.get("weights"):  # serve.from_job: what a finished job trained
+            load_weights(h.workload.model, settings["weights"])
         # quantized (and its accuracy checked) before serving: a refusal stops it here
         self.model, self.quant_error = quantized(
             h.workload,

@@ -43,6 +43,7 @@ from orchestrator.store.records import JobRecord
 from orchestrator.store.states import HOLDING, TERMINAL, JobState
 from orchestrator.store.tokens import Role, TokenInfo
 from orchestrator.teams import MAX_TEAM_GPUS, TeamConfig
+from orchestrator.weights import trained_weights
 
 __all__ = [
     "apply_teams",
@@ -129,6 +130,7 @@ def submit(
     """
     for spec in specs:
         who.check_write(spec.team)
+        trained_weights(store, spec)  # a service serving a job's model: one it may serve
     checks = deadline_checks(store, specs)
     declines = plan_declines(store, specs)
     if strict:
@@ -171,8 +173,9 @@ def submit_each(
     for who, spec in requests:
         try:
             who.check_write(spec.team)
+            trained_weights(store, spec)
             outcomes.append("")
-        except Forbidden as err:
+        except (Forbidden, SpecError) as err:
             outcomes.append(err)
     allowed = [i for i, outcome in enumerate(outcomes) if outcome == ""]
     written = store.submit_each(

@@ -23,13 +23,14 @@ from orchestrator.control.sla_guard import SLAGuard
 from orchestrator.control.snapshot import JobFacts
 from orchestrator.control.telemetry import LoopTelemetry
 from orchestrator.control.transitions import StopReason
-from orchestrator.errors import IllegalTransition, JobNotFound
+from orchestrator.errors import IllegalTransition, JobNotFound, SpecError
 from orchestrator.pool import NodeInfo
 from orchestrator.runtime.base import Launch, Runtime
 from orchestrator.store import JobStore
 from orchestrator.store.lease import Lease
 from orchestrator.store.records import JobRecord
 from orchestrator.store.states import TERMINAL, JobState
+from orchestrator.weights import trained_weights
 from policies import Decision, QueuedJob
 from policies.scheduling.resize import drop_gpus
 
@@ -152,6 +153,10 @@ class GangActions:
                 if stream and spec.serve is not None:
                     serve = spec.serve.model_copy(update=stream)
                     spec = spec.model_copy(update={"serve": serve})
+                weights = trained_weights(self.store, spec, self.settings.checkpoint_dir)
+                if weights is not None and spec.serve is not None:
+                    serve = spec.serve.model_copy(update={"weights": weights})
+                    spec = spec.model_copy(update={"serve": serve})
                 if sized.source in ("measured", "model"):  # its profile chose the plan here
                     replanned = f"on {len(nodes)} GPUs: {sized.reason}"
             self._serial += 1
@@ -167,6 +172,9 @@ class GangActions:
                 self.lease.generation,
             )
             self.runtime.launch(launch)
+        except SpecError as err:  # serve.from_job no longer names a job it may serve
+            self._fail_placed(job_id, JobState.FAILED, str(err))
+            return
         except Exception as err:  # never leave a job placed with nothing running it
             log.exception("%s: could not start", job_id)
             self._fail_placed(job_id, JobState.QUEUED, f"requeued: could not start: {err}")

@@ -85,6 +85,19 @@ class ServeSpec(SpecModel):
         description="when the run before last reported serving (Unix seconds), set by the "
         "scheduler with start_at: requests due since then count as dropped",
     )
+    from_job: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9][a-z0-9._-]*$",
+        max_length=200,
+        description="serve the model a finished job of the same team trained: its final "
+        "checkpoint (the service's workload is infer with model gpt or mlp and the model "
+        "arguments that job trained with); a job id or name",
+    )
+    weights: dict[str, Any] | None = Field(
+        default=None,
+        description="set by the scheduler for from_job: where that job's checkpoint is and "
+        "what it was trained as (not for job files)",
+    )
     endpoint: bool = Field(
         default=False,
         description="true: answer real requests sent to the service's endpoint "
@@ -118,4 +131,5 @@ class ServeSpec(SpecModel):
             "start_at": self.start_at,
             "stopped_at": self.stopped_at,
             "endpoint": self.endpoint,
+            "weights": self.weights,
         }

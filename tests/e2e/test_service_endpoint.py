@@ -202,3 +202,74 @@ def test_a_teams_own_model_serves_from_its_sandbox(orch: Orch, api: ApiServer) -
             )
         assert [r.status_code for r in answers] == [200] * 12, answers[0].text
         assert all(r.json()["timing"]["model_ms"] >= 1.0 for r in answers)  # its own forward
+
+
+def test_a_service_serves_what_a_finished_job_trained(orch: Orch, api: ApiServer) -> None:
+    from orchestrator.errors import SpecError
+    from orchestrator.weights import trained_weights
+    from workers.serve_run import load_weights
+    from workers.workloads.registry import build_workload
+
+    args = {"hidden": 16, "n_layer": 1}
+    bulk = parse_spec(
+        {
+            "name": "trainer",
+            "team": "e2e",
+            "class": "bulk",
+            "workload": {"name": "mlp", "args": args},
+            "sla": {"throughput": {"min_samples_per_s": 1}},
+            "run": {"micro_batch": 8, "steps": 30, "warmup_steps": 2},
+        }
+    )
+
+    def service(name: str, **serve: Any) -> Any:
+        return parse_spec(
+            {
+                "name": name,
+                "team": "e2e",
+                "class": "interactive",
+                "workload": {"name": "infer", "args": {"model": "mlp", **args}},
+                "sla": {"latency": {"percentile": 99, "max_ms": 2000}},
+                "run": {"micro_batch": 4, "duration_s": 60},
+                "serve": {"rate_rps": 10, "endpoint": True, **serve},
+            }
+        )
+
+    trainer = orch.store.submit(bulk).id
+    # refused while it has not finished: nothing to serve yet
+    with pytest.raises(SpecError, match=r"serve\.from_job"):
+        trained_weights(orch.store, service("early", from_job=trainer))
+    assert orch.wait(trainer, DONE).state is JobState.FINISHED
+    member = _token(orch, "alice", Role.MEMBER, "e2e")
+    served = orch.store.submit(service("served", from_job="trainer")).id
+    fresh = orch.store.submit(service("fresh")).id
+    with _client(api, member) as c:
+        shape = _ready(c, served)["input"]["shape"]
+        _ready(c, fresh)
+        x = [0.1 * (i % 7) for i in range(shape[0])]
+        got = c.post(f"/v1/services/{served}/infer", json={"input": x}).json()["output"]
+        untrained = c.post(f"/v1/services/{fresh}/infer", json={"input": x}).json()["output"]
+        # a mismatched model, another team's job: refused at submission, naming the field
+        wrong = c.post(
+            "/v1/jobs",
+            json={
+                **service("wrong", from_job="trainer").model_dump(
+                    mode="json", by_alias=True, exclude_unset=True
+                ),
+                "workload": {"name": "infer", "args": {"model": "mlp", "hidden": 8}},
+            },
+        )
+        assert wrong.status_code == 422 and "trained mlp" in wrong.text, wrong.text
+    # the answer is the trained model's: its checkpoint loaded here gives the same output
+    import torch
+
+    w = build_workload("infer", {"model": "mlp", **args}, seed=0)
+    weights = trained_weights(
+        orch.store, service("x", from_job=trainer), orch.settings.checkpoint_dir
+    )
+    assert weights is not None
+    load_weights(w.model, weights)
+    with torch.inference_mode():
+        want = w.model.eval()(torch.tensor([x])).tolist()[0]
+    assert got == pytest.approx(want, rel=1e-4, abs=1e-5)
+    assert untrained != pytest.approx(want, rel=1e-4, abs=1e-5)

@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("orchestrator.spec", "orchestrator.teams", "orchestrator.pool"),
     ("orchestrator.sla", "orchestrator.elastic"),
-    ("orchestrator.store",),
+    ("orchestrator.store", "orchestrator.weights"),
     ("orchestrator.api", "orchestrator.runtime"),
     ("orchestrator.tuner", "orchestrator.client"),
     ("orchestrator.control",),
