@@ -189,6 +189,24 @@ class Client:
                 return jobs
             time.sleep(poll_s)
 
+    # ---- services ----------------------------------------------------------------------------
+
+    def service(self, ref: str) -> dict[str, Any]:
+        """A service (by job id or unique name): its ``job_id``, ``ready_replicas`` and the
+        ``input`` one request carries (``{shape, dtype, high}``, or ``None``)."""
+        view: dict[str, Any] = self._call("GET", f"/v1/services/{_path(ref)}")
+        return view
+
+    def async_http(self, *, timeout_s: float, connections: int) -> httpx.AsyncClient:
+        """An asyncio session with the same server and token, for many requests at once
+        (``orch load``), holding at most ``connections`` open. Close it (``async with``)."""
+        return httpx.AsyncClient(
+            base_url=self.url,
+            headers=self._http.headers,
+            timeout=timeout_s,
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        )
+
     # ---- the pool, teams, tokens, audit -------------------------------------------------------
 
     def pool(self) -> dict[str, Any]:
