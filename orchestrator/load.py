@@ -29,15 +29,18 @@ import random
 import statistics
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from orchestrator.errors import OrchError
 from workers.arrivals import parse_trace, poisson_arrivals, repeat_trace
+
+if TYPE_CHECKING:
+    from orchestrator.client import Client
 
 __all__ = [
     "CONNECTION_ERROR",
@@ -46,6 +49,7 @@ __all__ = [
     "LoadReport",
     "Schedule",
     "ServiceInput",
+    "Spread",
     "make_bodies",
     "poisson_schedule",
     "run_load",
@@ -276,39 +280,49 @@ class _Tally:
 
 
 async def run_load(
-    http: httpx.AsyncClient,
+    client: Client,
     path: str,
     schedule: Schedule,
     bodies: Sequence[bytes],
     *,
     timeout_s: float,
+    connections: int,
 ) -> LoadReport:
     """POST ``bodies`` (in turn) to ``path`` at the schedule's times, open loop, and measure.
 
     Each request is a task started at its intended time (the loop sleeps until then; it never
-    waits for an answer), so at most the pool's connections are busy and the rest wait for
-    one, counted in their latency. A request unanswered ``timeout_s`` after it started counts
-    as :data:`TIMEOUT`.
+    waits for an answer). At most ``connections`` are in flight, each on a connection of its
+    own (:class:`_Connections`); the others wait their turn in order, and the wait counts in
+    their latency. A request unanswered ``timeout_s`` after it started counts as
+    :data:`TIMEOUT`.
 
     Args:
-        http: the session (its base URL, token and connection limit).
+        client: the SDK client (its server and token).
         path: where to POST (``/v1/services/JOB/infer``).
         schedule: when each request is due.
         bodies: the encoded request bodies (:func:`make_bodies`).
         timeout_s: how long a request may take.
+        connections: how many requests may be in flight at once.
     """
     loop = asyncio.get_running_loop()
     tally = _Tally()
-    start = loop.time()
+    tls = httpx.create_ssl_context()  # once: each session would load the CA bundle again
+    pool = _Connections(
+        lambda: client.async_http(timeout_s=timeout_s, connections=1, tls=tls), most=connections
+    )
     running: set[asyncio.Task[None]] = set()
-    for i, offset in enumerate(schedule.offsets):
-        await asyncio.sleep(max(0.0, start + offset - loop.time()))  # 0: still yields
-        body = bodies[i % len(bodies)]
-        task = loop.create_task(_request(http, path, body, start + offset, timeout_s, tally))
-        running.add(task)
-        task.add_done_callback(running.discard)
-    if running:
-        await asyncio.gather(*running)
+    try:
+        start = loop.time()
+        for i, offset in enumerate(schedule.offsets):
+            await asyncio.sleep(max(0.0, start + offset - loop.time()))  # 0: still yields
+            request = _Request(path, bodies[i % len(bodies)], start + offset, timeout_s)
+            task = loop.create_task(request.send(pool, tally))
+            running.add(task)
+            task.add_done_callback(running.discard)
+        if running:
+            await asyncio.gather(*running)
+    finally:
+        await pool.aclose()
     return LoadReport(
         requests=len(schedule.offsets),
         span_s=schedule.span_s,
@@ -319,31 +333,76 @@ async def run_load(
     )
 
 
-async def _request(
-    http: httpx.AsyncClient, path: str, body: bytes, due: float, timeout_s: float, tally: _Tally
-) -> None:
-    """One request, due at loop time ``due``: its outcome, latency and send lag tallied."""
-    loop = asyncio.get_running_loop()
-    sent: list[float] = []
+class _Connections:
+    """Sessions of one connection each, made as they are needed up to :attr:`most`, and lent
+    to one request at a time: the most recently returned first (its connection is open), the
+    requests waiting for one in their order.
 
-    async def trace(event: str, info: dict[str, Any]) -> None:
-        # httpcore's trace hook: its request's headers start on the wire (a connection is
-        # free, and open)
-        if not sent and event.endswith("send_request_headers.started"):
-            sent.append(loop.time())
+    Not one session of many connections: httpcore's pool (1.0) scans all its connections and
+    waiting requests for each request, so with a hundred connections open (after a stall, say)
+    the client spends more time there than the requests take, falls behind and stays behind
+    (encode/httpcore#1035)."""
 
-    try:
-        async with asyncio.timeout(timeout_s):
-            reply = await http.post(path, content=body, headers=JSON, extensions={"trace": trace})
-        outcome = str(reply.status_code)
-    except (TimeoutError, httpx.TimeoutException):
-        outcome = TIMEOUT
-    except httpx.HTTPError:
-        outcome = CONNECTION_ERROR
-    ended = loop.time()
-    tally.statuses[outcome] += 1
-    tally.last_s = max(tally.last_s, ended)
-    if outcome == "200":
-        tally.latency_s.append(ended - due)
-    if sent:
-        tally.lag_s.append(max(0.0, sent[0] - due))
+    def __init__(self, make: Callable[[], httpx.AsyncClient], *, most: int) -> None:
+        self.make = make
+        self.most = most
+        self.made: list[httpx.AsyncClient] = []
+        self.free: asyncio.LifoQueue[httpx.AsyncClient] = asyncio.LifoQueue()
+
+    async def take(self) -> httpx.AsyncClient:
+        """A free session, a new one while fewer than :attr:`most` exist, else the next
+        one returned."""
+        if self.free.empty() and len(self.made) < self.most:
+            self.made.append(self.make())
+            return self.made[-1]
+        return await self.free.get()
+
+    def give(self, session: httpx.AsyncClient) -> None:
+        """Return a session taken."""
+        self.free.put_nowait(session)
+
+    async def aclose(self) -> None:
+        """Close every session (its connection)."""
+        await asyncio.gather(*(session.aclose() for session in self.made))
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One request: where it goes, what it carries, when it is due (loop time)."""
+
+    path: str
+    body: bytes
+    due: float
+    timeout_s: float
+
+    async def send(self, pool: _Connections, tally: _Tally) -> None:
+        """Send it on a free connection; tally its outcome, latency and send lag."""
+        loop = asyncio.get_running_loop()
+        sent: list[float] = []
+
+        async def trace(event: str, info: dict[str, Any]) -> None:
+            # httpcore's trace hook: the request's headers start on the wire
+            if not sent and event.endswith("send_request_headers.started"):
+                sent.append(loop.time())
+
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                http = await pool.take()
+                try:
+                    reply = await http.post(
+                        self.path, content=self.body, headers=JSON, extensions={"trace": trace}
+                    )
+                finally:
+                    pool.give(http)
+            outcome = str(reply.status_code)
+        except (TimeoutError, httpx.TimeoutException):
+            outcome = TIMEOUT
+        except httpx.HTTPError:
+            outcome = CONNECTION_ERROR
+        ended = loop.time()
+        tally.statuses[outcome] += 1
+        tally.last_s = max(tally.last_s, ended)
+        if outcome == "200":
+            tally.latency_s.append(ended - self.due)
+        if sent:
+            tally.lag_s.append(max(0.0, sent[0] - self.due))

@@ -178,12 +178,9 @@ def _run(
 
     from orchestrator.load import run_load
 
-    async def session() -> LoadReport:
-        async with client.async_http(timeout_s=timeout_s, connections=connections) as http:
-            path = f"/v1/services/{quote(job_id, safe='')}/infer"
-            return await run_load(http, path, schedule, bodies, timeout_s=timeout_s)
-
-    return asyncio.run(session())
+    path = f"/v1/services/{quote(job_id, safe='')}/infer"
+    load = run_load(client, path, schedule, bodies, timeout_s=timeout_s, connections=connections)
+    return asyncio.run(load)
 
 
 def _table(job_id: str, report: LoadReport) -> Table:

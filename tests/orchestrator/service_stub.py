@@ -29,8 +29,8 @@ INPUT = {"shape": [2, 3], "dtype": "int64", "high": 50}
 
 
 class ServiceStub(ThreadingHTTPServer):
-    """The endpoint, its script, and what it received (``inputs``, ``arrived``: seconds from
-    the clock's start)."""
+    """The endpoint, its script, and what it received (``inputs``, ``paths``, ``arrived``:
+    seconds from the clock's start; ``peers``: the connections they came on)."""
 
     daemon_threads = True
     request_queue_size = 256  # a burst of new connections is not refused by the backlog
@@ -62,6 +62,7 @@ class ServiceStub(ThreadingHTTPServer):
         self.inputs: list[Any] = []
         self.arrived: list[float] = []
         self.paths: list[str] = []
+        self.peers: set[Any] = set()  # the client's connections (their addresses)
 
     @property
     def url(self) -> str:
@@ -130,6 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
             stub.stalled = stub.stalled or stall
             stub.arrived.append(now)
             stub.paths.append(self.path)
+            stub.peers.add(self.client_address)
         sample = json.loads(data)["input"]
         with stub.lock:
             stub.inputs.append(sample)
