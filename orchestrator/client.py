@@ -21,6 +21,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import ssl
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
@@ -188,6 +189,35 @@ class Client:
             if ended or (deadline is not None and time.monotonic() > deadline):
                 return jobs
             time.sleep(poll_s)
+
+    # ---- services ----------------------------------------------------------------------------
+
+    def service(self, ref: str) -> dict[str, Any]:
+        """A service (by job id or unique name): its ``job_id``, ``ready_replicas`` and the
+        ``input`` one request carries (``{shape, dtype, high}``, or ``None``)."""
+        view: dict[str, Any] = self._call("GET", f"/v1/services/{_path(ref)}")
+        return view
+
+    def async_http(
+        self, *, timeout_s: float, connections: int, tls: ssl.SSLContext | None = None
+    ) -> httpx.AsyncClient:
+        """An asyncio session with the same server and token, holding at most
+        ``connections`` open. Close it (``async with``, ``aclose``).
+
+        Args:
+            timeout_s: how long one request may take.
+            connections: the most connections it opens at once.
+            tls: the TLS settings to use (default: httpx's, made for this session; making
+                them loads the CA bundle, ~30 ms, so many sessions share one:
+                ``httpx.create_ssl_context()``).
+        """
+        return httpx.AsyncClient(
+            base_url=self.url,
+            headers=self._http.headers,
+            timeout=timeout_s,
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+            verify=tls if tls is not None else True,
+        )
 
     # ---- the pool, teams, tokens, audit -------------------------------------------------------
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from workers.arrivals import parse_trace, poisson_arrivals, repeat_trace
 from workers.devices import to_device
 from workers.errors import HarnessConfigError
 from workers.latency import LatencySketch
@@ -31,7 +32,7 @@ from workers.optimizations import autocast_context
 from workers.quantize import DEFAULT_TOLERANCE, quantized
 from workers.result import RunResult
 from workers.runstats import PeakMemory
-from workers.serving import ServeTrace, parse_trace, poisson_arrivals, serve
+from workers.serving import ServeTrace, serve
 from workers.window import RecentSteps
 from workers.workloads.base import Workload
 
@@ -250,14 +251,7 @@ def serve_arrivals(settings: dict[str, Any], duration_s: float, seed: int) -> li
     trace = settings.get("trace")
     if trace is None:
         return poisson_arrivals(float(settings["rate_rps"]), duration_s, seed)
-    times = parse_trace("\n".join(str(t) for t in trace))
-    period = max(times[-1], 1e-3)
-    out: list[float] = []
-    k = 0
-    while k * period < duration_s:
-        out.extend(t + k * period for t in times if t + k * period < duration_s)
-        k += 1
-    return out
+    return repeat_trace(parse_trace("\n".join(str(t) for t in trace)), duration_s)
 
 
 class ServeRun:

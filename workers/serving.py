@@ -5,9 +5,9 @@ offered load. The time of one batch (what a harness step measures) is only the l
 it: a request also waits for its batch to form and for the batches ahead of it. This module
 counts all of it:
 
-* **Arrivals** (:func:`poisson_arrivals`, :func:`parse_trace`): an open-loop stream, seeded
-  Poisson at a rate or the times of a trace file. Open loop: requests arrive whether or not the
-  service keeps up, as users do (a closed loop would slow its own arrivals and hide the tail).
+* **Arrivals** (:mod:`workers.arrivals`): an open-loop stream, seeded Poisson at a rate or the
+  times of a trace file. Open loop: requests arrive whether or not the service keeps up, as
+  users do (a closed loop would slow its own arrivals and hide the tail).
 * **The batcher** (:func:`serve`): requests queue in arrival order; when a replica is free, the
   next batch leaves as soon as it is full (``max_batch`` requests) or its oldest request has
   waited ``max_delay_s``, whichever comes first (Triton's dynamic batcher and its
@@ -34,73 +34,13 @@ from __future__ import annotations
 
 import heapq
 import math
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from workers.errors import HarnessConfigError
 from workers.latency import LatencySketch
 
-__all__ = ["ServeTrace", "parse_trace", "poisson_arrivals", "serve"]
-
-MAX_TRACE_REQUESTS = 10_000_000
-"""A trace longer than this is refused (its arrival times are held in memory)."""
-
-
-def poisson_arrivals(rate_rps: float, duration_s: float, seed: int = 0) -> list[float]:
-    """Arrival times (seconds from 0) of a Poisson stream at ``rate_rps`` over ``duration_s``.
-
-    Raises:
-        HarnessConfigError: a rate or duration that is not a finite number > 0.
-    """
-    for name, value in (("rate_rps", rate_rps), ("duration_s", duration_s)):
-        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-            raise HarnessConfigError(f"{name} must be a finite number > 0, got {value!r}")
-    if rate_rps * duration_s > MAX_TRACE_REQUESTS:
-        raise HarnessConfigError(
-            f"rate_rps x duration_s is {rate_rps * duration_s:,.0f} requests; "
-            f"at most {MAX_TRACE_REQUESTS:,} in one run"
-        )
-    rng = random.Random(seed)
-    out: list[float] = []
-    t = rng.expovariate(rate_rps)
-    while t < duration_s:
-        out.append(t)
-        t += rng.expovariate(rate_rps)
-    return out
-
-
-def parse_trace(text: str) -> list[float]:
-    """Arrival times from a trace: one time in seconds per line (blank lines and ``#``
-    comments skipped), never decreasing, shifted so the first is 0.
-
-    Raises:
-        HarnessConfigError: a line that is not a finite number >= 0, a time earlier than the
-            one before it (naming the line), no arrival at all, or too many.
-    """
-    out: list[float] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        try:
-            t = float(line)
-        except ValueError:
-            raise HarnessConfigError(
-                f"trace line {number}: expected an arrival time in seconds, got {line[:40]!r}"
-            ) from None
-        if not math.isfinite(t) or t < 0:
-            raise HarnessConfigError(f"trace line {number}: time must be >= 0, got {line[:40]!r}")
-        if out and t < out[-1]:
-            raise HarnessConfigError(
-                f"trace line {number}: arrival times must not decrease ({t:g} after {out[-1]:g})"
-            )
-        out.append(t)
-        if len(out) > MAX_TRACE_REQUESTS:
-            raise HarnessConfigError(f"the trace has more than {MAX_TRACE_REQUESTS:,} arrivals")
-    if not out:
-        raise HarnessConfigError("the trace has no arrival time")
-    return [t - out[0] for t in out]
+__all__ = ["ServeTrace", "serve"]
 
 
 @dataclass

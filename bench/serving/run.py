@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 
+from workers.arrivals import poisson_arrivals
 from workers.serve_run import load_test
-from workers.serving import poisson_arrivals
 from workers.workloads.base import Workload
 from workers.workloads.registry import build_workload
 

@@ -49,8 +49,8 @@ from orchestrator.tuner.serving import service_space, service_warm_start
 from orchestrator.tuner.space import DeviceCaps
 from orchestrator.tuner.strategies import TPESearchStrategy
 from orchestrator.tuner.tuner import Tuner
+from workers.arrivals import poisson_arrivals
 from workers.serve_run import load_test
-from workers.serving import poisson_arrivals
 from workers.workloads.registry import build_workload
 
 # model -> (args, p99 ceiling ms, offered loads req/s, max-batch bound)

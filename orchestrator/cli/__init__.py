@@ -5,7 +5,8 @@
 - :mod:`~orchestrator.cli.backend`: the API (with a token) or the store (as a local admin);
 - :mod:`~orchestrator.cli.access`: ``orch serve``, ``tokens`` and ``audit``;
 - :mod:`~orchestrator.cli.views`, :mod:`~orchestrator.cli.output`: what is printed and how;
-- :mod:`~orchestrator.cli.tune`, :mod:`~orchestrator.cli.demo`: ``orch tune`` and ``orch demo``.
+- :mod:`~orchestrator.cli.tune`, :mod:`~orchestrator.cli.demo`, :mod:`~orchestrator.cli.load`:
+  ``orch tune``, ``orch demo`` and ``orch load``.
 
 Nothing below the CLI imports it.
 """

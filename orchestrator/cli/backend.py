@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from orchestrator.store.tokens import Role, TokenInfo
     from orchestrator.teams import TeamConfig
 
-__all__ = ["ApiBackend", "Backend", "StoreBackend", "connect"]
+__all__ = ["ApiBackend", "Backend", "StoreBackend", "api_client", "connect"]
 
 ENDED = ("finished", "failed", "cancelled")
 """The states a job ends in (what `orch wait` waits for)."""
@@ -80,13 +80,7 @@ def connect(by: str | None = None) -> Backend:
         ConfigError: only one of the two variables is set.
         StoreError: the store cannot be reached.
     """
-    from orchestrator.cli.contexts import current_context
-    from orchestrator.client import Client
-
-    client = Client.from_env()  # the variables first, as kubectl's flags before its contexts
-    if client is None and (context := current_context()) is not None:
-        client = Client(context.url, context.token)
-    if client is not None:
+    if (client := api_client()) is not None:
         return ApiBackend(client)
     from orchestrator.api.identity import Principal
     from orchestrator.config import Settings
@@ -94,6 +88,22 @@ def connect(by: str | None = None) -> Backend:
 
     store, _ = open_store(Settings.from_env())
     return StoreBackend(store, Principal.local(by))
+
+
+def api_client() -> Client | None:
+    """The SDK client of ``ORCH_API_URL`` and ``ORCH_TOKEN``, else of the current context
+    (:mod:`orchestrator.cli.contexts`); ``None`` when neither is set (direct mode).
+
+    Raises:
+        ConfigError: only one of the two variables is set, or the contexts file is unreadable.
+    """
+    from orchestrator.cli.contexts import current_context
+    from orchestrator.client import Client
+
+    client = Client.from_env()  # the variables first, as kubectl's flags before its contexts
+    if client is None and (context := current_context()) is not None:
+        client = Client(context.url, context.token)
+    return client
 
 
 class ApiBackend:

@@ -21,6 +21,7 @@ from orchestrator.cli.backend import connect
 from orchestrator.cli.contexts import register as register_contexts
 from orchestrator.cli.install import SERVER_MODULES, require_server_install
 from orchestrator.cli.jobs import register as register_jobs
+from orchestrator.cli.load import load_command
 from orchestrator.cli.output import Output, OutputOption, console, err_console, print_data
 from orchestrator.cli.tune import tune_command
 from orchestrator.errors import ConfigError, OrchError, ServerInstallMissing
@@ -250,6 +251,7 @@ app.command(name="tune")(tune_command)
 # FastAPI, uvicorn, httpx and the store load inside them.
 register_jobs(app)
 register_contexts(app)
+app.command(name="load")(load_command)  # its engine and httpx load inside it
 app.command(name="serve")(serve_command)
 app.command(name="audit")(audit_command)
 app.add_typer(tokens_app, name="tokens")

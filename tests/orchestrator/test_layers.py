@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("orchestrator.sla", "orchestrator.elastic"),
     ("orchestrator.store", "orchestrator.weights"),
     ("orchestrator.api", "orchestrator.runtime"),
-    ("orchestrator.tuner", "orchestrator.client"),
+    ("orchestrator.tuner", "orchestrator.client", "orchestrator.load"),
     ("orchestrator.control",),
     ("orchestrator.sim", "orchestrator.services"),
     ("orchestrator.cli",),

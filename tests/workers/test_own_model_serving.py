@@ -16,12 +16,12 @@ import torch
 
 from orchestrator.runtime.harness_config import job_harness_config
 from orchestrator.spec import load_spec
+from workers.arrivals import poisson_arrivals
 from workers.config import HarnessConfig
 from workers.errors import HarnessConfigError
 from workers.harness import Harness
 from workers.quantize import DEFAULT_TOLERANCE, QuantizationRefused, quantized
 from workers.serve_run import load_test
-from workers.serving import poisson_arrivals
 from workers.workloads.registry import build_workload
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own_model"

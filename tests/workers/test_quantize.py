@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from workers.arrivals import poisson_arrivals
 from workers.config import HarnessConfig
 from workers.errors import HarnessConfigError
 from workers.harness import Harness
@@ -18,7 +19,6 @@ from workers.quantize import (
     quantized,
 )
 from workers.serve_run import load_test
-from workers.serving import poisson_arrivals
 from workers.workloads.registry import build_workload
 
 

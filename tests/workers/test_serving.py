@@ -8,11 +8,12 @@ from collections.abc import Callable
 
 import pytest
 
+from workers.arrivals import poisson_arrivals
 from workers.config import HarnessConfig
 from workers.errors import HarnessConfigError
 from workers.harness import Harness
 from workers.serve_run import serve_arrivals
-from workers.serving import parse_trace, poisson_arrivals, serve
+from workers.serving import serve
 
 
 def const(seconds: float) -> Callable[[int], float]:
@@ -65,29 +66,6 @@ def test_with_a_constant_step_time_the_tail_rises_with_the_load() -> None:
     arrivals = poisson_arrivals(0.95 / step, 300.0, seed=1)
     batched = serve(arrivals, lambda n: step * (1 + 0.1 * (n - 1)), max_batch=8, max_delay_s=0.002)
     assert (batched.summary()["request_p99_ms"] or 0) < p99[-1]
-
-
-def test_poisson_arrivals_are_seeded_and_at_the_rate() -> None:
-    a = poisson_arrivals(200.0, 50.0, seed=3)
-    assert a == poisson_arrivals(200.0, 50.0, seed=3) != poisson_arrivals(200.0, 50.0, seed=4)
-    assert len(a) == pytest.approx(10_000, rel=0.05) and a == sorted(a) and a[-1] < 50.0
-    for bad in (0, -1.0, float("nan"), float("inf")):
-        with pytest.raises(HarnessConfigError, match="rate_rps"):
-            poisson_arrivals(bad, 1.0)
-    with pytest.raises(HarnessConfigError, match="at most"):
-        poisson_arrivals(1e6, 1e6)
-
-
-def test_a_trace_parses_or_names_its_bad_line() -> None:
-    assert parse_trace("# times\n1.5\n\n2.0  # two\n2.0\n") == [0.0, 0.5, 0.5]
-    with pytest.raises(HarnessConfigError, match="line 2: expected an arrival time"):
-        parse_trace("0\nsoon\n")
-    with pytest.raises(HarnessConfigError, match="line 3: arrival times must not decrease"):
-        parse_trace("0\n2\n1\n")
-    with pytest.raises(HarnessConfigError, match="line 1: time must be >= 0"):
-        parse_trace("-1\n")
-    with pytest.raises(HarnessConfigError, match="no arrival"):
-        parse_trace("# nothing\n")
 
 
 @pytest.mark.parametrize(
