@@ -130,6 +130,26 @@ def test_real_clients_requests_are_answered_and_measured_where_they_arrive(
     verdict = operations.verdict_of(orch.store, orch.store.get(job_id))
     assert verdict.met is True and "over 41 requests" in verdict.measured, verdict
 
+    # orch load: a real open-loop client through the same endpoint, every request answered
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "ORCH_API_URL": api.url, "ORCH_TOKEN": member}
+    orch_bin = str(Path(sys.executable).parent / "orch")
+    proc = subprocess.run(
+        [orch_bin, "load", "svc", "--rate", "20", "--duration", "2", "-o", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["statuses"] == {"200": report["requests"]} and report["requests"] > 10, report
+
     # another team's member: the service is not found (as a missing one)
     with _client(api, outsider) as c:
         assert c.post(f"/v1/services/{job_id}/infer", json={"input": sample}).status_code == 404
