@@ -17,10 +17,12 @@ them): the token the service's own clients hold, which reaches nothing else.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import math
 import time
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
@@ -65,6 +67,74 @@ def ingress_of(request: Request) -> IngressStore:
     return store.ingress
 
 
+@dataclass(frozen=True)
+class _Service:
+    """What a request to a service needs of its record (read at most once a second)."""
+
+    job_id: str
+    state: JobState
+    timeout_s: float
+
+
+class _Known:
+    """Services as recently resolved for a caller, and their ready replicas: each request
+    would otherwise read and parse the job's record and the ready set (most of what the
+    endpoint added to a request). A second's staleness: a cancelled service answers 503 from
+    the next second; a replica that left is routed around by the queue meanwhile (what it
+    never took is taken by the others)."""
+
+    TTL_S = 1.0
+    READY_TTL_S = 0.25
+    MAX = 4096
+
+    def __init__(self) -> None:
+        self.services: dict[tuple[Any, ...], tuple[float, _Service]] = {}
+        self.ready: dict[str, tuple[float, dict[str, dict[str, Any]]]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def service(self, store: JobStore, who: Principal, ref: str) -> _Service:
+        key = (who.role, who.team, who.service, who.name, ref)
+        now = time.monotonic()
+        hit = self.services.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        rec = await run_in_threadpool(_resolve, store, who, ref)
+        serve = rec.spec.serve
+        timeout = serve.timeout_ms / 1000.0 if serve and serve.timeout_ms else DEFAULT_TIMEOUT_S
+        got = _Service(rec.id, rec.state, timeout)
+        if len(self.services) >= self.MAX:
+            self.services.clear()
+        self.services[key] = (now + self.TTL_S, got)
+        return got
+
+    async def replicas(self, ingress: IngressStore, job_id: str) -> dict[str, dict[str, Any]]:
+        now = time.monotonic()
+        hit = self.ready.get(job_id)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        ready = await ingress.ready(job_id)
+        if len(self.ready) >= self.MAX:
+            self.ready.clear()
+        self.ready[job_id] = (now + self.READY_TTL_S, ready)
+        return ready
+
+    def record(
+        self, ingress: IngressStore, job_id: str, outcome: str, latency_ms: float | None
+    ) -> None:
+        """Count a request after its answer is sent (its count costs the caller nothing)."""
+        task = asyncio.get_running_loop().create_task(ingress.record(job_id, outcome, latency_ms))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+
+def _known(request: Request) -> _Known:
+    state = request.app.state
+    known: _Known | None = getattr(state, "services_known", None)
+    if known is None:
+        known = state.services_known = _Known()
+    return known
+
+
 def _resolve(store: JobStore, who: Principal, ref: str) -> JobRecord:
     """The service ``ref`` names, as ``who`` may reach it: a service token only its own (any
     other is not found, as for an outsider); a viewer may not call one.
@@ -98,6 +168,9 @@ async def service(ref: Ref, who: Caller, request: Request) -> dict[str, Any]:
     rec = await run_in_threadpool(_resolve, store, who, ref)
     ingress = ingress_of(request)
     ready = await ingress.ready(rec.id)
+    pending = list(_known(request).tasks)
+    if pending:  # the counts of requests already answered by this process, in the figures
+        await asyncio.gather(*pending, return_exceptions=True)
     latency = rec.spec.sla.latency
     ceiling = None if latency is None else (latency.percentile / 100.0, latency.max_ms)
     figures = await run_in_threadpool(ingress.figures, rec.id, ceiling)
@@ -124,40 +197,38 @@ async def infer(ref: Ref, who: Caller, request: Request) -> JSONResponse:
         raise Forbidden(
             f"{who.describe()} may only read: calling a service takes a member or service token"
         )
-    rec = await run_in_threadpool(_resolve, store, who, ref)
+    known = _known(request)
+    svc = await known.service(store, who, ref)
     ingress = ingress_of(request)
-    if rec.state is not JobState.RUNNING:  # not started (or over): not the SLA's business
-        await ingress.record(rec.id, "refused", None)
-        return _unavailable(f"service {rec.id} is {rec.state.value}, not serving")
-    ready = await ingress.ready(rec.id)
+    if svc.state is not JobState.RUNNING:  # not started (or over): not the SLA's business
+        known.record(ingress, svc.job_id, "refused", None)
+        return _unavailable(f"service {svc.job_id} is {svc.state.value}, not serving")
+    ready = await known.replicas(ingress, svc.job_id)
     if not ready:  # running, and no replica to answer: the service's failure
-        await ingress.record(rec.id, "unavailable", None)
-        return _unavailable(f"service {rec.id} has no ready replica yet")
+        known.record(ingress, svc.job_id, "unavailable", None)
+        return _unavailable(f"service {svc.job_id} has no ready replica yet")
     sample = next(iter(ready.values())).get("input") or {}
     body = await request.body()
     try:
         payload = _payload(body, request.headers.get("content-type", ""), sample)
     except ValueError as err:
-        await ingress.record(rec.id, "refused", None)
+        known.record(ingress, svc.job_id, "refused", None)
         return JSONResponse({"detail": str(err)}, status_code=400)
-    serve = rec.spec.serve
-    timeout = (
-        serve.timeout_ms / 1000.0 if serve is not None and serve.timeout_ms else DEFAULT_TIMEOUT_S
-    )
-    answer = await ingress.ask(rec.id, payload, arrived, timeout)
+    answer = await ingress.ask(svc.job_id, payload, arrived, svc.timeout_s)
     latency_ms = (time.time() - arrived) * 1000.0
     if answer is None:
-        await ingress.record(rec.id, "timeout", None)
+        known.record(ingress, svc.job_id, "timeout", None)
         return JSONResponse(
-            {"detail": f"service {rec.id} did not answer within {timeout:g} s"}, status_code=504
+            {"detail": f"service {svc.job_id} did not answer within {svc.timeout_s:g} s"},
+            status_code=504,
         )
     if answer.get("error"):
-        await ingress.record(rec.id, "error", None)
+        known.record(ingress, svc.job_id, "error", None)
         return JSONResponse(
             {"detail": f"the service's model failed on this request: {answer['error']}"},
             status_code=500,
         )
-    await ingress.record(rec.id, "ok", latency_ms)
+    known.record(ingress, svc.job_id, "ok", latency_ms)
     timing = {**dict(answer.get("timing") or {}), "latency_ms": latency_ms}
     return JSONResponse({"output": answer.get("output"), "timing": timing})
 
