@@ -239,7 +239,9 @@ def test_peak_memory_is_this_runs_not_an_earlier_runs() -> None:
     gap = large - alone
     assert gap > 40  # MiB: the large run does need more (else this test shows nothing)
     assert after < large - 0.8 * gap
-    assert after == pytest.approx(alone, abs=max(10.0, 0.1 * gap))
+    # within a fifth of the gap: the allocator may keep some of the large run's pages mapped
+    # (under a loaded suite 32 MiB of a 278 MiB gap once), never the large run's peak
+    assert after == pytest.approx(alone, abs=max(10.0, 0.2 * gap))
 
 
 def test_making_data_is_data_wait_not_step_time() -> None:
