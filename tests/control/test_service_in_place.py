@@ -2,7 +2,8 @@
 Ray: the loop asks the runtime to add or drain replicas, the job stays running and is never
 relaunched, and the ledger follows the runtime exactly: a GPU the service gives back goes to
 another job only once the runtime says its replica has drained; the job's placement, its
-``scaled`` event, its GPU-seconds and its guard's size follow."""
+``scaled`` event, its GPU-seconds and its guard's size follow. A tuned service starts on its
+tuned replicas."""
 
 from __future__ import annotations
 
@@ -196,3 +197,22 @@ def test_an_ended_scaled_service_is_charged_its_gpu_seconds(
     finally:
         loop.release(grace_s=5)
 
+
+def test_a_tuned_service_starts_on_its_tuned_replicas(store: JobStore, tmp_path: Path) -> None:
+    rt = LocalRuntime([("n0", 3)])
+    loop = _loop(store, tmp_path, rt)
+    try:
+        svc = store.submit(parse_spec({**ENDPOINT, "tuning": {"enabled": True}})).id
+        loop.round()
+        assert rt.launches[-1].kind == "tune"
+        loop.round()
+        config: dict[str, Any] = {"micro_batch": 8, "gpus": 2, "max_delay_ms": 2.0}
+        answer = {"run": True, "config": config, "cache": "miss", "trials": 3}
+        rt.end(svc, OutcomeKind.FINISHED, "tuned", answer)
+        loop.round()  # requeued tuned ...
+        loop.round()  # ... and started on the 2 replicas it was tuned to, not its gpus.min
+        launch = rt.launches[-1]
+        assert launch.kind == "run" and len(launch.nodes) == 2
+        assert launch.spec.run.data_parallel == 2
+    finally:
+        loop.release(grace_s=5)
