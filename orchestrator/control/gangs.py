@@ -71,7 +71,9 @@ class GangActions:
         resize: the job is not restarted then)."""
         if run.stop in (StopReason.CANCEL, StopReason.SHUTDOWN):
             return
-        if reason is not StopReason.RESIZE:
+        # a run that was to restart elsewhere does not; a service resized in place holds its
+        # old and new GPUs until it has ended
+        if reason is not StopReason.RESIZE and not in_place(run.launch):
             run.resize_to = None
         run.stop, run.stop_note = reason, note
         # a bulk run with no step reported is killed: nothing to save, and its set-up would

@@ -2,7 +2,8 @@
 
 Why not Ray Train's ``TorchTrainer``: it creates and owns its own placement group and its own
 failure handling. The control loop must own the placement group itself (the policy picks the
-nodes, preemption removes the group, a resize is a restart on a new group), and a second
+nodes, preemption removes the group, a resize is a restart on a new group, or a service's
+replica added or drained in a group of its own), and a second
 controller under it would make two layers decide about the same GPUs. The harness sets up
 ``torch.distributed`` itself (see ``workers.distributed``), which is all Ray Train would add.
 

@@ -131,7 +131,7 @@ def test_an_endpoint_service_scales_in_place_and_the_ledger_follows_its_runtime(
 def test_a_service_cancelled_while_it_scales_ends_with_the_gpus_it_held(
     store: JobStore, tmp_path: Path
 ) -> None:
-    rt = LocalRuntime([("n0", 3)], resize_ends=False)
+    rt = LocalRuntime([("n0", 3)], resize_ends=False, stop_ends=False)
     loop = _loop(store, tmp_path, rt)
     try:
         svc = store.submit(parse_spec(ENDPOINT)).id
@@ -142,7 +142,11 @@ def test_a_service_cancelled_while_it_scales_ends_with_the_gpus_it_held(
         loop.round()
         assert loop.runs[svc].resize_to is not None
         store.cancel(svc)
-        loop.round()  # stopped; the runtime ends it (its resize never reported)
+        loop.round()
+        assert rt.stops == [svc]
+        # stopping: its added replicas hold their GPUs until its end, as its first one does
+        assert physically_free(loop._nodes, loop.runs.values()) == {"n0": 0}
+        rt.end(svc, OutcomeKind.STOPPED, "stopped", {"status": "stopped"})
         loop.round()
         rec = store.get(svc)
         assert rec.state is JobState.CANCELLED
