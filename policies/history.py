@@ -60,6 +60,8 @@ class RunEnd:
         at: when it ended (the round clock's).
         gpus: GPUs it held.
         held_s: seconds it held them (from its launch; never negative).
+        gpu_s: GPU-seconds it held, when its GPUs changed while it ran (a service resized in
+            place: ``gpus`` is then the most it held at once); ``None``: ``held_s`` x ``gpus``.
         trained: a training run whose workers started (not a tuning run, not one that never
             came up): only such a run counts toward ``most_gpus`` and ``restarts``.
         goes_on: the job goes on after it (requeued, or relaunched on other GPUs).
@@ -81,6 +83,7 @@ class RunEnd:
     remaining_work: float | None = None
     retune: bool = False
     lost: bool = False
+    gpu_s: float | None = None
 
 
 def advance(history: JobHistory, end: RunEnd) -> JobHistory:
@@ -97,7 +100,8 @@ def advance(history: JobHistory, end: RunEnd) -> JobHistory:
         preempted_at = end.at if end.preempted else None
         retunes += 1 if end.retune else 0
     return JobHistory(
-        attained_service=h.attained_service + max(0.0, end.held_s) * end.gpus,
+        attained_service=h.attained_service
+        + (max(0.0, end.held_s) * end.gpus if end.gpu_s is None else max(0.0, end.gpu_s)),
         remaining_work=remaining,
         preempted_at=preempted_at,
         restarts=restarts,

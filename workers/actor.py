@@ -47,7 +47,8 @@ class WorkerActor:
         rank: data-parallel rank.
         world_size: number of ranks of the job.
         reporter_factory: builds the report sink on rank 0 (other ranks do not report, which
-            keeps one writer per fact); ``None`` disables reporting.
+            keeps one writer per fact); ``None`` disables reporting (a service's replica may
+            be handed one later: :meth:`hand_reports`).
         report_every_s: minimum seconds between two reports.
         log_sink_factory: builds, for a rank, the sink of its captured stdout and stderr (every
             rank has one); ``None`` leaves output uncaptured.
@@ -77,6 +78,8 @@ class WorkerActor:
         self._set_up = threading.Event()  # a run's harness is built (see is_set_up)
         self._working_dir: bytes | None = None  # a command job's archive (see run)
         self._requests: Any = None  # a service endpoint's queue, handed to its run
+        self._sink_of: ReporterFactory | None = None  # the factory _sink_now was built by
+        self._sink_now: Callable[[dict[str, Any]], None] | None = None
         _close_ray_logs()
 
     def warm_up(self, imports: tuple[str, ...] = (), *, gpuless: bool = False) -> dict[str, float]:
@@ -335,18 +338,38 @@ class WorkerActor:
         a request made before :meth:`run` starts stops it before its first step)."""
         self._stop.set()
 
+    def hand_reports(self, reporter_factory: ReporterFactory | None) -> None:
+        """Write the job's reports with this sink from now on (``None``: write none): a
+        service's replicas are worlds of one, and only one of them reports; when it is
+        removed, another takes over (``orchestrator.runtime.service_run``). Answers at once (it
+        runs beside :meth:`run`)."""
+        self._reporter_factory = reporter_factory
+
+    def _sink(self) -> Callable[[dict[str, Any]], None] | None:
+        """The report sink of the factory this actor holds now (built once per factory)."""
+        factory = self._reporter_factory
+        if factory is None:
+            return None
+        if self._sink_of is not factory:
+            self._sink_of, self._sink_now = factory, factory()
+        return self._sink_now
+
     def _make_report(
         self, fence: Callable[[], bool] | None
     ) -> Callable[[dict[str, Any]], None] | None:
-        if self.rank != 0 or self._reporter_factory is None:
+        # a service's replica reports while it holds a sink, which may be handed to it while
+        # it serves (hand_reports): it gets a report function even without one now
+        if self.rank != 0 or (self._reporter_factory is None and self._requests is None):
             return None
-        sink = self._reporter_factory()
         job_id, warm = self.job_id, self._warm
 
         # the GPUs this process sees: Ray's choice for a fresh actor, or bound (GPU-less worker)
         devices = os.environ.get("CUDA_VISIBLE_DEVICES")
 
         def report(data: dict[str, Any]) -> None:
+            sink = self._sink()
+            if sink is None:
+                return  # a service's replica that does not report (now)
             if fence is not None and not fence():
                 return  # deposed: the job's reports are a newer run's
             # warm_start: this run skipped the worker's start (a warm pool's actor)

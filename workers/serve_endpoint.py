@@ -60,7 +60,7 @@ class RequestQueue(Protocol):
     def take(self, max_n: int, block_s: float) -> list[Any]: ...
     def answer(self, answers: Any) -> None: ...
     def requeue(self, requests: list[Any]) -> None: ...
-    def offered_rps(self, window_s: float) -> float | None: ...
+    def load(self, window_s: float) -> tuple[float | None, float | None]: ...
     def close(self) -> None: ...
 
 
@@ -105,7 +105,10 @@ def answer_of(out: torch.Tensor) -> Any:
 
 class EndpointServe(ServeRun):
     """A replica answering its endpoint's requests on the wall clock until the service's
-    ``duration_s`` (from its start), a stop, or a lost fence.
+    ``duration_s`` (from the service's start: ``serve.start_at``, else this replica's), a
+    stop, or a lost fence. Each replica is a world of one (its runtime adds and drains
+    replicas while the others serve: ``orchestrator.runtime.service_run``), so the load it
+    reports, offered and served, is read at the ingress, for the whole service.
 
     Args:
         h: the harness that built it.
@@ -140,7 +143,11 @@ class EndpointServe(ServeRun):
         name = f"r{h.rank}-{time.time_ns() % 10**12}"
         self.requests.join(name, {"input": self.facts, "max_batch": mb})
         self.started = time.perf_counter()
-        self.start_at = time.time()
+        if self.start_at is None:
+            self.start_at = time.time()
+        # a replica added while the service serves (a scale-up) ends with the others: the
+        # service's duration counts from its start (serve.start_at, set by its runtime)
+        self.offset = min(self.duration_s, max(0.0, time.time() - self.start_at))
         status = "finished"
         beat = time.monotonic()
         try:
@@ -151,7 +158,9 @@ class EndpointServe(ServeRun):
                 if h._should_stop():
                     status = "stopped"
                     break
-                if self.duration_s and time.perf_counter() - self.started >= self.duration_s:
+                if self.duration_s and time.perf_counter() - self.started >= (
+                    self.duration_s - self.offset
+                ):
                     break
                 if time.monotonic() - beat >= HEARTBEAT_S:
                     self.requests.heartbeat()
@@ -246,21 +255,32 @@ class EndpointServe(ServeRun):
         return str(getattr(self.requests, "name", ""))
 
     def _load(self, now: float, elapsed: float) -> dict[str, float | None]:
-        """As :meth:`ServeRun._load`, with the offered load read at the ingress (every
-        replica's requests, not a generated stream's)."""
+        """As :meth:`ServeRun._load`, with the offered and served load read at the ingress
+        (every replica's requests and answers: each replica is a world of one, which sees
+        only its own batches); the busy share is this replica's."""
         span = min(LOAD_WINDOW_S, elapsed)
         if span <= 0:
             return {"window_offered_rps": None, "window_served_rps": None, "window_busy": None}
         recent = [b for b in self.batch_log if b[0] >= now - span]
         try:
-            offered = self.requests.offered_rps(LOAD_WINDOW_S)
-        except Exception:  # the store briefly unreachable: the figure is missing, not wrong
-            offered = None
+            offered, served = self.requests.load(LOAD_WINDOW_S)
+        except Exception:  # the store briefly unreachable: the figures are missing, not wrong
+            offered = served = None
         return {
             "window_offered_rps": offered,
-            "window_served_rps": sum(b[2] for b in recent) * self.h.world_size / span,
+            "window_served_rps": served,
             "window_busy": min(1.0, sum(b[1] for b in recent) / span),
         }
+
+    def _figures(self) -> dict[str, Any]:
+        """As :meth:`ServeRun._figures`, with this replica's own answers per second as its
+        window rate (the served load above is every replica's)."""
+        figures = super()._figures()
+        now = time.perf_counter()
+        span = min(LOAD_WINDOW_S, now - self.started)
+        own = sum(b[2] for b in self.batch_log if b[0] >= now - span)
+        figures["window_samples_per_s"] = own / span if span > 0 else None
+        return figures
 
 
 # -- a team's model: the sandboxed child serves, the trusted worker holds the queue ------------
@@ -289,13 +309,14 @@ class PipedRequests:
         self.name = ""
         self._waiting: deque[Taken] = deque()
         self._ready = threading.Condition()
-        self._offered: float | None = None
+        self._load: tuple[float | None, float | None] = (None, None)
 
     def feed(self, message: dict[str, Any]) -> None:
-        """A message from the worker: requests to serve, or the offered load."""
-        if "offered_rps" in message:
-            v = message["offered_rps"]
-            self._offered = float(v) if isinstance(v, int | float) else None
+        """A message from the worker: requests to serve, or the offered and served load."""
+        if "load" in message:
+            got = message["load"] if isinstance(message["load"], list) else []
+            offered, served = [*got, None, None][:2]
+            self._load = (_rate(offered), _rate(served))
         taken = []
         for r in message.get("requests") or ():
             with contextlib.suppress(KeyError, TypeError, ValueError):
@@ -328,11 +349,16 @@ class PipedRequests:
     def requeue(self, requests: list[Any]) -> None:
         return None  # the worker's pump puts back what this process never answered
 
-    def offered_rps(self, window_s: float) -> float | None:
-        return self._offered
+    def load(self, window_s: float) -> tuple[float | None, float | None]:
+        return self._load
 
     def close(self) -> None:
         return None
+
+
+def _rate(value: object) -> float | None:
+    """A rate the worker sent (``None``: unknown, or not a number)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 MAX_ERROR_CHARS = 2000
@@ -420,7 +446,7 @@ class RequestPump:
                 taken = self.queue.take(room, TAKE_BLOCK_S)
                 if time.monotonic() - beat >= HEARTBEAT_S:
                     beat = time.monotonic()
-                    self.send({"offered_rps": self.queue.offered_rps(LOAD_WINDOW_S)})
+                    self.send({"load": list(self.queue.load(LOAD_WINDOW_S))})
             except Exception:  # the store briefly unreachable: try again
                 time.sleep(0.5)
                 continue

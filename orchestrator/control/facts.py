@@ -59,7 +59,9 @@ class JobFactsReader:
 
     def queued(self, raw: dict[str, str]) -> JobFacts:
         """A queued job's facts from its stored fields, an elastic one with its curve and
-        the sizes it can run on (:meth:`sizes`)."""
+        the sizes it can run on (:meth:`sizes`); an interactive job with a GPU range (a
+        service) asks for the GPUs it runs on: its tuned replicas, within its range (its
+        stored count is the one it was submitted with)."""
         facts = job_facts(raw)
         if facts.min_gpus != facts.max_gpus and facts.job_class == "bulk":
             info = self.elastic(facts.job_id)
@@ -68,6 +70,12 @@ class JobFactsReader:
                 facts = dataclasses.replace(
                     facts, min_gpus=sizes[0], max_gpus=sizes[-1], speedup=info[1]
                 )
+        elif facts.min_gpus != facts.max_gpus:
+            self.forget(facts.job_id)  # tuned (or re-tuned) since it last queued, maybe
+            info = self.elastic(facts.job_id)
+            if info is not None:
+                gpus = min(max(info[0].gpus, facts.min_gpus), facts.max_gpus)
+                facts = dataclasses.replace(facts, gpus=gpus)
         return facts
 
     def running(self, rec: JobRecord, kind: RunKind) -> JobFacts:

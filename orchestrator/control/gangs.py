@@ -1,6 +1,7 @@
 """Acting on gangs, for the loop's bind phase: start a queued job (place, launch, or requeue or
-fail one that cannot start), resize a running elastic job and relaunch it on its new GPUs, stop
-a run, tell a queued job why it waits.
+fail one that cannot start), resize a running elastic job and relaunch it on its new GPUs (a
+service with an endpoint in place instead: replicas added or drained while the others serve),
+stop a run, tell a queued job why it waits.
 
 :class:`GangActions` holds these steps for :class:`~orchestrator.control.loop.ControlLoop`,
 whose state they act on (its runs, the store, the runtime); the sizing rules they apply
@@ -25,7 +26,7 @@ from orchestrator.control.telemetry import LoopTelemetry
 from orchestrator.control.transitions import StopReason
 from orchestrator.errors import IllegalTransition, JobNotFound, SpecError
 from orchestrator.pool import NodeInfo
-from orchestrator.runtime.base import Launch, Runtime
+from orchestrator.runtime.base import Launch, Runtime, in_place
 from orchestrator.store import JobStore
 from orchestrator.store.lease import Lease
 from orchestrator.store.records import JobRecord
@@ -71,7 +72,9 @@ class GangActions:
         resize: the job is not restarted then)."""
         if run.stop in (StopReason.CANCEL, StopReason.SHUTDOWN):
             return
-        if reason is not StopReason.RESIZE:
+        # a run that was to restart elsewhere does not; a service resized in place holds its
+        # old and new GPUs until it has ended
+        if reason is not StopReason.RESIZE and not in_place(run.launch):
             run.resize_to = None
         run.stop, run.stop_note = reason, note
         # a bulk run with no step reported is killed: nothing to save, and its set-up would
@@ -230,10 +233,13 @@ class GangActions:
 
     def _resize(self, d: Decision, free: dict[str, int]) -> None:
         """Restart a running elastic job on the decision's GPUs (checkpoint, stop, start the new
-        gang once the old one is gone), at a size that keeps its global batch."""
+        gang once the old one is gone), at a size that keeps its global batch; a service with
+        an endpoint is resized in place (:meth:`_scale`)."""
         run = self.runs.get(d.job_id)
         base = (self.facts.cached(d.job_id) or (None, ()))[0]
         if run is None or run.stop is not None or run.launch.kind == "tune" or base is None:
+            return
+        if run.resize_to is not None:  # a resize in place still under way: one at a time
             return
         nodes = fit(self.facts.sizes(d.job_id), tuple(d.nodes))
         if not nodes or len(nodes) == len(run.nodes):
@@ -242,14 +248,45 @@ class GangActions:
         for n in run.nodes:
             if n in extra:
                 extra.remove(n)
+        scale = in_place(run.launch)
+        if scale and not run.started:
+            return  # its replicas are still coming up: the policy asks again next round
         if not reserve(free, extra):
             return  # its new GPUs are still being freed: the policy asks again next round
+        if scale:
+            if not self._scale(run, nodes, d.reason):
+                for n in extra:  # not taken after all: free for the rest of the round
+                    free[n] += 1
+            return
         note = f"resized from {len(run.nodes)} to {len(nodes)} GPUs; resumes"
         log.info("%s: resizing %d -> %d GPUs (%s)", d.job_id, len(run.nodes), len(nodes), d.reason)
         run.resize_to = nodes
         self._stop(run, StopReason.RESIZE, note)
         self.telemetry.resized()
         self.store.annotate(d.job_id, f"resizing to {len(nodes)} GPUs: {d.reason}")
+
+    def _scale(self, run: Run, nodes: tuple[str, ...], reason: str) -> bool:
+        """Resize a service with an endpoint in place (``Runtime.resize``): replicas are added
+        on its new GPUs (each takes traffic once its model answered a first batch) and drained
+        on those it gives back, while the others serve; its job stays running. Until the
+        runtime says it is done (``RESIZED``: reaped by ``ReapSteps._resized``) the run holds
+        its old and its new GPUs (``Run.resize_to``): a GPU it gives back is taken by another
+        job only once its replica has drained and Ray has it back. Returns whether the
+        runtime took the resize."""
+        try:
+            self.runtime.resize(run.job_id, nodes)
+        except ValueError as err:  # it is ending, or a resize is still under way
+            log.info("%s: not scaled: %s", run.job_id, err)
+            return False
+        run.resize_to = nodes
+        before, after = len(run.nodes), len(nodes)
+        log.info("%s: scaling %d -> %d replicas in place (%s)", run.job_id, before, after, reason)
+        self.telemetry.resized()
+        with contextlib.suppress(JobNotFound):
+            self.store.annotate(
+                run.job_id, f"scaling from {before} to {after} replicas, serving: {reason}"
+            )
+        return True
 
 
 def fit(sizes: Sequence[int], nodes: tuple[str, ...]) -> tuple[str, ...]:

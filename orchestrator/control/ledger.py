@@ -2,8 +2,10 @@
 
 The two views differ while runs stop: a preempted run holds its GPUs until its checkpoint is
 written and its gang is gone, but the policy already counts them as free (it gave them away);
-a resizing run holds its old GPUs and, as far as the policy goes, its new ones. A decision is
-applied (reserved) only when the GPUs it takes are physically free; otherwise it waits a round.
+a resizing run holds its old GPUs and, as far as the policy goes, its new ones (a service
+resized in place too: until its runtime says the replicas it drained gave their GPUs back). A
+decision is applied (reserved) only when the GPUs it takes are physically free; otherwise it
+waits a round.
 """
 
 from __future__ import annotations
@@ -35,10 +37,14 @@ class Run:
         started: its workers are up.
         stop: why the loop asked it to stop (``None``: it did not).
         stop_note: the reason given with the stop.
-        resize_to: the GPUs a resizing run restarts on.
+        resize_to: the GPUs a resizing run restarts on, or a service resized in place holds
+            once its runtime reports the resize done (:meth:`resized`).
         stepped: its workers reported a first step (a run that has not is stopped at once).
         retune: what the SLA guard measured when it stopped the run to re-tune it (the tuned
             config and its measured figures), written with the job's requeue.
+        gpu_s: GPU-seconds of the GPUs it held before its last resize in place.
+        resized_at: when it last finished a resize in place (``None``: never).
+        most_gpus: the most GPUs it held at once.
     """
 
     launch: Launch
@@ -49,6 +55,12 @@ class Run:
     resize_to: tuple[str, ...] | None = None
     stepped: bool = False
     retune: dict[str, Any] | None = None
+    gpu_s: float = 0.0
+    resized_at: float | None = None
+    most_gpus: int = 0
+
+    def __post_init__(self) -> None:
+        self.most_gpus = max(self.most_gpus, len(self.launch.nodes))
 
     @property
     def job_id(self) -> str:
@@ -59,6 +71,20 @@ class Run:
     def nodes(self) -> tuple[str, ...]:
         """The node of each GPU it holds."""
         return self.launch.nodes
+
+    def held_gpu_s(self, at: float) -> float:
+        """GPU-seconds it held from its launch to ``at``, its GPUs before each resize in place
+        counted for as long as it held them."""
+        since = self.launched_at if self.resized_at is None else self.resized_at
+        return self.gpu_s + max(0.0, at - since) * len(self.nodes)
+
+    def resized(self, launch: Launch, at: float) -> None:
+        """A resize in place is done at ``at``: it holds ``launch.nodes`` from now on."""
+        self.gpu_s = self.held_gpu_s(at)
+        self.resized_at = at
+        self.launch = launch
+        self.resize_to = None
+        self.most_gpus = max(self.most_gpus, len(launch.nodes))
 
     @property
     def leaving(self) -> bool:

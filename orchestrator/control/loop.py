@@ -3,7 +3,8 @@
 Each round, after checking the lease:
 
 1. **reap**: the runtime's events since the last round become job transitions (a run's
-   workers came up: running or tuning; a run ended: the pure table in
+   workers came up: running or tuning; a service's resize in place is done: it holds its new
+   GPUs; a run ended: the pure table in
    :mod:`~orchestrator.control.transitions` says where its job goes; the steps are in
    :mod:`~orchestrator.control.reap`); cancellations users asked for reach their runs.
    Re-tunes a job's team asked for reach its run the same way.
@@ -20,7 +21,8 @@ Each round, after checking the lease:
 4. **reserve** and **bind**: in apply order, each decision takes its GPUs in the ledger
    (:mod:`~orchestrator.control.ledger`) when they are physically free, and the runtime starts
    or stops gangs (:mod:`~orchestrator.control.gangs`: place and launch, resize and relaunch,
-   stop); a start whose GPUs are still being freed waits a round.
+   or resize a service with an endpoint in place, stop); a start whose GPUs are still being
+   freed waits a round.
 5. **publish**: the pool view; the round's counters and durations go to ``/metrics``
    (:mod:`~orchestrator.control.telemetry`, written at most once a second).
 
@@ -303,6 +305,8 @@ class ControlLoop(ReapSteps):
                 continue  # an earlier run of the job, already settled
             if event.kind is EventKind.STARTED:
                 self._started(run, event.at)
+            elif event.kind is EventKind.RESIZED:
+                self._resized(run, event.nodes, event.at)
             else:
                 del self.runs[event.job_id]
                 self._ended(run, event.outcome or Outcome(OutcomeKind.LOST, "no outcome"), event.at)

@@ -1,7 +1,9 @@
-"""The reap phase's steps: a run's workers came up (its job is running or tuning), or a run
-ended (its job's next state from the pure table in :mod:`~orchestrator.control.transitions`,
-written with the fields it ends with: attained service, restarts, remaining work, its result;
-a finished job's message says whether it met its SLA and how far the tuner's prediction was).
+"""The reap phase's steps: a run's workers came up (its job is running or tuning), a service's
+resize in place is done (its run holds its new GPUs: the ledger, its placement and its guard
+follow), or a run ended (its job's next state from the pure table in
+:mod:`~orchestrator.control.transitions`, written with the fields it ends with: attained
+service, restarts, remaining work, its result; a finished job's message says whether it met
+its SLA and how far the tuner's prediction was).
 
 :class:`ReapSteps` holds these steps for :class:`~orchestrator.control.loop.ControlLoop`;
 :func:`ended_fields` (what an ended run writes) is pure.
@@ -14,9 +16,10 @@ import logging
 from typing import Any
 
 from orchestrator.control.facts import PROGRESS, remaining_s, tuned_of
-from orchestrator.control.gangs import GangActions
+from orchestrator.control.gangs import GangActions, where
 from orchestrator.control.ledger import ACTIVE, Run
 from orchestrator.control.transitions import StopReason, Transition, run_ended
+from orchestrator.elastic import resized_spec
 from orchestrator.errors import IllegalTransition, JobNotFound
 from orchestrator.runtime.base import Outcome
 from orchestrator.sla import evaluate_sla
@@ -49,6 +52,28 @@ class ReapSteps(GangActions):
             return
         if target is JobState.RUNNING:
             self.store.incr_attempts(run.job_id)
+
+    def _resized(self, run: Run, nodes: tuple[str, ...], at: float) -> None:
+        """A service's resize in place is done: its run holds ``nodes`` from ``at`` (the
+        replicas it drained gave their GPUs back), its job running throughout. The ledger
+        takes the new GPUs (its spec sized to them), the record its placement, with a
+        ``scaled`` event, and the SLA guard its new size."""
+        if run.resize_to is None or run.stop is not None:
+            return  # being stopped meanwhile: its end settles it
+        before = len(run.nodes)
+        spec = resized_spec(run.launch.spec, len(nodes)) or run.launch.spec
+        run.resized(dataclasses.replace(run.launch, nodes=nodes, spec=spec), at)
+        message = f"scaled from {before} to {len(nodes)} replicas, serving throughout"
+        log.info("%s: %s (%s)", run.job_id, message, where(nodes))
+        placement = {"nodes": list(nodes), "strategy": run.launch.strategy}
+        try:
+            self.store.set_placement(
+                run.job_id, placement, expect=JobState.RUNNING, message=message
+            )
+            rec = self.store.get(run.job_id)
+        except (IllegalTransition, JobNotFound):  # being cancelled: its run is stopped next
+            return
+        self.sla_guard.watch(rec, spec, len(nodes))
 
     def _ended(self, run: Run, outcome: Outcome, at: float) -> None:
         """Record how a run ended: the job's next state (re-deciding if a cancel races in),
@@ -87,7 +112,7 @@ class ReapSteps(GangActions):
                 self._settle(job_id, t, rec, fields, outcome)
             except IllegalTransition:
                 continue  # the state moved (a cancel): decide again on the new one
-            held = max(0.0, at - run.launched_at) * len(run.nodes)  # this run's GPU-seconds
+            held = run.held_gpu_s(at)  # this run's GPU-seconds
             self.telemetry.used(rec.team, held)  # the team's account, kept past the job's gc
             self._queued.pop(job_id, None)
             self._facts.pop(job_id, None)
@@ -162,8 +187,9 @@ def ended_fields(
     before = rec.history
     end = RunEnd(
         at=at,
-        gpus=len(run.nodes),
+        gpus=run.most_gpus,
         held_s=at - run.launched_at,
+        gpu_s=run.held_gpu_s(at),
         trained=run.launch.kind == "run" and run.started,  # a training run, not a tuning one
         goes_on=requeued or t.relaunch,  # its next run restarts
         requeued=requeued,

@@ -11,7 +11,8 @@ job's team asks for (:meth:`SLAGuard.requested`) takes the same path.
 A service with a GPU range is also scaled (issue 24): each round its window (tail, offered
 load, busy share) goes through the pure decision of :mod:`policies.replicas`, bounded by its
 range and what its team's quota leaves; the replicas it asks for are kept in ``want`` (the
-snapshot's ``RunningJob.want_gpus``: the policy resizes the service, the loop relaunches it)
+snapshot's ``RunningJob.want_gpus``: the policy resizes the service, the loop relaunches it,
+or resizes it in place when it has an endpoint)
 and said in a ``guard`` event (``orch show``), with the reason.
 """
 
@@ -123,10 +124,15 @@ class SLAGuard:
     def check(self, runs: Mapping[str, Run], now: float) -> list[Retune]:
         """The running jobs' latest reports judged (at most every :data:`CHECK_EVERY_S`;
         ``urgent`` stays as it was in between); returns the runs to stop for a re-tune."""
+        # a service being resized in place is judged again once it holds its new GPUs
         watched = [
             r
             for r in runs.values()
-            if r.started and r.stop is None and r.launch.kind == "run" and r.job_id in self._targets
+            if r.started
+            and r.stop is None
+            and r.resize_to is None
+            and r.launch.kind == "run"
+            and r.job_id in self._targets
         ]
         if not watched:
             self.urgent = set()

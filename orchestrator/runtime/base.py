@@ -1,9 +1,11 @@
 """What the control loop asks of a runtime, and what a runtime reports back.
 
 A runtime runs gangs: :meth:`Runtime.launch` starts one for a job on the nodes a decision
-named, :meth:`Runtime.stop` asks it to checkpoint and stop, and :meth:`Runtime.poll` hands back
-what happened since the last poll as :class:`RunEvent` values. A runtime never writes job
-state: the control loop turns its events into store transitions (one writer per fact).
+named, :meth:`Runtime.stop` asks it to checkpoint and stop, :meth:`Runtime.resize` adds or
+drains the replicas of a service with an endpoint while the others serve (:func:`in_place`),
+and :meth:`Runtime.poll` hands back what happened since the last poll as :class:`RunEvent`
+values. A runtime never writes job state: the control loop turns its events into store
+transitions (one writer per fact).
 
 Two implementations: :class:`~orchestrator.runtime.ray_gang.RayRuntime` (a placement group and
 one worker actor per GPU, the real thing) and :class:`~orchestrator.runtime.local.LocalRuntime`
@@ -29,6 +31,7 @@ __all__ = [
     "RunEvent",
     "RunKind",
     "Runtime",
+    "in_place",
 ]
 
 RunKind = Literal["run", "tune"]
@@ -57,6 +60,9 @@ class EventKind(enum.Enum):
 
     STARTED = "started"  # its workers exist (the job is running, or tuning)
     ENDED = "ended"  # it is over and its GPUs are free again; ``outcome`` says how
+    # a resize in place is done: the run holds ``nodes`` now (a removed replica's GPU is free
+    # again, an added replica's workers exist)
+    RESIZED = "resized"
 
 
 @dataclass(frozen=True)
@@ -65,11 +71,12 @@ class RunEvent:
 
     Attributes:
         job_id: the job.
-        kind: started or ended.
+        kind: started, resized or ended.
         at: wall-clock time of the event.
         outcome: how the run ended (``ENDED`` only).
         launch: the launch this event belongs to (``Launch.serial``), so an event of an
             earlier run of the same job is never taken for the current one.
+        nodes: the node of each GPU the run holds now (``RESIZED`` only).
     """
 
     job_id: str
@@ -77,6 +84,7 @@ class RunEvent:
     at: float
     launch: int
     outcome: Outcome | None = None
+    nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,20 @@ class Runtime(Protocol):
         it holds are wanted."""
         ...
 
+    def resize(self, job_id: str, nodes: tuple[str, ...]) -> None:
+        """Bring a running service with an endpoint (:func:`in_place`) to one replica on each
+        of ``nodes`` while it serves: replicas on GPUs it does not hold yet are added (each
+        takes traffic once its model has answered a first batch), those on GPUs not in
+        ``nodes`` are drained (they leave the ready set, answer what they took, and give their
+        GPU back); the others serve throughout. Returns at once; a ``RESIZED`` event follows
+        when the run holds exactly ``nodes``. One resize at a time.
+
+        Raises:
+            ValueError: the job has no run, its run is not one :func:`in_place` allows, or a
+                resize of it is still under way.
+        """
+        ...
+
     def poll(self) -> list[RunEvent]:
         """The events since the last poll, oldest first."""
         ...
@@ -155,3 +177,13 @@ class Runtime(Protocol):
         """Give up what the runtime keeps between runs (the Ray runtime's warm workers), when
         the loop stops; runs are stopped by the loop, not here."""
         ...
+
+
+def in_place(launch: Launch) -> bool:
+    """Whether a launch's run is resized in place (:meth:`Runtime.resize`) rather than stopped
+    and relaunched: a service with an endpoint (``serve.endpoint``), whose replicas are
+    independent (one GPU and one world each: no collective ties them) and whose requests wait
+    in its ingress's queue for whichever replica is ready. A service that generates its own
+    stream splits it by rank over a fixed world, so it is relaunched on its new size."""
+    serve = launch.spec.serve
+    return launch.kind == "run" and serve is not None and serve.endpoint

@@ -58,6 +58,8 @@ class GangRun(threading.Thread):
         requests: picklable; a service endpoint's request queue
             (``orchestrator.store.ingress.ReplicaQueue``), handed to every rank's run: each
             rank is one replica taking requests from it.
+        group_name: its placement group's name (unique while the group lives); default
+            ``orch-{job id}``.
 
     Attributes:
         settled: set once the gang is placed and its workers are set up (rank 0 built its
@@ -80,8 +82,10 @@ class GangRun(threading.Thread):
         fence: Callable[[], bool] | None = None,
         working_dirs: Callable[[str], Any] | None = None,
         requests: Any = None,
+        group_name: str | None = None,
     ) -> None:
         super().__init__(name=f"{launch.kind}-{launch.job_id}", daemon=True)
+        self.group_name = group_name or f"orch-{launch.job_id}"
         self.fence = fence
         self.working_dirs = working_dirs
         self.requests = requests
@@ -102,11 +106,31 @@ class GangRun(threading.Thread):
         self.evicted = list(evicted or ())
         self.settled = threading.Event()
 
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The node of each GPU the run holds, or may be about to take."""
+        return self.launch.nodes
+
+    def has_settled(self) -> bool:
+        """Whether it is placed and set up, or over (see :attr:`settled`)."""
+        return self.settled.is_set()
+
     def request_stop(self, at_once: bool = False) -> None:
         """Ask the workers to checkpoint and stop (idempotent; returns at once). ``at_once``:
         kill them instead (see :meth:`Runtime.stop`)."""
         self._at_once = self._at_once or at_once
         self._stop_requested.set()
+
+    def hand_reports(
+        self, reporter_factory: Callable[[], Callable[[dict[str, Any]], None]] | None
+    ) -> None:
+        """Rank 0 writes the job's reports from now on with this sink (``None``: it stops
+        writing them): a service's reporting replica moves when it is removed (see
+        :mod:`orchestrator.runtime.service_run`). Call it once the run has reported
+        ``STARTED`` (its workers exist)."""
+        self.reporter_factory = reporter_factory
+        if self._actors:
+            self._actors[0].hand_reports.remote(reporter_factory)
 
     def run(self) -> None:
         """Thread body: never raises; always frees the GPUs, then reports how the run ended."""
@@ -165,7 +189,7 @@ class GangRun(threading.Thread):
                 log.warning("job %s: warm worker lost (%s); starting a new one", self.job_id, err)
                 warm.give_up()
                 self._pg, self._actors = None, []
-        self._pg = place_gang(self.launch.nodes, self.launch.strategy, f"orch-{self.job_id}")
+        self._pg = place_gang(self.launch.nodes, self.launch.strategy, self.group_name)
         return self._wait_ready(self._pg.ready())
 
     def _place_gpuless(self, spare: WarmWorker) -> bool:
@@ -175,7 +199,7 @@ class GangRun(threading.Thread):
         import ray
 
         self._actors = [spare.actor]  # killed by run() whatever happens from here
-        self._pg = place_gang(self.launch.nodes, self.launch.strategy, f"orch-{self.job_id}")
+        self._pg = place_gang(self.launch.nodes, self.launch.strategy, self.group_name)
         if not self._wait_ready(self._pg.ready()) or not self._wait_ready(spare.ready):
             return False
         try:

@@ -4,11 +4,13 @@ It lets the control loop be tested on a real store without Ray or torch: launche
 ``STARTED`` is reported at once (or when the test says), and a run ends when the test calls
 :meth:`LocalRuntime.end` (or, by default, as soon as it is asked to stop, having written its
 checkpoint: a small record in the launch's checkpoint folder, as the runtime contract in
-``tests/runtime/`` asks of every runtime).
+``tests/runtime/`` asks of every runtime). A service with an endpoint is resized in place
+(:meth:`LocalRuntime.resize`): ``RESIZED`` is reported at once (or when the test says).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -16,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.pool import NodeInfo
-from orchestrator.runtime.base import EventKind, Launch, Outcome, OutcomeKind, RunEvent
+from orchestrator.runtime.base import (
+    EventKind,
+    Launch,
+    Outcome,
+    OutcomeKind,
+    RunEvent,
+    in_place,
+)
 
 __all__ = ["LocalRuntime"]
 
@@ -28,24 +37,34 @@ class LocalRuntime:
         nodes: ``(node_id, gpus)`` per node (virtual slots).
         auto_start: report ``STARTED`` as soon as a gang is launched.
         stop_ends: a stop request ends the run at once (``STOPPED``, checkpoint written).
+        resize_ends: a resize is done at once (``RESIZED``); else when :meth:`resized` says.
 
     Attributes:
         launches: every launch, in order.
         stops: job ids in the order stops were asked for.
         killed: those of them asked to stop at once (no step done).
+        resizes: ``(job id, nodes)`` of every resize asked for, in order.
     """
 
     def __init__(
-        self, nodes: Sequence[tuple[str, int]], *, auto_start: bool = True, stop_ends: bool = True
+        self,
+        nodes: Sequence[tuple[str, int]],
+        *,
+        auto_start: bool = True,
+        stop_ends: bool = True,
+        resize_ends: bool = True,
     ) -> None:
         self._nodes = [NodeInfo(n, "127.0.0.1", g, virtual=True) for n, g in nodes]
         self.auto_start = auto_start
         self.stop_ends = stop_ends
+        self.resize_ends = resize_ends
         self.on_event: Callable[[], None] | None = None  # its events come when a test says
         self.launches: list[Launch] = []
         self.stops: list[str] = []
         self.killed: list[str] = []
+        self.resizes: list[tuple[str, tuple[str, ...]]] = []
         self._live: dict[str, Launch] = {}
+        self._resizing: dict[str, tuple[str, ...]] = {}
         self._events: list[RunEvent] = []
 
     # ---- the Runtime protocol --------------------------------------------------------------
@@ -75,6 +94,18 @@ class LocalRuntime:
                 _checkpoint(self._live[job_id])
             self.end(job_id, OutcomeKind.STOPPED, "stopped on request", {"status": "stopped"})
 
+    def resize(self, job_id: str, nodes: tuple[str, ...]) -> None:
+        """See :meth:`Runtime.resize`."""
+        launch = self._live.get(job_id)
+        if launch is None or not in_place(launch):
+            raise ValueError(f"{job_id}: no run of a service with an endpoint to resize")
+        if job_id in self._resizing:
+            raise ValueError(f"{job_id}: a resize is still under way")
+        self.resizes.append((job_id, tuple(nodes)))
+        self._resizing[job_id] = tuple(nodes)
+        if self.resize_ends:
+            self.resized(job_id)
+
     def poll(self) -> list[RunEvent]:
         """See :meth:`Runtime.poll`."""
         events, self._events = self._events, []
@@ -98,6 +129,14 @@ class LocalRuntime:
         launch = self._live[job_id]
         self._events.append(RunEvent(job_id, EventKind.STARTED, time.time(), launch.serial))
 
+    def resized(self, job_id: str) -> None:
+        """Report that the job's resize is done: its run holds the nodes it was resized to."""
+        nodes = self._resizing.pop(job_id)
+        launch = self._live[job_id] = dataclasses.replace(self._live[job_id], nodes=nodes)
+        self._events.append(
+            RunEvent(job_id, EventKind.RESIZED, time.time(), launch.serial, nodes=nodes)
+        )
+
     def end(
         self,
         job_id: str,
@@ -107,6 +146,7 @@ class LocalRuntime:
     ) -> None:
         """End the job's run with this outcome (its GPUs are free from now on)."""
         launch = self._live.pop(job_id)
+        self._resizing.pop(job_id, None)
         outcome = Outcome(kind, message, dict(result or {}))
         self._events.append(RunEvent(job_id, EventKind.ENDED, time.time(), launch.serial, outcome))
 

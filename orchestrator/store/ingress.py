@@ -416,18 +416,25 @@ class ReplicaQueue:
             pipe.xdel(self.keys["req"], *entries)
             pipe.execute()
 
-    def offered_rps(self, window_s: float) -> float | None:
-        """Requests per second that reached the service's ingress over the last
-        ``window_s`` seconds (every outcome), from its windows' counters."""
+    def load(self, window_s: float) -> tuple[float | None, float | None]:
+        """Requests per second that reached the service's ingress over the last ``window_s``
+        seconds (every outcome), and those of them every replica answered (answered or
+        failed at a replica), from its windows' counters: the whole service's, whichever
+        replica asks (its replicas are worlds of one, each seeing only its own batches)."""
         now = time.time()
         first = int((now - window_s) // WINDOW_S)
         last = int(now // WINDOW_S)
         pipe = self.client.pipeline(transaction=False)
         for k in range(first, last + 1):
             pipe.hmget(f"{self.keys['win']}{k}", *OUTCOMES)
-        total = sum(int(v or 0) for row in pipe.execute() for v in row)
+        rows = [[int(v or 0) for v in row] for row in pipe.execute()]
         span = now - first * WINDOW_S
-        return total / span if span > 0 else None
+        if span <= 0:
+            return None, None
+        answered = [OUTCOMES.index("ok"), OUTCOMES.index("error")]
+        offered = sum(sum(row) for row in rows)
+        served = sum(row[i] for row in rows for i in answered)
+        return offered / span, served / span
 
     def close(self) -> None:
         """Close the connection (a later use reopens it)."""

@@ -65,6 +65,24 @@ redis.call("HSET", KEYS[1], "message", ARGV[1])
 return 1
 """
 
+# A run that holds other GPUs in the same state (a service resized in place): its placement and
+# message, and a "scaled" event; fenced and compared-and-set as a transition is.
+_PLACEMENT_LUA = """
+if ARGV[2] ~= "" then
+  local holder = redis.call("GET", KEYS[3])
+  if holder ~= ARGV[2] then return {"fenced", holder or ""} end
+end
+local current = redis.call("HGET", KEYS[1], "state")
+if not current then return {"missing"} end
+if current ~= ARGV[1] then return {"illegal", current} end
+local t = redis.call("TIME")
+local ts = t[1] .. "." .. string.format("%06d", tonumber(t[2]))
+redis.call("HSET", KEYS[1], "placement", ARGV[3], "message", ARGV[4], "updated_at", ts)
+redis.call("XADD", KEYS[2], "MAXLEN", "~", ARGV[5], "*",
+  "event", "scaled", "ts", ts, "message", ARGV[4], "from", "")
+return {"ok"}
+"""
+
 
 class JobStore(JobSubmission):
     """Jobs of one namespace in one Redis, and the stores of the namespace's other keys.
@@ -114,6 +132,7 @@ class JobStore(JobSubmission):
         self._transition = client.register_script(_TRANSITION_LUA)
         self._incr_attempts = client.register_script(_INCR_ATTEMPTS_LUA)
         self._annotate = client.register_script(_ANNOTATE_LUA)
+        self._place = client.register_script(_PLACEMENT_LUA)
         self.fence: str | None = None
         """The scheduler lease holder this store writes state for (set by the control loop
         once it holds the lease): every transition is refused unless it still holds it."""
@@ -261,6 +280,30 @@ class JobStore(JobSubmission):
         """Subscribe to the wake channel: the control loop waits on it between rounds, so a
         submission or a cancel is acted on at once rather than at the next polling round."""
         return self.wake.subscribe()
+
+    def set_placement(
+        self, job_id: str, placement: Mapping[str, object], *, expect: JobState, message: str
+    ) -> None:
+        """Record that the job's run holds other GPUs while its state stays ``expect`` (a
+        service resized in place): its ``placement`` and message, and a ``scaled`` event.
+        Written by the control loop alone, fenced by its lease as a transition is.
+
+        Raises:
+            JobNotFound: no such job.
+            IllegalTransition: the job is not in ``expect`` (nothing is changed).
+            LeaseLost: the store is fenced and its holder no longer holds the lease.
+        """
+        reply = self._place(
+            keys=[self.keys.job(job_id), self.keys.events(job_id), self.keys.scheduler_lease],
+            args=[
+                JobState(expect).value,
+                self.fence or "",
+                json.dumps(dict(placement)),
+                message,
+                EVENTS_MAXLEN,
+            ],
+        )
+        self._raise_refusal(job_id, JobState(expect), reply)
 
     def annotate(self, job_id: str, message: str) -> None:
         """Set the job's message without changing its state (e.g. why it is waiting).

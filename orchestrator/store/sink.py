@@ -15,7 +15,7 @@ from redis.retry import Retry
 from orchestrator.store.jobs import JobStore
 from orchestrator.store.lease import lease_generation
 
-__all__ = ["LogSink", "MetricsSink", "RunFence"]
+__all__ = ["LogSink", "MetricsSink", "RunFence", "replica_log_sink"]
 
 log = logging.getLogger(__name__)
 
@@ -194,3 +194,14 @@ class RunFence(_StoreSink):
         state = super().__getstate__()
         state["_asked_at"] = -float("inf")
         return state
+
+
+def replica_log_sink(
+    redis_url: str, namespace: str, job_id: str, replica: int, rank: int
+) -> LogSink:
+    """The output sink of a service's replica number ``replica``: each replica is a world of
+    one, so its worker asks for rank 0's; its lines go under its replica number instead (one
+    stream per replica). Picklable as ``functools.partial(replica_log_sink, url, ns, job_id,
+    replica)``, as :class:`LogSink`'s factory is."""
+    del rank  # always 0
+    return LogSink(redis_url, namespace, job_id, replica)

@@ -6,7 +6,8 @@ test, so both must keep the same promises: a run reports ``STARTED`` before ``EN
 event carries the serial of the launch it belongs to (a relaunch of the same job included), a
 stop ``at_once`` ends the run without waiting for a checkpoint, a graceful stop ends it
 ``STOPPED`` with a checkpoint written in the launch's checkpoint folder, a stop of a job with no
-run does nothing, and :meth:`alive` holds a job from its launch until its end is polled.
+run does nothing, a resize in place is refused for a run that is not a service endpoint's (and
+a job with no run), and :meth:`alive` holds a job from its launch until its end is polled.
 
 An implementation's test class subclasses :class:`RuntimeContract` and gives a ``driver``
 fixture (a :class:`Driver`): how to make its launches and how a run of it ends on its own.
@@ -18,6 +19,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
+
+import pytest
 
 from orchestrator.runtime.base import EventKind, Launch, OutcomeKind, RunEvent, Runtime
 
@@ -98,6 +101,8 @@ class RuntimeContract:
         launch = driver.launch("killed", serial=1, long=True)
         rt.launch(launch)
         events.wait(launch.job_id, EventKind.STARTED, 1)
+        with pytest.raises(ValueError):  # not a service with an endpoint: relaunched instead
+            rt.resize(launch.job_id, launch.nodes * 2)
         rt.stop(launch.job_id, at_once=True)
         end = events.wait(launch.job_id, EventKind.ENDED, 1)
         assert end.outcome is not None and end.outcome.kind is OutcomeKind.STOPPED
@@ -143,5 +148,7 @@ class RuntimeContract:
         rt = driver.runtime
         rt.stop("no-such-job")
         rt.stop("no-such-job", at_once=True)
+        with pytest.raises(ValueError):
+            rt.resize("no-such-job", (rt.nodes()[0].node_id,))
         assert rt.poll() == [] and rt.alive() == set()
         assert [n.gpus for n in rt.nodes()] and all(n.gpus > 0 for n in rt.nodes())
