@@ -40,6 +40,7 @@ from orchestrator.control.ledger import Run
 from orchestrator.control.telemetry import LoopTelemetry
 from orchestrator.elastic import resizable
 from orchestrator.errors import JobNotFound
+from orchestrator.runtime.base import in_place
 from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
 from orchestrator.store.records import JobRecord
@@ -222,6 +223,8 @@ class SLAGuard:
         relaunch = (
             max(0.0, float(first) - run.launched_at) if isinstance(first, int | float) else None
         )
+        if in_place(run.launch):  # resized in place: its replicas serve throughout, no gap
+            relaunch = 0.0
         limits = ServiceLimits(
             len(run.nodes), base.lo, base.hi, room, base.percentile, base.max_ms, relaunch
         )

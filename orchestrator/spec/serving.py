@@ -26,9 +26,11 @@ class ServeSpec(SpecModel):
     The offered load may change while the service runs: a ``trace`` is its arrival times, so
     a trace whose gaps halve then grow again is a load that doubles then falls (the trace
     repeats to cover ``run.duration_s``). With ``resources.gpus`` a range, the SLA guard scales
-    the replicas within it as the load and the tail move (``policies.replicas``); a resize
-    relaunches the service, and ``start_at`` (the wall-clock time, Unix seconds, of the
-    stream's time 0; ``null``: when the run starts) lets the new run go on where the stream is:
+    the replicas within it as the load and the tail move (``policies.replicas``). A service
+    with an ``endpoint`` is resized in place (replicas added, or drained, while the others
+    serve); any other resize relaunches the service, and ``start_at`` (the wall-clock time,
+    Unix seconds, of the stream's time 0; ``null``: when the run starts) lets the new run go on
+    where the stream is:
     the scheduler sets it on a service it resizes, with ``stopped_at`` (when the run before
     last reported serving: a service stopped for a resize is killed at once). Requests due
     while it restarts are not offered to it: the new run counts those due since

@@ -220,3 +220,33 @@ def test_a_tuned_service_starts_on_its_tuned_replicas(store: JobStore, tmp_path:
         assert launch.spec.run.data_parallel == 2
     finally:
         loop.release(grace_s=5)
+
+
+def test_an_endpoint_service_scales_up_near_its_end_a_relaunching_one_would_not(
+    store: JobStore, tmp_path: Path
+) -> None:
+    """The case of tests/control/test_service_scaling.py that holds a relaunching service at
+    one replica (its start took 8 s, its stream ends in 5 s): resized in place, a service has
+    no relaunch to pay for, so it scales."""
+    rt = LocalRuntime([("n0", 3)], resize_ends=False)
+    loop = _loop(store, tmp_path, rt)
+    try:
+        svc = store.submit(parse_spec(ENDPOINT)).id
+        loop.round()
+        loop.round()
+        _window(
+            store,
+            svc,
+            first_step_at=loop.runs[svc].launched_at + 8.0,
+            window_p99_ms=9.0,
+            window_offered_rps=200.0,
+            window_served_rps=150.0,
+            window_busy=1.0,
+            time_left_s=5.0,
+        )
+        _checks(loop)
+        assert loop.sla_guard.want == {svc: 3}
+        loop.round()
+        assert rt.resizes == [(svc, ("n0", "n0", "n0"))] and rt.stops == []
+    finally:
+        loop.release(grace_s=5)
