@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -46,6 +47,7 @@ from orchestrator.api.identity import Principal  # noqa: E402
 from orchestrator.api.server import start  # noqa: E402
 from orchestrator.client import Client  # noqa: E402
 from orchestrator.config import Settings  # noqa: E402
+from orchestrator.errors import JobEnded  # noqa: E402
 from orchestrator.load import Schedule, ServiceInput, make_bodies, run_load  # noqa: E402
 from orchestrator.services import serve_in_background  # noqa: E402
 from orchestrator.spec import parse_spec  # noqa: E402
@@ -184,7 +186,8 @@ def one(setup: str, args: argparse.Namespace, ray_address: str) -> dict[str, Any
     finally:
         for job_id in ids:
             if store.get(job_id).state not in DONE:
-                store.cancel(job_id)
+                with contextlib.suppress(JobEnded):  # being cancelled already
+                    store.cancel(job_id)
         server.stop()
         running.shutdown()
         store.delete_namespace()

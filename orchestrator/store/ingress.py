@@ -9,11 +9,12 @@ authentication: the scheduler's grants, the trust boundary and the team's tokens
 need working around. A consumer group over one stream per service is the router instead:
 
 - the API's ingress (``orchestrator.api.routers.services``) checks the caller, validates the
-  body, appends the request (``XADD``, capped at :data:`QUEUE_MAXLEN`) and waits for its
-  answer (``BLPOP`` on a list of its own, with the request's timeout);
+  body, appends the request (``XADD``, capped at :data:`QUEUE_MAXLEN`) naming its process's
+  inbox, and waits for the answer there (one task per process reads the inbox, ``BLPOP``, and
+  hands each answer to its request; a wait per request would hold a connection each);
 - each replica reads up to its batch (``XREADGROUP`` in group :data:`GROUP`, one consumer per
-  replica), so requests go to whichever replica is free, answers each request (``RPUSH`` of
-  its list, which expires) and acknowledges it;
+  replica), so requests go to whichever replica is free, answers each request (``RPUSH`` to
+  the inbox it names, which expires) and acknowledges it;
 - a replica is *ready* once its model is loaded and has run a first batch: it says so in
   ``ready`` with a time it holds until (renewed every second); the ingress answers 503 at
   once when no replica is ready. A replica that stops (a scale-down, a cancel) first stops
@@ -32,6 +33,7 @@ window's buckets and counters), ``wins`` zset (window numbers).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import secrets
@@ -65,6 +67,8 @@ READY_TTL_S = 3.0
 """A replica's readiness holds this long unless renewed (every second while it serves): a
 replica that dies stops being offered requests within it."""
 ANSWER_TTL_S = 60
+INGRESS_CONNECTIONS = 64
+"""Connections an API process's ingress holds at most for its short commands."""
 WINDOW_S = 10.0
 """The windows over which the SLA's attainment is counted (a window meets it when its
 percentile is within the ceiling)."""
@@ -297,12 +301,14 @@ class Request:
             from it.
         payload: what the ingress checked: ``{"input": nested list}`` or ``{"raw": base64,
             "dtype": ..., "shape": [...]}``.
+        reply: the list its answer goes to (the inbox of the API process that waits for it).
     """
 
     rid: str
     entry: str
     arrived_at: float
     payload: dict[str, Any]
+    reply: str = ""
 
 
 class ReplicaQueue:
@@ -378,6 +384,7 @@ class ReplicaQueue:
                             entry=entry,
                             arrived_at=float(fields["at"]),
                             payload=json.loads(fields["body"]),
+                            reply=str(fields.get("reply") or ""),
                         )
                     )
                 except (KeyError, ValueError):  # not the ingress's: acknowledged, dropped
@@ -389,8 +396,8 @@ class ReplicaQueue:
         pipe = self.client.pipeline(transaction=False)
         entries = []
         for req, body in answers:
-            key = f"{self.keys['ans']}{req.rid}"
-            pipe.rpush(key, json.dumps(body))
+            key = req.reply or f"{self.keys['ans']}{req.rid}"
+            pipe.rpush(key, json.dumps({"rid": req.rid, "body": body}))
             pipe.expire(key, ANSWER_TTL_S)
             entries.append(req.entry)
         if entries:
@@ -408,6 +415,7 @@ class ReplicaQueue:
                 "rid": req.rid,
                 "at": repr(req.arrived_at),
                 "body": json.dumps(req.payload),
+                "reply": req.reply,
             }
             pipe.xadd(self.keys["req"], fields, maxlen=QUEUE_MAXLEN, approximate=True)
             entries.append(req.entry)
@@ -467,6 +475,12 @@ class IngressStore:
         self._blocking = client
         self._loop: Any = None
         self._client: Any = None
+        self._reader_client: Any = None
+        self._reader: Any = None
+        # this process's inbox: every answer to a request it queued comes here, read by one
+        # task on one connection (a wait per request would hold a connection each)
+        self.inbox = f"{namespace}:svc-inbox:{secrets.token_hex(8)}"
+        self._waiting: dict[str, Any] = {}
 
     def _async(self) -> Any:
         import asyncio
@@ -480,9 +494,43 @@ class IngressStore:
             )
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
-            self._client = aredis.Redis(connection_pool=aredis.ConnectionPool(**self._kwargs))
+            # short commands only (the answers' wait is the reader's): a connection is waited
+            # for when all are busy, never refused
+            kwargs = {**self._kwargs, "max_connections": INGRESS_CONNECTIONS, "timeout": None}
+            self._client = aredis.Redis(connection_pool=aredis.BlockingConnectionPool(**kwargs))
+            self._reader_client = aredis.Redis(
+                connection_pool=aredis.ConnectionPool(**{**self._kwargs, "max_connections": 1})
+            )
             self._loop = loop
+            self._reader = None
+            self._waiting = {}
+        if self._reader is None or self._reader.done():
+            self._reader = loop.create_task(self._read_inbox())
         return self._client
+
+    async def _read_inbox(self) -> None:
+        """Hand each answer in this process's inbox to the request waiting for it (one that
+        stopped waiting - its timeout passed - gets nothing: the answer is dropped)."""
+        import asyncio
+
+        while True:
+            try:
+                got = await self._reader_client.blpop([self.inbox], timeout=1)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the store briefly unreachable: waits time out meanwhile
+                await asyncio.sleep(0.2)
+                continue
+            if got is None:
+                continue
+            try:
+                answer = json.loads(got[1])
+                waiter = self._waiting.pop(str(answer["rid"]), None)
+            except (ValueError, KeyError, TypeError):
+                continue
+            if waiter is not None and not waiter.done():
+                body = answer.get("body")
+                waiter.set_result(body if isinstance(body, dict) else None)
 
     async def ready(self, job_id: str) -> dict[str, dict[str, Any]]:
         """The service's ready replicas and what each said of itself."""
@@ -494,15 +542,26 @@ class IngressStore:
         self, job_id: str, payload: dict[str, Any], arrived_at: float, timeout_s: float
     ) -> dict[str, Any] | None:
         """Queue a request and wait for its answer; ``None`` if none came in ``timeout_s``."""
+        import asyncio
+
         keys = service_keys(self.namespace, job_id)
         rid = new_request_id()
         client = self._async()
-        fields = {"rid": rid, "at": repr(arrived_at), "body": json.dumps(payload)}
-        await client.xadd(keys["req"], fields, maxlen=QUEUE_MAXLEN, approximate=True)
-        got = await client.blpop([f"{keys['ans']}{rid}"], timeout=max(0.01, timeout_s))
-        if got is None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting[rid] = waiter
+        fields = {
+            "rid": rid,
+            "at": repr(arrived_at),
+            "body": json.dumps(payload),
+            "reply": self.inbox,
+        }
+        try:
+            await client.xadd(keys["req"], fields, maxlen=QUEUE_MAXLEN, approximate=True)
+            answer = await asyncio.wait_for(waiter, timeout=max(0.01, timeout_s))
+        except TimeoutError:
             return None
-        answer = json.loads(got[1])
+        finally:
+            self._waiting.pop(rid, None)
         return answer if isinstance(answer, dict) else None
 
     async def record(self, job_id: str, outcome: str, latency_ms: float | None) -> None:
@@ -522,5 +581,10 @@ class IngressStore:
         import asyncio
 
         if self._client is not None and self._loop is asyncio.get_running_loop():
+            if self._reader is not None:
+                self._reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._reader
             await self._client.aclose()
-        self._client = self._loop = None
+            await self._reader_client.aclose()
+        self._client = self._reader_client = self._reader = self._loop = None

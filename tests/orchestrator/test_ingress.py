@@ -191,18 +191,22 @@ def test_requests_reach_one_replica_each_and_are_answered_and_requeued(redis_url
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     keys = service_keys(ns, "svc")
     try:
+        inbox = f"{ns}:svc-inbox:test"
         for i in range(6):
-            client.xadd(keys["req"], {"rid": f"r{i}", "at": "1.0", "body": json.dumps({"i": i})})
+            fields = {"rid": f"r{i}", "at": "1.0", "body": json.dumps({"i": i}), "reply": inbox}
+            client.xadd(keys["req"], fields)
         got_a = a.take(4, 0.1)
         got_b = b.take(4, 0.1)
         assert len(got_a) == 4 and len(got_b) == 2
         assert {r.rid for r in got_a} | {r.rid for r in got_b} == {f"r{i}" for i in range(6)}
         a.answer([(r, {"output": r.payload["i"]}) for r in got_a])
-        for r in got_a:
-            assert json.loads(client.lpop(f"{keys['ans']}{r.rid}")) == {"output": r.payload["i"]}
+        for r in got_a:  # each answer in the inbox its request named, under its id
+            got = json.loads(client.lpop(inbox))
+            assert got == {"rid": r.rid, "body": {"output": r.payload["i"]}}
         b.requeue(got_b)  # b stops: what it took goes to the replicas that stay
         again = a.take(4, 0.1)
         assert sorted(r.rid for r in again) == sorted(r.rid for r in got_b)
+        assert {r.reply for r in again} == {inbox}  # put back with where it is answered
         assert client.xlen(keys["req"]) == 2  # answered ones are gone
         assert set(client.hgetall(keys["ready"])) == {"a", "b"}
         b.leave()
@@ -212,3 +216,49 @@ def test_requests_reach_one_replica_each_and_are_answered_and_requeued(redis_url
             client.delete(k)
         a.close()
         b.close()
+
+
+def test_many_waiting_requests_share_one_inbox_and_get_their_own_answers(
+    redis_client: Any, redis_url: str
+) -> None:
+    """More requests waiting at once than the ingress holds connections (each used to hold
+    one for its whole wait, and the 65th was refused): each gets its own answer, through
+    the one inbox its process reads."""
+    import asyncio
+    import threading
+
+    from orchestrator.store.ingress import INGRESS_CONNECTIONS, IngressStore
+
+    ns = f"test-inbox-{time.time_ns()}"
+    ingress = IngressStore(redis_client, ns)
+    replica = ReplicaQueue(redis_url, ns, "svc")
+    replica.join("r0", {"max_batch": 32})
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            taken = replica.take(32, 0.05)
+            replica.answer([(r, {"output": r.payload["i"] * 2}) for r in taken])
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    n = 4 * INGRESS_CONNECTIONS
+
+    async def main() -> list[Any]:
+        try:
+            answers = await asyncio.gather(
+                *(ingress.ask("svc", {"i": i}, time.time(), 30.0) for i in range(n))
+            )
+        finally:
+            await ingress.aclose()
+        return answers
+
+    try:
+        answers = asyncio.run(main())
+    finally:
+        done.set()
+        server.join(timeout=5)
+        replica.close()
+        for k in redis_client.scan_iter(f"{ns}:*"):
+            redis_client.delete(k)
+    assert answers == [{"output": 2 * i} for i in range(n)]
