@@ -14,10 +14,11 @@ each latency from its request's intended send time) sending the same seeded Pois
 **dedicated**: the service fixed at 2 replicas, the bulk team capped at the other 2 GPUs.
 
 Reported per setup: the requests lost (any answer but 200, timeouts included), the client's
-p50/p99, the service's SLA attainment over the ingress's 10 s windows and its whole-life p99 (as
-``GET /v1/services/{job}`` gives them), the replica counts seen, each scale's time from the
-guard's decision (its ``scaling from`` event) to the endpoint having that many ready replicas,
-and the bulk jobs' mean JCT. Writes ``bench/serving/results/mixed-pool-endpoint.json``.
+p50/p99, the service's SLA attainment over the ingress's 10 s windows and its whole-life p99
+(as ``GET /v1/services/{job}`` gives them), the replica counts seen, each scale's time from
+the guard's decision (its ``scaling N -> M replicas`` event) to the endpoint having that many
+ready replicas, and the bulk jobs' mean JCT. Writes
+``bench/serving/results/mixed-pool-endpoint.json``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -152,12 +154,11 @@ def one(setup: str, args: argparse.Namespace, ray_address: str) -> dict[str, Any
             fin = rec.fields.get("finished_at")
             if rec.state is JobState.FINISHED and fin:
                 jcts.append(float(fin) - rec.submitted_at)
-        scales = []
+        scales = []  # each guard decision, and when the endpoint had that many ready
         for e in store.events(svc):
-            msg = str(e.get("message", ""))
-            if msg.startswith("scaling from"):
-                want = int(msg.split()[4])
-                at = float(e["ts"])
+            found = re.search(r"scaling \d+ -> (\d+) replicas", str(e.get("message", "")))
+            if e.get("event") == "guard" and found:
+                want, at = int(found.group(1)), float(e["ts"])
                 served = next((t for t, n in ready_seen if t >= at and n == want), None)
                 scales.append(
                     {
