@@ -26,6 +26,11 @@ from orchestrator.store.states import JobState
 from orchestrator.teams import TeamConfig, TeamSpec
 
 ROOT = Path(__file__).resolve().parents[2]
+QUICK_RESTART_S = 5.0
+"""What the loop of a test of a preemption's mechanics weighs a restart at (``restart_cost_s``,
+30 s by default; about a gang's start on the loaded test machine): the ``shared`` policy holds
+a preempted bulk job that long before it may run again (issue 28), a wait such a test only
+sits through (tests/policies cover the hold)."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -93,10 +98,12 @@ def start_orch(
     namespace: str,
     data_dir: Path,
     policy: str = "gang",
+    restart_cost_s: float | None = None,
     **settings_: Any,
 ) -> Orch:
     """A scheduler on the shared cluster, in its own namespace and data directory (Redis at
-    ``redis_url``; ``None``: the embedded server); ``settings_`` set other settings."""
+    ``redis_url``; ``None``: the embedded server); ``restart_cost_s``, when given, is what its
+    loop weighs a restart at (see :data:`QUICK_RESTART_S`); ``settings_`` set other settings."""
     # No warm worker pool unless a test asks for one (test_warm.py; the latency benchmark's
     # smoke run has the default): on the test machine's few cores, the warm workers every
     # test's scheduler would start, and refill after each job, slow the other tests' jobs.
@@ -111,6 +118,8 @@ def start_orch(
         **settings_,
     )
     running = serve_in_background(settings)
+    if restart_cost_s is not None:
+        running.scheduler.restart_cost_s = restart_cost_s
     store = running.scheduler.store
     # the test workloads are entry points in tests/: the operator's allow-list names them
     store.put_teams(TeamConfig(teams=[TeamSpec(name="e2e")], entry_modules=["tests"]))

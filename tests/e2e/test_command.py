@@ -26,7 +26,7 @@ import workers
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store.states import JobState
 from orchestrator.workdir import pack
-from tests.e2e.conftest import ROOT, Orch, start_orch
+from tests.e2e.conftest import QUICK_RESTART_S, ROOT, Orch, start_orch
 from tests.e2e.jobs import HOLDER, mlp_job
 
 EXAMPLE = ROOT / "examples" / "own_script"
@@ -39,9 +39,17 @@ STEPS = 600
 def shared_out_of_tmp(ray_cluster: Any, redis_url: str, namespace: str) -> Iterator[Orch]:
     """The ``shared`` scheduler, with its data (the jobs' checkpoints) outside pytest's
     temporary tree: a pytest session starting beside this one sets /tmp/pytest-of-<user> back
-    to 0700, which would shut the job's own uid out of its checkpoint folder mid-run."""
+    to 0700, which would shut the job's own uid out of its checkpoint folder mid-run. A
+    preempted job is held for :data:`QUICK_RESTART_S`, not the default 30 s."""
     data = Path(tempfile.mkdtemp(prefix="orch-e2e-command-"))
-    o = start_orch(ray_cluster.address, redis_url, namespace, data, policy="shared")
+    o = start_orch(
+        ray_cluster.address,
+        redis_url,
+        namespace,
+        data,
+        policy="shared",
+        restart_cost_s=QUICK_RESTART_S,
+    )
     yield o
     o.running.shutdown()
     o.store.delete_namespace()

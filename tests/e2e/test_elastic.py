@@ -17,13 +17,14 @@ from tests.e2e.jobs import HOLDER, mlp_job
 from workers.config import HarnessConfig
 from workers.harness import Harness
 
-STEPS = 1500
-# Every micro-batch of the elastic job sleeps 30 ms while the hold file exists (the wrapper
+STEPS = 500
+# Every micro-batch of the elastic job sleeps 90 ms while the hold file exists (the wrapper
 # changes no data): the job lives through the filler's end, a grow, an interactive start and a
 # shrink sleeping instead of computing (6,000 computed steps used to take 110-160 s, and twice
-# that on a shared machine); once the shrink is seen, the hold is removed and the rest of the
-# 1,500 steps run at full speed.
-SLOW_MS = 30
+# that on a shared machine), 45 s of sleep at least; once the shrink is seen, the hold is
+# removed and the rest of the 500 steps run at full speed. (1,500 steps of 30 ms slept as
+# long, then ran 1,160 steps flat out: 32 s of a 90 s test on a loaded machine.)
+SLOW_MS = 90
 
 
 def _gpus_now(o: Orch, job_id: str) -> int:

@@ -9,7 +9,7 @@ import time
 from orchestrator.runtime.harness_config import job_harness_config
 from orchestrator.spec import JobSpec
 from orchestrator.store.states import JobState
-from tests.e2e.conftest import Orch
+from tests.e2e.conftest import QUICK_RESTART_S, Orch
 from tests.e2e.jobs import mlp_job
 from workers.config import HarnessConfig
 from workers.harness import Harness
@@ -33,6 +33,7 @@ def _steps(o: Orch, job_id: str) -> int:
 
 def test_interactive_job_preempts_bulk_which_resumes_to_the_same_end(shared: Orch) -> None:
     o = shared
+    o.running.scheduler.restart_cost_s = QUICK_RESTART_S  # the victim resumes, not waits 30 s
     # Fill the pool (node A: 4 GPUs, node B: 2) with two bulk jobs.
     big = o.store.submit(_bulk("big", gpus=4)).id
     small = o.store.submit(_bulk("small", gpus=2)).id
