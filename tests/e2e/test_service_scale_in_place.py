@@ -174,5 +174,9 @@ def test_an_endpoint_service_scales_up_and_down_while_every_request_is_answered(
         "scaled from 1 to 2 replicas, serving throughout",
         "scaled from 2 to 1 replicas, serving throughout",
     ]
+    # the verdict covers the service's whole life, through both scales: every request answered
+    verdict = operations.verdict_of(scaled.store, scaled.store.get(job_id))
+    assert verdict.met is True, verdict
+    assert f"over {len(answers):,} requests" in verdict.measured, verdict
     scaled.store.cancel(job_id)
     scaled.wait(job_id, {JobState.CANCELLED}, timeout_s=60)
