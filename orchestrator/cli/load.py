@@ -32,6 +32,9 @@ LAG_WARN_MS = 10.0
 MAX_CONNECTIONS = 10_000
 
 
+# One thing: most of its lines declare its options (typer reads them from the signature); the
+# body checks the flags (_schedule, _positive), runs the engine and prints. Its docstring is
+# the command's --help, so the note is here.
 def load_command(
     service: Annotated[
         str, typer.Argument(help="The service: job id or unique name.", callback=options.job_ref)

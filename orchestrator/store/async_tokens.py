@@ -10,17 +10,17 @@ is :func:`orchestrator.store.tokens.verify`'s, as for the blocking path.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
-import redis
 import redis.asyncio as aredis
 
+from orchestrator.store.connection import async_pool_kwargs
 from orchestrator.store.tokens import TokenInfo, token_id_of, verify
 
 if TYPE_CHECKING:
     from orchestrator.store.jobs import JobStore
 
-__all__ = ["AsyncTokens", "async_pool_kwargs"]
+__all__ = ["AsyncTokens"]
 
 
 class AsyncTokens:
@@ -66,35 +66,3 @@ class AsyncTokens:
         if self._client is not None and self._loop is asyncio.get_running_loop():
             await self._client.aclose()
         self._client = self._loop = None
-
-
-_COMMON = (
-    "db",
-    "username",
-    "password",
-    "client_name",
-    "decode_responses",
-    "encoding",
-    "encoding_errors",
-    "socket_timeout",
-    "socket_connect_timeout",
-)
-"""Connection settings the blocking and asyncio clients share."""
-
-
-def async_pool_kwargs(client: redis.Redis) -> dict[str, Any] | None:
-    """The asyncio pool's arguments reaching the server ``client`` reaches as it does, or
-    ``None`` when it connects in a way not mirrored here (TLS, a credential provider)."""
-    pool = client.connection_pool
-    kwargs = pool.connection_kwargs
-    if kwargs.get("credential_provider") is not None:
-        return None
-    if pool.connection_class is redis.connection.Connection:
-        kind: type[aredis.connection.AbstractConnection] = aredis.Connection
-        where: tuple[str, ...] = ("host", "port")
-    elif pool.connection_class is redis.connection.UnixDomainSocketConnection:
-        kind, where = aredis.UnixDomainSocketConnection, ("path",)
-    else:
-        return None
-    picked = {k: kwargs[k] for k in (*where, *_COMMON) if k in kwargs}
-    return {"connection_class": kind, "max_connections": pool.max_connections, **picked}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -11,7 +12,7 @@ from orchestrator.config import Settings
 from orchestrator.errors import StoreError
 from orchestrator.store.server import EmbeddedRedis
 
-__all__ = ["connect", "open_url", "resolve_url"]
+__all__ = ["async_pool_kwargs", "connect", "open_url", "resolve_url"]
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -85,3 +86,37 @@ def redact(url: str) -> str:
         return urlunsplit(parts._replace(netloc=netloc))
     except ValueError:
         return url
+
+
+_COMMON = (
+    "db",
+    "username",
+    "password",
+    "client_name",
+    "decode_responses",
+    "encoding",
+    "encoding_errors",
+    "socket_timeout",
+    "socket_connect_timeout",
+)
+"""Connection settings the blocking and asyncio clients share."""
+
+
+def async_pool_kwargs(client: redis.Redis) -> dict[str, Any] | None:
+    """The asyncio pool's arguments reaching the server ``client`` reaches as it does, or
+    ``None`` when it connects in a way not mirrored here (TLS, a credential provider)."""
+    import redis.asyncio as aredis  # the API's only: no other command loads it
+
+    pool = client.connection_pool
+    kwargs = pool.connection_kwargs
+    if kwargs.get("credential_provider") is not None:
+        return None
+    if pool.connection_class is redis.connection.Connection:
+        kind: type[aredis.connection.AbstractConnection] = aredis.Connection
+        where: tuple[str, ...] = ("host", "port")
+    elif pool.connection_class is redis.connection.UnixDomainSocketConnection:
+        kind, where = aredis.UnixDomainSocketConnection, ("path",)
+    else:
+        return None
+    picked = {k: kwargs[k] for k in (*where, *_COMMON) if k in kwargs}
+    return {"connection_class": kind, "max_connections": pool.max_connections, **picked}

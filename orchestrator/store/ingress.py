@@ -467,7 +467,7 @@ class IngressStore:
     """
 
     def __init__(self, client: redis.Redis, namespace: str) -> None:
-        from orchestrator.store.async_tokens import async_pool_kwargs
+        from orchestrator.store.connection import async_pool_kwargs
 
         self.namespace = namespace
         kwargs = async_pool_kwargs(client)
