@@ -28,6 +28,8 @@ Series (every name starts with ``orch_``):
   reported one, of their runs' latest share of the step spent waiting for data, share of wall
   time their GPUs computed, and joules per sample (the last two on GPUs only: none on a pool of
   virtual slots).
+- ``orch_running_configs{class,team,gpus,layout,precision}``: running jobs per config their run
+  applied (the GPUs it holds, its plan or sharding, its precision), as ``orch show`` says it.
 - ``orch_team_gpu_seconds_total{team}``: GPU-seconds held by each team's ended runs (tuning
   runs included); the team's account, kept when its jobs are removed (``orch usage`` reports it).
 - ``orch_preemptions_total``, ``orch_resizes_total``, ``orch_tuning_trials_total``,
@@ -40,6 +42,7 @@ none (for a scraper on a trusted network; the numbers name teams but no job).
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -67,6 +70,7 @@ __all__ = [
     "registry_for",
     "router",
     "run_figures",
+    "running_configs",
 ]
 
 PUBLIC_ENV = "ORCH_METRICS_PUBLIC"
@@ -109,7 +113,7 @@ class PoolCollector(Collector):
         if view is not None:
             yield from _pool(view.get("nodes", []))
             yield from _teams(view.get("teams", []))
-        rows = self.store.job_fields(("state", "class", "team"))
+        rows = self.store.job_fields(("state", "class", "team", "applied"))
         tally = Counter((j.get("state", ""), j.get("class", ""), j.get("team", "")) for j in rows)
         config = self.store.teams()
         teams = {t.name for t in config.teams} if config is not None else set()
@@ -118,6 +122,7 @@ class PoolCollector(Collector):
         names = [key for _, key, _ in _RUN_GAUGES]
         latest = self.store.latest_metrics([j["id"] for j in running], names) if running else {}
         yield from run_figures(running, latest)
+        yield running_configs(running)
         yield from _telemetry(self.store.telemetry.read())
 
 
@@ -212,6 +217,29 @@ def run_figures(
         for (job_class, team), values in sorted(sums.items()):
             family.add_metric([job_class, team], sum(values) / len(values))
         yield family
+
+
+def running_configs(running: Iterable[dict[str, str]]) -> Metric:
+    """``orch_running_configs``: running jobs per class, team and the config their run
+    applied (GPUs, layout, precision; a job's ``applied`` field, written at launch)."""
+    tally: Counter[tuple[str, ...]] = Counter()
+    for j in running:
+        try:
+            applied = json.loads(j.get("applied") or "{}")
+        except ValueError:
+            applied = {}
+        if not isinstance(applied, dict) or not applied:
+            continue
+        config = (str(applied.get(k, "")) for k in ("gpus", "layout", "precision"))
+        tally[(j.get("class", ""), j.get("team", ""), *config)] += 1
+    family = GaugeMetricFamily(
+        "orch_running_configs",
+        "Running jobs per class, team and applied config (GPUs, layout, precision).",
+        labels=["class", "team", "gpus", "layout", "precision"],
+    )
+    for labels, count in sorted(tally.items()):
+        family.add_metric(list(labels), float(count))
+    return family
 
 
 def _telemetry(t: Telemetry) -> Iterator[Metric]:

@@ -96,7 +96,7 @@ def verdicts_table(
             *([rec.job_class] if wide else []),
             rec.team,
             f"[{style}]{rec.state.value}[/]" if style else rec.state.value,
-            str(rec.gpus),
+            str(gpus_of(rec)),
             age(rec.submitted_at, now),
             _met(verdict),
         ]
@@ -106,6 +106,26 @@ def verdicts_table(
             cells += [verdict.target, verdict.measured, node, rec.message or "-"]
         table.add_row(*cells)
     return table
+
+
+def applied_of(rec: JobRecord) -> dict[str, Any] | None:
+    """The config the job's current run applied (``None``: not placed, or no run applied one
+    yet: a tuning gang, a run still starting)."""
+    raw = rec.fields.get("applied")
+    if not rec.placement or not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def gpus_of(rec: JobRecord) -> int:
+    """The GPUs a job holds while placed (the policy may give it more or fewer than it asked
+    for), else the GPUs it asks for."""
+    nodes = (rec.placement or {}).get("nodes") or []
+    return len(nodes) if nodes else rec.gpus
 
 
 def running_spec(rec: JobRecord, profile: dict[str, Any] | None = None) -> JobSpec:
@@ -123,14 +143,11 @@ def running_spec(rec: JobRecord, profile: dict[str, Any] | None = None) -> JobSp
 
 
 def _settings(spec: JobSpec) -> str:
+    from orchestrator.tuner.replan import layout_of
+
     run = spec.run
     gpus = spec.gpus
-    if run.plan is not None:
-        from workers.parallel.plan import Plan
-
-        layout = f"plan {Plan(**run.plan.model_dump()).describe()}"
-    else:
-        layout = run.sharding if gpus > 1 else "one GPU"
+    layout = layout_of(spec) if spec.serve is None else (run.sharding if gpus > 1 else "one GPU")
     return (
         f"micro-batch {run.micro_batch}, grad-accum {run.grad_accum}, {run.precision}, "
         f"GPUs {gpus} ({layout}), "
@@ -213,6 +230,11 @@ def job_panel(
             f"{rec.placement.get('strategy')}: "
             + ", ".join(f"{n[:8]} x{nodes.count(n)}" for n in dict.fromkeys(nodes)),
         )
+    applied = applied_of(rec)
+    if applied:
+        from orchestrator.tuner.replan import describe_applied
+
+        head.add_row("applied", f"{describe_applied(applied)} ({applied.get('source', '?')})")
     head.add_row("attempts", str(rec.attempts))
     if rec.fields.get("after"):
         head.add_row("after", rec.fields["after"].replace(",", ", "))

@@ -59,16 +59,18 @@ class JobFactsReader:
 
     def queued(self, raw: dict[str, str]) -> JobFacts:
         """A queued job's facts from its stored fields, an elastic one with its curve and
-        the sizes it can run on (:meth:`sizes`); an interactive job with a GPU range (a
-        service) asks for the GPUs it runs on: its tuned replicas, within its range (its
-        stored count is the one it was submitted with)."""
+        the sizes it can run on (:meth:`sizes`), asking for its tuned size (the policy may
+        give it more); an interactive job with a GPU range (a service) asks for the GPUs it
+        runs on: its tuned replicas, within its range (its stored count is the one it was
+        submitted with)."""
         facts = job_facts(raw)
         if facts.min_gpus != facts.max_gpus and facts.job_class == "bulk":
             info = self.elastic(facts.job_id)
             sizes = self.sizes(facts.job_id)
             if info is not None and sizes:
+                tuned = min(max(info[0].gpus, sizes[0]), sizes[-1])
                 facts = dataclasses.replace(
-                    facts, min_gpus=sizes[0], max_gpus=sizes[-1], speedup=info[1]
+                    facts, gpus=tuned, min_gpus=sizes[0], max_gpus=sizes[-1], speedup=info[1]
                 )
         elif facts.min_gpus != facts.max_gpus:
             self.forget(facts.job_id)  # tuned (or re-tuned) since it last queued, maybe
@@ -93,26 +95,22 @@ class JobFactsReader:
     def sizes(self, job_id: str) -> list[int]:
         """The GPU counts an elastic job can run on, ascending (empty: not one).
 
-        Without a parallel plan, those its global batch can be split on
-        (:func:`orchestrator.elastic.feasible_sizes`). With one, those on which
-        :meth:`sized` finds a plan: the rule's (tp and pp kept) and every size the job's profile
-        measured or its plan model can choose a plan for, so a ``pp 2`` job whose tuning
-        measured one GPU may shrink to one. Without the GPUs' memory (known at launch), where
-        :meth:`sized` may still leave a plan out.
+        Those on which :meth:`sized` finds a config: the rule's (tp and pp kept, or without a
+        plan the micro-batch) and every size the job's profile measured or its plan model can
+        choose a config for, so a ``pp 2`` job whose tuning measured one GPU may shrink to one.
+        Without the GPUs' memory (known at launch), where :meth:`sized` may still leave a plan
+        out.
         """
         if job_id not in self._sizes:
             info = self.elastic(job_id)
             if info is None:
                 return []
             spec = info[0]
-            if spec.run.plan is None:
-                self._sizes[job_id] = elastic.feasible_sizes(spec)
-            else:
-                profile = self.store.profiles.load(job_id)
-                lo, hi = spec.resources.gpus.min, spec.resources.gpus.upper
-                self._sizes[job_id] = [
-                    n for n in range(lo, hi + 1) if replanned_spec(spec, n, profile).spec
-                ]
+            profile = self.store.profiles.load(job_id)
+            lo, hi = spec.resources.gpus.min, spec.resources.gpus.upper
+            self._sizes[job_id] = [
+                n for n in range(lo, hi + 1) if replanned_spec(spec, n, profile).spec
+            ]
         return self._sizes[job_id]
 
     def elastic(self, job_id: str) -> Elastic | None:

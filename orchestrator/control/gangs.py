@@ -11,6 +11,7 @@ whose state they act on (its runs, the store, the runtime); the sizing rules the
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,6 +32,7 @@ from orchestrator.store import JobStore
 from orchestrator.store.lease import Lease
 from orchestrator.store.records import JobRecord
 from orchestrator.store.states import TERMINAL, JobState
+from orchestrator.tuner.replan import describe_applied
 from orchestrator.weights import trained_weights
 from policies import Decision, QueuedJob
 from policies.scheduling.resize import drop_gpus
@@ -148,6 +150,7 @@ class GangActions:
             self._fail_placed(job_id, JobState.FAILED, f"the stored job is invalid: {first}")
             return
         tune = spec.tuning.enabled and not rec.fields.get("tuned")  # "": being re-tuned
+        applied: dict[str, Any] = {}
         replanned = ""
         try:
             if not tune:
@@ -160,6 +163,7 @@ class GangActions:
                 if weights is not None and spec.serve is not None:
                     serve = spec.serve.model_copy(update={"weights": weights})
                     spec = spec.model_copy(update={"serve": serve})
+                applied = sized.applied()
                 if sized.source in ("measured", "model"):  # its profile chose the plan here
                     replanned = f"on {len(nodes)} GPUs: {sized.reason}"
             self._serial += 1
@@ -188,6 +192,12 @@ class GangActions:
             log.info("%s: %s", job_id, replanned)
             with contextlib.suppress(JobNotFound):
                 self.store.annotate(job_id, replanned)
+        if applied:  # what the workers apply: an event, and what show, list and /metrics say
+            text = f"runs {describe_applied(applied)} ({applied['source']})"
+            with contextlib.suppress(JobNotFound):
+                self.store.note_event(
+                    job_id, "config", text, {"applied": json.dumps(applied)}, as_message=False
+                )
         if not tune:
             self.sla_guard.watch(rec, spec, len(nodes))
         if tune:

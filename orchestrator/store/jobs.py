@@ -58,10 +58,11 @@ _INCR_ATTEMPTS_LUA = """
 if redis.call("EXISTS", KEYS[1]) == 0 then return false end
 return redis.call("HINCRBY", KEYS[1], "attempts", ARGV[1])
 """
-# A note on a job (why it waits) is not a state change: no event, no transition.
+# A note on a job (why it waits, the config a run applied) is not a state change: no
+# transition. ARGV: field/value pairs; a job that does not exist gets no stray hash.
 _ANNOTATE_LUA = """
 if redis.call("EXISTS", KEYS[1]) == 0 then return false end
-redis.call("HSET", KEYS[1], "message", ARGV[1])
+redis.call("HSET", KEYS[1], unpack(ARGV))
 return 1
 """
 
@@ -311,7 +312,7 @@ class JobStore(JobSubmission):
         Raises:
             JobNotFound: no such job.
         """
-        if self._annotate(keys=[self.keys.job(job_id)], args=[message]) is None:
+        if self._annotate(keys=[self.keys.job(job_id)], args=["message", message]) is None:
             raise JobNotFound(job_id)
 
     def request_tune(self, job_id: str) -> None:
@@ -327,15 +328,35 @@ class JobStore(JobSubmission):
         members, _ = pipe.execute()
         return sorted(members)
 
-    def note_event(self, job_id: str, event: str, message: str) -> None:
+    def note_event(
+        self,
+        job_id: str,
+        event: str,
+        message: str,
+        fields: Mapping[str, str] | None = None,
+        *,
+        as_message: bool = True,
+    ) -> None:
         """Add an event that changes no state to the job's event stream (``event`` names what
-        was seen: ``sla-violated``, ``guard``...; its ``from`` is empty) and make ``message``
-        the job's message, as a state change would.
+        was seen: ``sla-violated``, ``guard``, ``config``...; its ``from`` is empty) and make
+        ``message`` the job's message, as a state change would (unless not ``as_message``);
+        ``fields``: written with it (not the store's own: ``CORE_FIELDS``).
 
         Raises:
             JobNotFound: no such job.
+            ValueError: ``fields`` names a field the store writes itself.
         """
-        self.annotate(job_id, message)
+        values = dict(fields or {})
+        clash = set(values) & CORE_FIELDS
+        if clash:
+            raise ValueError(f"note_event may not write the store's fields {sorted(clash)}")
+        if as_message:
+            values["message"] = message
+        extra = [x for kv in values.items() for x in kv]
+        if extra and self._annotate(keys=[self.keys.job(job_id)], args=extra) is None:
+            raise JobNotFound(job_id)
+        if not extra and not self.client.exists(self.keys.job(job_id)):
+            raise JobNotFound(job_id)
         self.client.xadd(
             self.keys.events(job_id),
             {"event": event, "ts": f"{time.time():.6f}", "message": message, "from": ""},

@@ -1,10 +1,10 @@
 """Re-planned on resize: the parallel plan of an elastic job on a new GPU count, from what the
 tuner measured and the plan model, with no new trials (issue 23).
 
-When the scheduler grows or shrinks an elastic job that runs under a parallel plan
-(``run.plan``), :func:`replanned_spec` picks the plan, micro-batch and accumulation for the new
-size from the job's profile (its tuning trials, ``orchestrator.tuner.profile``), keeping its
-global batch, in this order of evidence:
+When the scheduler grows or shrinks an elastic job, or places it on another size than the one
+it was tuned to (issue 37: a job tuned to one GPU and given two), :func:`replanned_spec` picks
+the plan, micro-batch and accumulation for the new size from the job's profile (its tuning
+trials, ``orchestrator.tuner.profile``), keeping its global batch, in this order of evidence:
 
 1. **measured**: a trial ran at that GPU count with the job's global batch (and its precision,
    checkpointing and compile): the best of those by the job's SLA wins;
@@ -17,7 +17,13 @@ global batch, in this order of evidence:
    pipeline parallelism, or data-parallel sync) is left out: the fit leaves that term at 0,
    which is right for a search that will measure it and wrong for a choice nothing checks;
 3. **rule**: with no profile, no usable trial or no candidate left, today's rule
-   (:func:`orchestrator.elastic.resized_spec`: keep tp and pp, re-derive the replicas).
+   (:func:`orchestrator.elastic.resized_spec`: keep tp and pp, or without a plan the
+   micro-batch, and re-derive the replicas and the accumulation).
+
+A job that runs no parallel plan is chosen among data-parallel configs only (its own sharding,
+DDP, and FSDP where its bounds allow it; a command job's script only its own); a trial counts
+only at the settings the job runs (precision, checkpointing, compile, the loader's, a script's
+own), so the chosen config is one that was measured as it will run.
 
 "Best by the SLA" is the tuner's own judgement (:meth:`Goal.judge`): configs that meet the SLA
 before those that miss it (then the smallest miss), and among them a throughput floor takes the
@@ -43,9 +49,20 @@ from orchestrator.tuner.planmodel import PlanModel, PlanSample, fit_plan_model, 
 from orchestrator.tuner.space import Config
 from workers.parallel.plan import Plan, divisors
 
-__all__ = ["Replan", "candidates", "replanned_spec"]
+__all__ = ["Replan", "candidates", "describe_applied", "layout_of", "replanned_spec"]
 
 Source = Literal["requested", "measured", "model", "rule"]
+
+
+def layout_of(spec: JobSpec) -> str:
+    """How a spec's GPUs share the work: its plan (``dp 2 x tp 2, zero 3``), its sharding
+    (``ddp``, ``fsdp``), ``replicas`` for a service, or ``one GPU``."""
+    run = spec.run
+    if spec.serve is not None:
+        return "replicas"
+    if run.plan is not None:
+        return f"plan {Plan(**run.plan.model_dump()).describe()}"
+    return run.sharding if spec.gpus > 1 else "one GPU"
 
 
 @dataclass(frozen=True)
@@ -63,6 +80,31 @@ class Replan:
     spec: JobSpec | None
     source: Source
     reason: str
+
+    def applied(self) -> dict[str, Any]:
+        """What a run of :attr:`spec` applies (GPUs, plan, batch split, precision) and where
+        it came from, as the job's ``applied`` field keeps it (empty without a spec)."""
+        if self.spec is None:
+            return {}
+        run = self.spec.run
+        return {
+            "gpus": self.spec.gpus,
+            "layout": layout_of(self.spec),
+            "micro_batch": run.micro_batch,
+            "grad_accum": run.grad_accum,
+            "precision": run.precision,
+            "source": self.source,
+        }
+
+
+def describe_applied(applied: Mapping[str, Any]) -> str:
+    """:meth:`Replan.applied` in words: ``2 GPUs (ddp), micro-batch 8 x 2, bf16``."""
+    gpus = applied.get("gpus", "?")
+    return (
+        f"{gpus} GPU{'' if gpus == 1 else 's'} ({applied.get('layout', '?')}), "
+        f"micro-batch {applied.get('micro_batch', '?')} x {applied.get('grad_accum', '?')}, "
+        f"{applied.get('precision', '?')}"
+    )
 
 
 def replanned_spec(
@@ -86,12 +128,11 @@ def replanned_spec(
     if not lo <= gpus <= hi:
         return Replan(None, "rule", f"{gpus} GPUs is outside the job's range {lo}-{hi}")
     ruled = resized_spec(spec, gpus)
-    if spec.run.plan is None:
-        return _by_rule(ruled, gpus, "no parallel plan: the replicas follow the size")
+    kept = "tp and pp kept" if spec.run.plan is not None else "micro-batch kept"
     points = _points(spec, profile)
     if not points:
         why = "no profile" if not profile else "no trial of its settings in the profile"
-        return _by_rule(ruled, gpus, f"{why}: tp and pp kept, the replicas follow the size")
+        return _by_rule(ruled, gpus, f"{why}: {kept}, the replicas follow the size")
     # at one GPU count energy per sample follows GPU-seconds per sample, which every trial
     # and prediction has (an energy figure only a trial on NVML has)
     goal = dataclasses.replace(Goal.from_spec(spec), cost="gpu_seconds")
@@ -104,7 +145,7 @@ def replanned_spec(
     return _by_model(spec, gpus, points, valid, goal) or _by_rule(
         ruled,
         gpus,
-        f"no plan valid on {gpus} GPUs uses only what the trials measured: tp and pp kept, "
+        f"no plan valid on {gpus} GPUs uses only what the trials measured: {kept}, "
         "the replicas follow the size",
     )
 
@@ -165,10 +206,18 @@ def candidates(spec: JobSpec, gpus: int, memory_bytes: float | None = None) -> l
 
 
 def _plans(spec: JobSpec, gpus: int) -> list[tuple[int, int, int]]:
-    """The ``(tp, pp, zero)`` choices on ``gpus`` GPUs: the tuning bounds', or all."""
+    """The ``(tp, pp, zero)`` choices on ``gpus`` GPUs: the tuning bounds'; for a job that
+    runs no parallel plan, data parallelism alone (its sharding as tuned, and FSDP where its
+    bounds allow it; a command job's script applies no sharding of the harness's); else all."""
     pb = spec.tuning.bounds.plan
     if pb is not None:
         return sorted({(t, p, z) for t in pb.tp for p in pb.pp for z in pb.zero})
+    if spec.run.plan is None:
+        own = 3 if spec.run.sharding == "fsdp" else 0
+        if spec.workload.command is not None:
+            return [(1, 1, own)]
+        fsdp = spec.tuning.bounds.sharding is None or "fsdp" in spec.tuning.bounds.sharding
+        return sorted({(1, 1, own), (1, 1, 0), *([(1, 1, 3)] if fsdp else [])})
     return [(t, p, z) for t in divisors(gpus) for p in divisors(gpus // t) for z in range(4)]
 
 
@@ -195,16 +244,29 @@ def _key(c: Config) -> tuple[int, int, int, int, int, int]:
 
 
 def _points(spec: JobSpec, profile: Mapping[str, Any] | None) -> list[tuple[Config, Measurement]]:
-    """The profile's trials that ran, at the job's global batch and settings."""
+    """The profile's trials that ran, at the job's global batch and settings (precision,
+    checkpointing, compile, the loader's and a command job's own settings as they run)."""
     run, batch = spec.run, global_batch(spec)
-    settings = (run.activation_checkpointing, run.compile)
+    own = _own_settings(spec)
     out = []
     for row in ((profile or {}).get("curves") or {}).get(run.precision, []):
         c, m = Config.from_dict(row), Measurement.from_dict(row)
-        same = (c.activation_checkpointing, c.compile) == settings
-        if same and m.ok and m.samples_per_s and c.global_batch == batch:
+        if m.ok and m.samples_per_s and c.global_batch == batch and _settings_of(c) == own:
             out.append((c, m))
     return out
+
+
+def _settings_of(c: Config) -> tuple[object, ...]:
+    """What a config sets besides its size, plan and batch split (a script's settings as
+    values: ``3`` and ``3.0`` are one setting)."""
+    return (c.activation_checkpointing, c.compile, c.loader, c.script_settings())
+
+
+def _own_settings(spec: JobSpec) -> tuple[object, ...]:
+    """:func:`_settings_of` the config ``spec`` runs (its script settings at their values)."""
+    run = spec.run
+    script = {name: s.default for name, s in spec.workload.settings.items()}
+    return (run.activation_checkpointing, run.compile, run.loader.token(), script)
 
 
 def _exercised(c: Config, seen: Sequence[Config]) -> bool:
@@ -242,10 +304,16 @@ def _says(goal: Goal, c: Config, m: Measurement) -> str:
 
 
 def _chosen(spec: JobSpec, c: Config, source: Source, reason: str) -> Replan:
-    """``spec`` running config ``c`` (its plan, micro-batch and accumulation)."""
+    """``spec`` running config ``c`` (its plan, micro-batch and accumulation). A job that ran
+    no parallel plan keeps running none where ``c`` is data parallelism alone (its sharding
+    says it)."""
     old = spec.run.plan
     offload = bool(old is not None and old.offload and c.zero == 3 and c.replicas > 1)
-    plan = PlanSettings(dp=c.replicas, tp=c.tp, pp=c.pp, zero=c.zero, offload=offload)
+    plan: PlanSettings | None = PlanSettings(
+        dp=c.replicas, tp=c.tp, pp=c.pp, zero=c.zero, offload=offload
+    )
+    if old is None and not c.planned:
+        plan = None
     update: dict[str, object] = {
         "micro_batch": c.micro_batch,
         "grad_accum": c.grad_accum,

@@ -3,6 +3,7 @@ real HTTP server scraped and parsed with prometheus-client's own parser."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.api.metrics import PUBLIC_ENV, run_figures
+from orchestrator.api.metrics import PUBLIC_ENV, run_figures, running_configs
 from orchestrator.api.server import ApiServer, start
 from orchestrator.config import Settings
 from orchestrator.control.loop import ControlLoop
@@ -275,3 +276,22 @@ def test_running_jobs_figures_are_means_per_class_and_team() -> None:
         ("orch_running_gpu_busy_share", "bulk", "vision"): pytest.approx(0.8),
         ("orch_running_energy_per_sample_joules", "bulk", "vision"): pytest.approx(2.0),
     }  # a CPU run's absent figures are left out, not counted as 0
+
+
+def test_running_jobs_are_counted_per_applied_config() -> None:
+    """``orch_running_configs``: what each run applied (GPUs, layout, precision), as ``orch
+    show`` says it; a run that applied none yet (a tuning gang, a start) is not counted."""
+    ddp2 = json.dumps({"gpus": 2, "layout": "ddp", "precision": "bf16", "micro_batch": 8})
+    running = [
+        {"id": "a", "class": "bulk", "team": "vision", "applied": ddp2},
+        {"id": "b", "class": "bulk", "team": "vision", "applied": ddp2},
+        {"id": "c", "class": "bulk", "team": "vision"},
+        {"id": "d", "class": "bulk", "team": "vision", "applied": "not json"},
+    ]
+    samples = running_configs(running).samples
+    assert [(s.labels, s.value) for s in samples] == [
+        (
+            {"class": "bulk", "team": "vision", "gpus": "2", "layout": "ddp", "precision": "bf16"},
+            2.0,
+        )
+    ]

@@ -3,6 +3,7 @@ job state, the ledger, and the regressions of runs interrupted by a new decision
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from orchestrator.config import Settings
 from orchestrator.control.loop import ControlLoop
@@ -21,6 +23,7 @@ from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store import JobStore
 from orchestrator.store.states import JobState
 from policies import Decision, DecisionKind
+from tests.e2e.jobs import state_events
 
 S = JobState
 
@@ -59,7 +62,7 @@ def make_loop(store: JobStore, tmp_path: Path) -> Iterator[Any]:
 
 
 def events(store: JobStore, job_id: str) -> list[str]:
-    return [e["event"] for e in store.events(job_id)]
+    return [e["event"] for e in state_events(store.events(job_id))]
 
 
 def test_a_job_is_placed_runs_and_finishes_with_its_service_recorded(
@@ -235,7 +238,7 @@ def test_a_tuning_run_is_a_state_and_its_answer_requeues_the_job_tuned(
     loop.round()  # requeued with its settings, and started again as a run
     rec = store.get(job_id)
     assert "tuned" in rec.fields
-    assert [e["event"] for e in store.events(job_id)][2:5] == ["placed", "tuning", "queued"]
+    assert events(store, job_id)[2:5] == ["placed", "tuning", "queued"]
     loop.round()
     launch = rt.launches[-1]
     assert launch.kind == "run" and launch.spec.run.micro_batch == 32
@@ -428,3 +431,51 @@ def test_a_pipeline_job_shrinks_to_a_size_only_its_trials_make_possible(
     assert rt.launches[-1].nodes == ("n0",) and sized.gpus == 1
     assert (sized.run.micro_batch, sized.run.grad_accum) == (8, 1)  # 8 a step, as on 2 GPUs
     assert sized.run.plan is None or sized.run.plan.pp == 1
+
+
+def test_a_job_tuned_to_one_gpu_and_given_two_runs_a_measured_two_gpu_config_and_says_so(
+    store: JobStore, make_loop: Any
+) -> None:
+    """Issue 37: a job tuned to one GPU (a cost goal: its 1-GPU config beat every 2-GPU one)
+    and placed on two ran by rule (the micro-batch kept) although its profile held measured
+    2-GPU configs of its global batch, and ``orch list`` / ``orch show`` said 1 GPU. Now the
+    best measured 2-GPU config runs, an event names it, and both views say 2 GPUs."""
+    from orchestrator.cli.views import verdicts_table
+    from orchestrator.sla import SLAVerdict
+    from tests.orchestrator.test_views import render_show
+
+    loop, rt = make_loop([("n0", 2)], auto_start=False)
+    spec = job("tuned1", gpus={"min": 1, "max": 2}, tuning={"enabled": True})
+    job_id = store.submit(spec).id
+    answer = {"run": True, "config": {"micro_batch": 32, "gpus": 1}, "cache": "miss", "trials": 5}
+    loop.bind(Decision(DecisionKind.START, job_id, nodes=("n0",)), {"n0": 2})
+    rt.end(job_id, OutcomeKind.FINISHED, "tuned", answer)
+    loop.reap(rt.poll())  # requeued tuned: 32 x 1 on one GPU
+    trial = {"precision": "fp32", "status": "ok", "p95_ms": 40.0}
+    curves = [
+        {**trial, "gpus": 1, "micro_batch": 32, "samples_per_s": 265.0},
+        {**trial, "gpus": 2, "micro_batch": 16, "samples_per_s": 72.0},
+        {**trial, "gpus": 2, "micro_batch": 8, "grad_accum": 2, "samples_per_s": 190.0},
+        {**trial, "gpus": 2, "micro_batch": 4, "grad_accum": 4, "samples_per_s": 120.0},
+    ]
+    store.profiles.save(job_id, {"curves": {"fp32": curves}})
+    loop.facts.forget(job_id)
+    loop.bind(Decision(DecisionKind.START, job_id, nodes=("n0", "n0")), {"n0": 2})
+    launch = rt.launches[-1]
+    assert launch.kind == "run" and launch.nodes == ("n0", "n0")
+    run = launch.spec.run
+    assert (run.micro_batch, run.grad_accum, launch.spec.gpus, run.plan) == (8, 2, 2, None)
+    config = [e for e in store.events(job_id) if e["event"] == "config"]
+    assert (
+        config and config[-1]["message"] == "runs 2 GPUs (ddp), micro-batch 8 x 2, fp32 (measured)"
+    )
+    rec = store.get(job_id)
+    assert json.loads(rec.fields["applied"])["gpus"] == 2
+    out = io.StringIO()
+    Console(file=out, width=120).print(verdicts_table([(rec, SLAVerdict(None, "-", "-"))]))
+    row = next(line for line in out.getvalue().splitlines() if job_id in line)
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    assert cells[:4] == [job_id, "t", "placed", "2"]  # job, team, state, GPUs
+    shown = render_show(store, job_id)
+    assert "2 GPUs (ddp), micro-batch 8 x 2, fp32 (measured)" in shown
+    assert "GPUs 2 (ddp)" in shown  # the settings row: the config that runs

@@ -14,6 +14,13 @@ RESUMED_ONCE = [
 started twice at the same time, and never lost."""
 
 
+def state_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events that are state changes (not notes: ``config``, ``sla-violated``...)."""
+    from orchestrator.store.states import JobState
+
+    return [e for e in events if e["event"] in set(JobState)]
+
+
 HOLDER: dict[str, Any] = {"name": "mlp", "args": {"pace_ms": 100}}
 """The workload of a job that only holds its GPUs for a while (a filler, an interactive job
 that takes a host): the MLP sleeping 100 ms before each micro-batch (``pace_ms``), so its

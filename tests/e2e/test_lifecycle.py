@@ -8,7 +8,7 @@ from pathlib import Path
 
 from orchestrator.store.states import JobState
 from tests.e2e.conftest import ROOT, Orch, start_orch
-from tests.e2e.jobs import RESUMED_ONCE, mlp_job
+from tests.e2e.jobs import RESUMED_ONCE, mlp_job, state_events
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.*"))
 
@@ -78,4 +78,4 @@ def test_scheduler_restart_loses_no_job_and_resumes_from_checkpoint(
     assert rec.state is JobState.FINISHED, rec.message
     assert rec.result and rec.result["steps_done"] == 3000
     assert 50 <= rec.result["resumed_from_step"] < 3000
-    assert [e["event"] for e in orch.store.events(job_id)] == RESUMED_ONCE
+    assert [e["event"] for e in state_events(orch.store.events(job_id))] == RESUMED_ONCE

@@ -10,7 +10,7 @@ from ray.util.placement_group import placement_group_table
 
 from orchestrator.store.states import JobState
 from tests.e2e.conftest import Orch
-from tests.e2e.jobs import HOLDER, mlp_job
+from tests.e2e.jobs import HOLDER, mlp_job, state_events
 
 
 def _bundle_nodes(job_id: str) -> set[str]:
@@ -50,4 +50,5 @@ def test_pack_keeps_a_4_gpu_job_on_one_node_and_a_job_that_cannot_fit_waits(orch
     done = orch.wait(wide, {JobState.FINISHED, JobState.FAILED})
     assert done.state is JobState.FINISHED, done.message
     assert done.placement is None
-    assert [e["event"] for e in orch.store.events(wide)][-3:] == ["placed", "running", "finished"]
+    states = [e["event"] for e in state_events(orch.store.events(wide))]
+    assert states[-3:] == ["placed", "running", "finished"]

@@ -13,7 +13,7 @@ from typing import Any
 from orchestrator.store import JobStore
 from orchestrator.store.states import JobState
 from tests.e2e.conftest import ROOT
-from tests.e2e.jobs import RESUMED_ONCE, mlp_job
+from tests.e2e.jobs import RESUMED_ONCE, mlp_job, state_events
 
 
 def _up(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -71,5 +71,5 @@ def test_killed_scheduler_process_loses_no_job(
     assert rec.state is JobState.FINISHED, (rec.message, (tmp_path / "second.log").read_text())
     assert rec.result and rec.result["steps_done"] == 3000
     assert rec.result["resumed_from_step"] >= 25
-    assert [e["event"] for e in store.events(job_id)] == RESUMED_ONCE
+    assert [e["event"] for e in state_events(store.events(job_id))] == RESUMED_ONCE
     assert second.returncode == 0

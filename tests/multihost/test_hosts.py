@@ -16,7 +16,7 @@ from redis.retry import Retry
 
 from orchestrator.runtime.harness_config import job_harness_config
 from orchestrator.store.states import JobState
-from tests.e2e.jobs import HOLDER, RESUMED_ONCE, mlp_job
+from tests.e2e.jobs import HOLDER, RESUMED_ONCE, mlp_job, state_events
 from tests.multihost.conftest import Cluster
 from workers.config import HarnessConfig
 from workers.harness import Harness
@@ -36,7 +36,7 @@ def _wait_steps(c: Cluster, job_id: str, steps: int, timeout_s: float = 120) -> 
 
 
 def _events(c: Cluster, job_id: str) -> list[str]:
-    return [e["event"] for e in c.store.events(job_id)]
+    return [e["event"] for e in state_events(c.store.events(job_id))]
 
 
 def test_embedded_redis_is_on_the_head_address_and_wants_its_password(cluster: Cluster) -> None:
@@ -162,7 +162,7 @@ def test_a_dead_host_has_its_job_requeued_and_finished_elsewhere_once(cluster: C
     assert rec.result["steps_done"] == steps
     assert 100 <= rec.result["resumed_from_step"] < steps
     assert _step(c, doomed) == steps
-    events = c.store.events(doomed)
+    events = state_events(c.store.events(doomed))
     assert [e["event"] for e in events] == RESUMED_ONCE
     assert "worker lost" in events[4]["message"], events[4]
     # Ray marks the node dead ~5 s after (health checks sped up for the test); the scheduler

@@ -166,3 +166,68 @@ def test_without_trials_the_rule_decides_and_says_so(profile: dict[str, Any] | N
 def test_sizes_outside_the_range_have_no_spec() -> None:
     spec = _spec({"pp": 2}, 16, 2, 2, lo=2, hi=4)
     assert replanned_spec(spec, 1, PROFILE).spec is None
+
+
+def _row(c: Config, rate: float, p95: float = 50.0) -> dict[str, Any]:
+    return {**c.to_dict(), "status": "ok", "samples_per_s": rate, "p95_ms": p95}
+
+
+def _plain(gpus: int = 1, hi: int = 2, **extra: Any) -> JobSpec:
+    """An elastic job with no parallel plan, tuned to one GPU at micro-batch 32 (global
+    batch 32)."""
+    return parse_spec(
+        {
+            "name": "p",
+            "team": "t",
+            "class": "bulk",
+            "workload": {"name": "mlp"},
+            "sla": THROUGHPUT,
+            "resources": {"gpus": {"min": 1, "max": hi}},
+            "run": {"steps": 10, "micro_batch": 32 // gpus, "data_parallel": gpus},
+            **extra,
+        }
+    )
+
+
+# a one-GPU optimum (a cost goal picks it) and four measured 2-GPU configs of its batch
+NO_PLAN = {
+    "curves": {
+        "fp32": [
+            _row(Config(32, 1, 1), 265.0),
+            _row(Config(16, 1, 2), 150.0),
+            _row(Config(8, 2, 2), 180.0),
+            _row(Config(4, 4, 2), 90.0),
+            _row(Config(16, 1, 2, sharding="fsdp"), 120.0),
+            _row(Config(16, 1, 2, activation_checkpointing=True), 400.0),  # not its setting
+        ]
+    }
+}
+
+
+def test_a_job_tuned_to_one_gpu_and_given_two_runs_the_best_measured_two_gpu_config() -> None:
+    """Issue 37: without ``run.plan`` the rule used to decide (plain DDP, micro-batch 8 on 2
+    replicas: 72 samples/s) although the profile held measured 2-GPU configs of its batch."""
+    spec = _plain()
+    got = replanned_spec(spec, 2, NO_PLAN)
+    assert got.source == "measured" and got.spec is not None
+    run = got.spec.run
+    assert (run.micro_batch, run.grad_accum, got.spec.gpus, run.sharding) == (8, 2, 2, "ddp")
+    assert run.plan is None  # data parallelism alone: no parallel plan is imposed
+    assert global_batch(got.spec) == 32 and "measured" in got.reason and "180.0" in got.reason
+    # the rule alone splits the batch otherwise (16 x 1), which the trials say is slower
+    ruled = resized_spec(spec, 2)
+    assert ruled is not None and (ruled.run.micro_batch, ruled.run.grad_accum) == (16, 1)
+
+
+def test_a_trial_at_other_settings_than_the_job_runs_is_not_its_measurement() -> None:
+    """The 400 samples/s trial ran with checkpointing; the job runs without it."""
+    got = replanned_spec(_plain(), 2, NO_PLAN)
+    assert got.spec is not None and not got.spec.run.activation_checkpointing
+    assert "400" not in got.reason
+
+
+def test_without_a_trial_on_the_size_a_plain_job_runs_the_rule_and_says_so() -> None:
+    spec = _plain(hi=4)
+    got = replanned_spec(spec, 4, {"curves": {"fp32": [_row(Config(32, 1, 1), 265.0)]}})
+    assert got.source in ("rule", "model") and got.spec is not None
+    assert global_batch(got.spec) == 32 and got.spec.run.plan is None
