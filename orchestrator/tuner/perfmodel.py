@@ -83,8 +83,14 @@ class StepModel:
 
     def step_s(self, gpus: int, micro_batch: int, grad_accum: int = 1) -> float:
         """Predicted mean seconds per optimizer step."""
-        x = _features(gpus, micro_batch, grad_accum, self.gpus_per_node)
-        return sum(c * f for c, f in zip(self.coef, x, strict=True))
+        # the dot product with _features, written out (a strategy predicts every config of
+        # the space at each decision); the same terms in the same order, so the same floats
+        c, a, m = self.coef, grad_accum, micro_batch
+        t = c[_STEP] * 1.0 + c[_MICRO] * a + c[_SAMPLE] * (a * m) + c[_SQUARE] * (a * m * m)
+        if gpus > 1:
+            t += c[_PER_GPU] * (gpus - 2.0)
+            t += c[_NODES + _nodes(gpus, self.gpus_per_node) - 1]
+        return t
 
     def scaled_to(self, sample: Sample) -> StepModel:
         """This model's shape scaled to pass through one measured ``sample`` of another

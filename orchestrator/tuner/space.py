@@ -17,6 +17,7 @@ forward-only workload learns nothing: its space has accumulation 1 and any micro
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 from collections.abc import Iterator
@@ -221,8 +222,16 @@ class SearchSpace:
         return layouts_of(gpus, self.plans, self.shardings, self.excluded)
 
     def configs(self) -> Iterator[Config]:
-        """Every distinct config of the space (sharding varies only with more than one GPU)."""
+        """Every distinct config of the space (sharding varies only with more than one GPU),
+        in one fixed order: listed once per space and kept (a space is immutable, and a
+        strategy reads the list at every decision)."""
+        return iter(self._configs)
+
+    @functools.cached_property
+    def _configs(self) -> tuple[Config, ...]:
+        """The configs of :meth:`configs`, built once."""
         seen: set[Config] = set()
+        out: list[Config] = []
         for g, p, c, comp, ld, q, d, st, a, m in itertools.product(
             self.gpus,
             self.precisions,
@@ -250,7 +259,8 @@ class SearchSpace:
                 )
                 if cfg not in seen and self.keeps_batch(cfg.global_batch):
                     seen.add(cfg)
-                    yield cfg
+                    out.append(cfg)
+        return tuple(out)
 
     def setting_choices(self) -> list[tuple[tuple[str, str], ...]]:
         """Every combination of the script's settings (one empty one without settings)."""
@@ -263,7 +273,7 @@ class SearchSpace:
     @property
     def size(self) -> int:
         """How many distinct configs the space holds."""
-        return sum(1 for _ in self.configs())
+        return len(self._configs)
 
     def contains(self, config: Config) -> bool:
         """Whether ``config`` is a point of this space."""

@@ -14,13 +14,19 @@ import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orchestrator.tuner.history import History, TrialRecord
 from orchestrator.tuner.objective import Goal
 from orchestrator.tuner.perfmodel import Sample, StepModel, fit_step_model
 from orchestrator.tuner.space import Config, SearchSpace
-from orchestrator.tuner.strategies.sla.priors import Family, family_of, model_priors
+from orchestrator.tuner.strategies.sla.priors import (
+    Family,
+    SpaceIndex,
+    family_of,
+    model_priors,
+    space_index,
+)
 
 __all__ = ["Evidence", "Family", "Prediction", "family_of", "fit_samples"]
 
@@ -45,7 +51,8 @@ class Evidence:
     """The trial history digested for one decision (see the module doc).
 
     Attributes:
-        configs: every config of the space (listed once per decision).
+        configs: every config of the space (listed once per space: ``index``).
+        index: the space's configs by family and GPU count.
         tried: configs measured or being measured (a step proposes none of them).
         models: each family's step-time model: fitted on its own samples, or borrowed from a
             measured family: ``priors`` names the families measured once (the reference
@@ -71,6 +78,8 @@ class Evidence:
     models: Mapping[Family, StepModel]
     priors: frozenset[Family]
     entered: frozenset[Family]
+    index: SpaceIndex
+    _caps: dict[tuple[Family, int], int] = field(default_factory=dict, compare=False)
 
     @classmethod
     def build(cls, history: History) -> Evidence:
@@ -111,10 +120,11 @@ class Evidence:
             if (model := fit_step_model(fit_samples(f, by_family), space.gpus_per_node))
         }
         scaled, entered = model_priors(fitted, by_family, best.config if best else None, space)
+        index = space_index(space)
         return cls(
             space=space,
             goal=goal,
-            configs=tuple(space.configs()),
+            configs=index.configs,
             tried=frozenset(r.config for r in history.points()) | frozenset(history.pending),
             by_family=dict(by_family),
             fits=dict(fits),
@@ -129,6 +139,7 @@ class Evidence:
             models={**fitted, **scaled, **entered},
             priors=frozenset(scaled),
             entered=frozenset(entered),
+            index=index,
         )
 
     # ---- the memory rules -------------------------------------------------------------------
@@ -181,6 +192,14 @@ class Evidence:
         OOM. A family with no fit yet starts at the largest micro-batch a family with its
         memory settings fitted, or at the leading config's if that is smaller (its first run is
         compared with theirs where it matters; an OOM there is bisected)."""
+        key = (family_of(c), c.gpus)  # all that the rules below read of c
+        got = self._caps.get(key)
+        if got is None:
+            got = self._caps[key] = self._cap(c)
+        return got
+
+    def _cap(self, c: Config) -> int:
+        """:meth:`cap`, computed."""
         sure, seen, oom, _ = self.bracket(c)
         known = max(sure, seen)
         if known >= 0:
@@ -226,10 +245,14 @@ class Evidence:
         """Under autocast to bf16 or fp16 the weights, gradients and optimizer state stay fp32
         and at best the activations halve, so a micro-batch twice fp32's certain OOM (same
         other settings) runs out of memory too: the largest index below it."""
+        return self._half_precision_cap(family_of(c), c)
+
+    def _half_precision_cap(self, f: Family, c: Config) -> int:
+        """:meth:`half_precision_cap` for family ``f`` at ``c``'s GPU count."""
         ladder = self.space.micro_batches
-        if c.precision == "fp32":
+        if f.precision == "fp32":
             return len(ladder) - 1
-        oom = self.sure_oom(family_of(c)._replace(precision="fp32"), c)
+        oom = self.sure_oom(f._replace(precision="fp32"), c)
         if oom == len(ladder):
             return oom - 1
         limit = 2 * ladder[oom]
@@ -265,8 +288,8 @@ class Evidence:
         """Checkpointing only where the same settings without it run out of memory: they did
         (a sure OOM), or under bf16/fp16 they must (twice fp32's OOM: :meth:`half_precision_cap`,
         so bf16 with checkpointing is tried where fp32's wall also caps bf16 without it)."""
-        plain = dataclasses.replace(c, activation_checkpointing=False)
-        wall = min(self.sure_oom(family_of(plain), c), self.half_precision_cap(plain) + 1)
+        plain = family_of(c)._replace(ckpt=False)  # the rules read c's GPUs and sharding only
+        wall = min(self.sure_oom(plain, c), self._half_precision_cap(plain, c) + 1)
         return wall <= self.space.index(c.micro_batch)
 
     # ---- predictions ------------------------------------------------------------------------

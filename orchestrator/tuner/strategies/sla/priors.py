@@ -24,7 +24,9 @@ many CPUs), so those families are walked and judged from their own first run.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from orchestrator.tuner.perfmodel import Sample, StepModel
@@ -38,6 +40,7 @@ __all__ = [
     "model_priors",
     "neighbour_priors",
     "scaled_priors",
+    "space_index",
 ]
 
 RECOMPUTE = 1.25
@@ -80,6 +83,42 @@ def family_of(c: Config) -> Family:
         c.pp,
         c.zero,
         c.settings,
+    )
+
+
+@dataclass(frozen=True)
+class SpaceIndex:
+    """A space's configs grouped once for the strategy (a space is immutable; the strategy
+    reads them at every decision).
+
+    Attributes:
+        configs: every config, in the space's order.
+        position: each config's place in that order (ties between predictions go by it).
+        by_family: each family's configs, in that order.
+        by_count: each (family, GPU count)'s configs, in that order.
+    """
+
+    configs: tuple[Config, ...]
+    position: Mapping[Config, int]
+    by_family: Mapping[Family, tuple[Config, ...]]
+    by_count: Mapping[tuple[Family, int], tuple[Config, ...]]
+
+
+@functools.lru_cache(maxsize=16)
+def space_index(space: SearchSpace) -> SpaceIndex:
+    """The :class:`SpaceIndex` of ``space`` (built once per space)."""
+    configs = tuple(space.configs())
+    by_family: dict[Family, list[Config]] = {}
+    by_count: dict[tuple[Family, int], list[Config]] = {}
+    for c in configs:
+        f = family_of(c)
+        by_family.setdefault(f, []).append(c)
+        by_count.setdefault((f, c.gpus), []).append(c)
+    return SpaceIndex(
+        configs,
+        {c: i for i, c in enumerate(configs)},
+        {f: tuple(cs) for f, cs in by_family.items()},
+        {k: tuple(cs) for k, cs in by_count.items()},
     )
 
 
@@ -129,9 +168,7 @@ def neighbour_priors(
     known = dict(models)
     out: dict[Family, StepModel] = {}
     # neighbours first: no checkpointing before checkpointing, DDP before FSDP
-    families = sorted(
-        {family_of(c) for c in space.configs()}, key=lambda f: (f[2], f[0] != "ddp", f)
-    )
+    families = sorted(space_index(space).by_family, key=lambda f: (f[2], f[0] != "ddp", f))
     for f in families:
         if f in known:
             continue

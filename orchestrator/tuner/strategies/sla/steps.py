@@ -38,7 +38,7 @@ def first_line(ev: Evidence, fam: Family, gpus: int) -> Config | None:
     """The smallest micro-batch of a family's first line on ``gpus`` GPUs: the least
     accumulation, or with a global batch to keep the largest one (the line with the most
     micro-batches to walk)."""
-    mine = [c for c in ev.configs if family_of(c) == fam and c.gpus == gpus]
+    mine = ev.index.by_count.get((fam, gpus), ())
     if not mine:
         return None
     if ev.space.global_batches is None:
@@ -72,8 +72,8 @@ def promising(ev: Evidence, fam: Family, min_gain: float) -> bool:
         return True
     if best is None and closest is None:
         return True
-    for c in ev.configs:
-        if family_of(c) != fam or ev.missed(c) or ev.space.index(c.micro_batch) >= ev.bracket(c)[2]:
+    for c in ev.index.by_family.get(fam, ()):
+        if ev.missed(c) or ev.space.index(c.micro_batch) >= ev.bracket(c)[2]:
             continue
         p = ev.predict(model, c)
         if best is not None:
@@ -94,7 +94,7 @@ def walk(ev: Evidence, min_gain: float, *, checkpointing: bool = False) -> Confi
     smallest micro-batch), else those without."""
     space = ev.space
     for fam in sorted(
-        {f for c in ev.configs if (f := family_of(c))[2] == checkpointing},
+        (f for f in ev.index.by_family if f[2] == checkpointing),
         # the family itself last: families alike but for their plan or a command's script
         # settings go in one order whatever the process's string hashing
         key=lambda f: (f[2], f[3], space.precisions.index(f[1]), f[0], f),
@@ -114,14 +114,17 @@ def walk(ev: Evidence, min_gain: float, *, checkpointing: bool = False) -> Confi
 def score(ev: Evidence) -> list[Prediction]:
     """Every untried config the hard rules allow, as its family's model predicts it."""
     out: list[Prediction] = []
-    for c in ev.configs:
-        if not ev.untried(c) or ev.space.index(c.micro_batch) > ev.cap(c):
+    for fam, configs in ev.index.by_family.items():
+        model = ev.models.get(fam)
+        if model is None:
             continue
-        if ev.missed(c) or (c.activation_checkpointing and not ev.needs_ckpt(c)):
-            continue
-        model = ev.models.get(family_of(c))
-        if model is not None:
+        for c in configs:
+            if not ev.untried(c) or ev.space.index(c.micro_batch) > ev.cap(c):
+                continue
+            if ev.missed(c) or (c.activation_checkpointing and not ev.needs_ckpt(c)):
+                continue
             out.append(ev.predict(model, c))
+    out.sort(key=lambda p: ev.index.position[p.config])  # the space's order: ties go by it
     return out
 
 
@@ -200,7 +203,7 @@ def siblings(ev: Evidence, c: Config) -> list[Config]:
     space = ev.space
     out: list[Config] = []
     mine = family_of(c)
-    for f in {family_of(x) for x in ev.configs} - {mine}:
+    for f in set(ev.index.by_family) - {mine}:
         # the sharding and plan are one setting (ZeRO 3 is FSDP's sharding)
         settings = zip(_settings(f), _settings(mine), strict=True)
         if sum(a != b for a, b in settings) != 1:
@@ -242,7 +245,7 @@ def extreme(ev: Evidence, fam: Family) -> Config | None:
     """A family's extreme config for the missed constraint: for a ceiling the smallest
     micro-batch on the fewest GPUs; for a floor the most GPUs, the most accumulation (or the
     largest global batch), at the largest micro-batch that may fit."""
-    mine = [c for c in ev.configs if family_of(c) == fam]
+    mine = ev.index.by_family.get(fam, ())
     if not mine:
         return None
     if ev.goal.ceiling_ms is not None:

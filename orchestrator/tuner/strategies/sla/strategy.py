@@ -31,6 +31,17 @@ class SLASearchStrategy(SearchStrategy):
     def __init__(self, seed: int = 0, min_gain: float = 0.01) -> None:
         super().__init__(seed)
         self.min_gain = min_gain
+        self._last: tuple[History, int, frozenset[Config], Evidence] | None = None
+
+    def _evidence(self, history: History) -> Evidence:
+        """The evidence of ``history`` as it stands: built once per state of it (the tuner
+        asks :meth:`settled` and then :meth:`next_config` of the same history; a history only
+        grows, so its length and the trials pending name its state)."""
+        size, pending = len(history), frozenset(history.pending)
+        last = self._last
+        if last is None or last[0] is not history or last[1:3] != (size, pending):
+            last = self._last = (history, size, pending, Evidence.build(history))
+        return last[3]
 
     def settled(self, history: History) -> bool:
         """Whether the tuner's patience may stop the search. With nothing feasible its stop is
@@ -39,7 +50,7 @@ class SLASearchStrategy(SearchStrategy):
         predicted to beat it by more than ``min_gain`` (the strategy's own stop rule; trials
         spent walking other families or finding a memory limit gain nothing but are not what
         the patience is for). The local search after that runs under the patience."""
-        ev = Evidence.build(history)
+        ev = self._evidence(history)
         scored = score(ev)
         if ev.best is not None:
             return exploit(ev, scored, self.min_gain) is None
@@ -47,7 +58,7 @@ class SLASearchStrategy(SearchStrategy):
 
     def next_config(self, history: History) -> Config | Ask | None:
         """The config predicted best under the SLA among those the hard rules allow."""
-        ev = Evidence.build(history)
+        ev = self._evidence(history)
         walked = walk(ev, self.min_gain)
         if walked is not None:
             return walked
