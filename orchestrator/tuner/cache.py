@@ -1,16 +1,19 @@
 """The tuning cache: a repeated job skips tuning, a similar one warm-starts.
 
-Key: a fingerprint (SHA-256) of what the measurements depend on -- the workload and its
-arguments, the device (GPU model, or CPU), the software versions (Python, torch, CUDA) and the
-search space (the settings' bounds). The SLA is *not* in the key: an entry holds every
-measured trial, and a new SLA re-judges them; a job with the same fingerprint and SLA finds
-its optimum among them and runs no trial ("cache hit"). A job with the same workload and device
-but other arguments or bounds is *similar*: its nearest entries' best configs are tried first
-(``study.enqueue_trial``).
+Key: a fingerprint (SHA-256) of what the measurements depend on -- the workload (a command
+job's working directory digest with it) and its arguments, the device (GPU model, or CPU, and
+GPUs per node) and the software versions (Python, torch). Neither the SLA nor the search space
+is in the key: a trial's config says everything else it measured (batch split, GPUs, plan,
+precision, loader, a script's settings), so an entry holds every measured trial, a new SLA
+re-judges them and other bounds take the trials within them (``SearchSpace.contains``). A job
+with the same fingerprint finds its optimum among them and runs no trial ("cache hit"), or goes
+on from them ("warm"). A job with the same workload and device but other arguments is
+*similar*: its nearest entries' best configs are tried first (``study.enqueue_trial``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import platform
@@ -35,16 +38,14 @@ def _version(dist: str) -> str:
         return "-"
 
 
-def describe(
-    workload: str, args: dict[str, Any], caps: DeviceCaps, space: SearchSpace
-) -> dict[str, Any]:
-    """What the measurements depend on, as JSON data (hashed by :func:`fingerprint`)."""
+def describe(workload: str, args: dict[str, Any], caps: DeviceCaps) -> dict[str, Any]:
+    """What the measurements depend on, as JSON data (hashed by :func:`fingerprint`): not the
+    goal, nor the bounds (see the module doc)."""
     return {
         "workload": workload,
         "args": args,
-        "device": {"kind": caps.kind, "name": caps.name},
+        "device": {"kind": caps.kind, "name": caps.name, "gpus_per_node": caps.gpus_per_node},
         "versions": {"python": platform.python_version(), "torch": _version("torch")},
-        "space": space.to_dict(),
     }
 
 
@@ -62,6 +63,17 @@ class CacheEntry:
     descriptor: dict[str, Any]
     trials: list[tuple[Config, Measurement]]
     updated_at: float
+
+    def within(self, space: SearchSpace) -> list[tuple[Config, Measurement]]:
+        """The trials whose configs ``space`` holds (another job's bounds may be narrower),
+        its loader apart: the loader stage measures loaders beyond the space's own
+        (``tuner.loader_stage``)."""
+        own = space.loaders[0]
+        return [
+            (c, m)
+            for c, m in self.trials
+            if space.contains(c) or space.contains(dataclasses.replace(c, loader=own))
+        ]
 
     def best(self, goal: Goal, n: int = 1) -> list[Config]:
         """The ``n`` best feasible configs under ``goal`` (closest ones when none is)."""
@@ -147,8 +159,4 @@ def _distance(a: dict[str, Any], b: dict[str, Any]) -> float:
             d += abs(math.log(x / y))
         elif x != y:
             d += 1.0
-    return (
-        d
-        + (0.5 if a["space"] != b["space"] else 0.0)
-        + (0.5 if a["versions"] != b["versions"] else 0.0)
-    )
+    return d + (0.5 if a.get("versions") != b.get("versions") else 0.0)

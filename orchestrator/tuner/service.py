@@ -257,9 +257,11 @@ def _tune(
     # a command's line says little (every team has a `python train.py`): its working
     # directory's digest names the code measured
     ref = " ".join(filter(None, (spec.workload.ref, spec.workload.working_dir)))
-    descriptor = describe(ref, dict(spec.workload.args), caps, space)
+    descriptor = describe(ref, dict(spec.workload.args), caps)
     cache = TuneCache(store.tune_cache) if search.use_cache and not options.retune else None
-    known, warm, status = _from_cache(cache, descriptor, goal, options.measured, search.warm_start)
+    known, warm, status = _from_cache(
+        cache, descriptor, space, goal, options.measured, search.warm_start
+    )
     name = study_name(job) + ("-retune" if options.retune else "")
     fresh = options.fresh or options.retune
     budget = spec.tuning.budget
@@ -325,21 +327,24 @@ def _search_for(
 def _from_cache(
     cache: TuneCache | None,
     descriptor: dict[str, Any],
+    space: SearchSpace,
     goal: Goal,
     measured: Sequence[tuple[Config, Measurement]],
     warm_start: list[Config],
 ) -> tuple[list[tuple[Config, Measurement]], list[Config], CacheStatus]:
-    """The trials already known (a cache hit's, else a re-tune's ``measured``), the configs to
-    try first (``warm_start``, and a similar job's best two each) and the cache's status."""
+    """The trials already known (a cache hit's within ``space``, whatever goal they were
+    measured for, else a re-tune's ``measured``), the configs to try first (``warm_start``,
+    and a similar job's best two each, within ``space``) and the cache's status."""
     known: list[tuple[Config, Measurement]] = list(measured)
     warm: list[Config] = list(warm_start)
     if cache is None:
         return known, warm, "off"
     entry = cache.get(fingerprint(descriptor))
-    if entry is not None:
-        return entry.trials, warm, "hit"
+    held = entry.within(space) if entry is not None else []
+    if held:
+        return held, warm, "hit"
     for other in cache.similar(descriptor):
-        warm.extend(other.best(goal, n=2))
+        warm.extend(c for c in other.best(goal, n=2) if space.contains(c))
     return known, warm, "warm" if warm else "miss"
 
 

@@ -250,3 +250,38 @@ def test_benchmark_runs_in_smoke_mode() -> None:
     for name in ("sla", "tpe", "random", "heuristic", "grid"):
         assert f"| pollux-yolov3 | {name} |" in out.stdout
     assert "Median trials at stop" in out.stdout
+
+
+def test_a_second_goal_on_the_same_job_reuses_every_measurement(
+    store: JobStore, redis_url: str
+) -> None:
+    """Issue 37: the same job under a second SLA (and other bounds) was profiled again from
+    nothing. Measurements are keyed by what was measured (workload, arguments, device,
+    versions), not by the goal or the bounds: the second tuning starts from the first's trials
+    within its own bounds, and a goal they settle runs none."""
+    workload = {"entry": "tests.tuner.oom_workload:build", "args": {"cap": 8}}
+    latency = _spec(workload)
+    first = tune_spec(
+        latency, store, redis_url, evaluator=_harness("tests.tuner.oom_workload:build", {"cap": 8})
+    )
+    measured = {r.config for r in first.result.history.records if r.source == "measured"}
+    assert first.cache == "miss" and first.result.trials == len(measured) > 0
+    # a throughput floor instead of a latency ceiling, and narrower micro-batch bounds
+    data = latency.model_dump(by_alias=True, exclude_none=True)
+    data["class"] = "bulk"
+    data["sla"] = {"throughput": {"min_samples_per_s": 1}}
+    data["tuning"]["bounds"]["micro_batch"] = {"min": 2, "max": 16}
+    throughput = parse_spec(data)
+    second = tune_spec(
+        throughput,
+        store,
+        redis_url,
+        job="second",
+        evaluator=_harness("tests.tuner.oom_workload:build", {"cap": 8}),
+    )
+    assert second.cache == "hit"
+    known = {r.config for r in second.result.history.records if r.source != "measured"}
+    assert known and known <= measured  # the first job's trials, read back
+    assert all(2 <= c.micro_batch <= 16 for c in known)  # within the second job's bounds
+    again = {r.config for r in second.result.history.records if r.source == "measured"}
+    assert not again & measured  # nothing measured twice
