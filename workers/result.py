@@ -72,6 +72,10 @@ class RunResult:
             dataset workload; outside the timed step), and the timed step itself.
         data_wait_p95_ms: the 95th percentile of the measured steps' data waits (a loader
             that stalls now and then shows here, not in the mean).
+        fwd_bwd_ms, comm_ms, optimizer_ms, step_other_ms: ``compute_ms`` in parts, mean per
+            measured step (:mod:`workers.step_parts`): forward and backward, the gradient
+            sync's exposed time (``None`` where it cannot be told from the backward: no
+            accumulation), the optimizer's step, and the rest; ``None`` for a command job.
         data_wait_share: ``data_wait / (data_wait + compute)`` over this run's measured steps.
         gpu_busy_share: compute time over wall time since this run's first measured step, on
             CUDA; ``None`` on the CPU.
@@ -131,6 +135,10 @@ class RunResult:
     data_wait_ms: float | None = None
     compute_ms: float | None = None
     data_wait_p95_ms: float | None = None
+    fwd_bwd_ms: float | None = None
+    comm_ms: float | None = None
+    optimizer_ms: float | None = None
+    step_other_ms: float | None = None
     data_wait_share: float | None = None
     gpu_busy_share: float | None = None
     energy_per_sample_j: float | None = None

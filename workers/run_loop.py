@@ -32,6 +32,7 @@ from workers.parallel.recipe import Parallelized
 from workers.result import RunResult
 from workers.runstats import RunMeter
 from workers.serve_run import Replica
+from workers.step_parts import StepClock, split
 from workers.telemetry import NvmlSampler
 from workers.window import RecentSteps
 from workers.workloads.base import Batch
@@ -183,10 +184,12 @@ class RunLoop:
         self._sync()
         t0 = time.perf_counter()
         loss: float | None = None
+        clock = StepClock(h.device)
         if h.workload.train:
-            loss = self._train_step(batches)
+            loss = self._train_step(batches, clock)
         else:
             self._infer_step(batches[0])
+            clock.mark("one")
         self._sync()
         elapsed = time.perf_counter() - t0
         self.loss = loss
@@ -200,21 +203,28 @@ class RunLoop:
             self.measured_samples += h.global_batch
             self.measured_time_s += elapsed
             self.recent.add(t0 + elapsed, elapsed, h.global_batch)
-            self.meter.add(t0 - w0, elapsed, cfg.samples_per_rank_step)
+            parts = split(clock.spans(), elapsed)
+            self.meter.add(t0 - w0, elapsed, cfg.samples_per_rank_step, parts)
 
-    def _train_step(self, batches: list[Batch]) -> float:
+    def _train_step(self, batches: list[Batch], clock: StepClock) -> float:
+        """One optimizer step over ``batches``; ``clock`` marks its phases
+        (:mod:`workers.step_parts`)."""
         h, cfg = self.h, self.h.config
         optimizer, parallel = self.optimizer, self.parallel
         assert optimizer is not None and parallel is not None  # built for every training run
         optimizer.zero_grad(set_to_none=True)
+        clock.mark("zero_grad")
         if parallel.pipeline is not None:  # micro-batches = the pipeline's (GPipe)
             step_loss = parallel.pipeline.step(
                 [to_device(b, h.device) for b in batches], h._autocast
             )
+            clock.mark("pipeline")
             optimizer.step()
+            clock.mark("optimizer")
             return step_loss
         synced = parallel.synced
         accum = cfg.grad_accum
+        replicas = h.plan.dp > 1
         total: torch.Tensor | None = None
         for k in range(accum):
             # Moved to the device one micro-batch at a time, as it is used: the copy is the
@@ -231,11 +241,13 @@ class RunLoop:
                 (h._scaler.scale(loss) if h._scaler is not None else loss).backward()
             part = loss.detach().float()
             total = part if total is None else total + part
+            clock.mark("one" if not replicas else "synced" if k == accum - 1 else "micro")
         if h._scaler is not None:
             h._scaler.step(optimizer)
             h._scaler.update()
         else:
             optimizer.step()
+        clock.mark("optimizer")
         assert total is not None  # grad_accum >= 1
         return float(total.item())
 

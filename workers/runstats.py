@@ -22,6 +22,7 @@ import torch
 
 from workers.latency import LatencySketch
 from workers.ratios import busy_share, data_wait_share, energy_per_sample_j, mean_ms
+from workers.step_parts import StepParts
 from workers.telemetry import NvmlSampler, process_peak_rss_mb
 
 __all__ = ["PeakMemory", "RunMeter"]
@@ -138,6 +139,10 @@ class RunMeter:
         # per-step waits: a loader that keeps up on average can still stall now and then
         # (an epoch's first micro-batches, workers started again), which a mean hides
         self.waits = LatencySketch()
+        # the timed steps' parts (workers.step_parts): summed, and the steps that had them
+        self.parts_steps = 0
+        self.fwd_bwd_s = self.comm_s = self.optimizer_s = self.other_s = 0.0
+        self.comm_unknown = False  # a step whose sync could not be told from its compute
 
     @property
     def measuring(self) -> bool:
@@ -149,20 +154,35 @@ class RunMeter:
         self.started = now
         self.energy_start_mj = self.nvml.energy_mj()
 
-    def add(self, wait_s: float, compute_s: float, samples: int) -> None:
-        """One measured step: its data wait, its compute time, this rank's samples in it."""
+    def add(
+        self, wait_s: float, compute_s: float, samples: int, parts: StepParts | None = None
+    ) -> None:
+        """One measured step: its data wait, its timed step, this rank's samples in it, and
+        the timed step's parts (:mod:`workers.step_parts`), when marked."""
         self.wait_s += wait_s
         self.waits.add(wait_s * 1000.0)
         self.compute_s += compute_s
         self.steps += 1
         self.samples += samples
+        if parts is not None:
+            self.parts_steps += 1
+            self.fwd_bwd_s += parts.compute
+            self.optimizer_s += parts.optimizer
+            self.other_s += parts.other
+            if parts.comm is None:
+                self.comm_unknown = True
+            else:
+                self.comm_s += parts.comm
 
     def summary(self, now: float) -> dict[str, float | str | None]:
         """The report fields: ``peak_mem_mb`` and ``peak_mem_scope`` (``run``, or ``process``
         where the CPU's peak cannot be reset), ``data_wait_ms`` and ``compute_ms`` (mean per
         measured step), ``data_wait_p95_ms`` (the 95th percentile of the steps' waits: stalls
-        a mean hides), ``data_wait_share``, ``gpu_busy_share`` (compute time over the wall
-        time since the first measured step: host work between steps, data generation and
+        a mean hides), ``fwd_bwd_ms``, ``comm_ms``, ``optimizer_ms`` and ``step_other_ms``
+        (``compute_ms`` in parts, mean per step: :mod:`workers.step_parts`; ``comm_ms`` ``None``
+        where a step's sync could not be told apart), ``data_wait_share``,
+        ``gpu_busy_share`` (compute time over the wall time since the first measured step:
+        host work between steps, data generation and
         checkpoints leave the device idle) and ``energy_per_sample_j`` (this rank's device
         over its own samples: the job's figure when ranks are alike)."""
         gpu = self.device.type == "cuda" and self.started is not None
@@ -172,6 +192,11 @@ class RunMeter:
             "data_wait_ms": mean_ms(self.wait_s, self.steps),
             "compute_ms": mean_ms(self.compute_s, self.steps),
             "data_wait_p95_ms": self.waits.quantile(0.95),
+            # the timed step in parts, mean per step: they add up to compute_ms
+            "fwd_bwd_ms": mean_ms(self.fwd_bwd_s, self.parts_steps),
+            "comm_ms": None if self.comm_unknown else mean_ms(self.comm_s, self.parts_steps),
+            "optimizer_ms": mean_ms(self.optimizer_s, self.parts_steps),
+            "step_other_ms": mean_ms(self.other_s, self.parts_steps),
             "data_wait_share": data_wait_share(self.wait_s, self.compute_s),
             "gpu_busy_share": busy_share(self.compute_s, now - (self.started or now))
             if gpu

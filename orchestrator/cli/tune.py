@@ -177,7 +177,8 @@ def _tune_on_pool(
 def trials_table(report: dict[str, Any], limit: int = 50) -> Table:
     """The trials of a tuning report, in order."""
     table = Table(title=f"trials ({report['goal']})", show_lines=False)
-    cols = ("#", "config", "global batch", "source", "samples/s", "p50 ms", "p95 ms", "p99 ms")
+    cols = ["#", "config", "global batch", "source", "samples/s", "p50 ms", "p95 ms", "p99 ms"]
+    cols.append("step ms: data/fwd-bwd/comm/opt/rest")
     for col in (*cols, "verdict"):
         table.add_column(col, justify="right" if col not in ("config", "verdict") else "left")
     rows = report.get("trials_table", [])
@@ -196,9 +197,21 @@ def trials_table(report: dict[str, Any], limit: int = 50) -> Table:
             _num(m.get("p50_ms"), 1),
             _num(m.get("p95_ms"), 1),
             _num(m.get("p99_ms"), 1),
+            step_parts(m),
             verdict,
         )
     return table
+
+
+def step_parts(m: dict[str, Any]) -> str:
+    """A trial's step in parts (``Measurement.PARTS``), ``-`` where not measured; ``-`` in
+    all when the trial marked none (a command job's script, a failed trial)."""
+    from orchestrator.tuner.objective import Measurement
+
+    values = [m.get(k) for k in Measurement.PARTS]
+    if all(v is None for v in values[1:]):
+        return "-"
+    return "/".join(_num(v, 1) for v in values)
 
 
 def show_tuning(report: dict[str, Any], profile: dict[str, Any] | None = None) -> Group:

@@ -60,7 +60,15 @@ class Measurement:
             the service's timeout (``None`` for other trials).
         quant_error: a quantized model's output error against fp32 (relative L2; also on a
             trial refused for it).
+        data_wait_ms, fwd_bwd_ms, comm_ms, optimizer_ms, step_other_ms: a step's time in parts,
+            mean per measured step (``workers.step_parts``): its data wait, then its timed step
+            as forward and backward, the gradient sync's exposed time (``None``: not told
+            apart, without accumulation), the optimizer's step and the rest (``None`` where a
+            trial did not mark them: a command job's script).
     """
+
+    PARTS = ("data_wait_ms", "fwd_bwd_ms", "comm_ms", "optimizer_ms", "step_other_ms")
+    """The fields of a step's time in parts, in the order a table shows them."""
 
     status: Status
     p50_ms: float | None = None
@@ -77,6 +85,11 @@ class Measurement:
     offered: int | None = None
     dropped: int | None = None
     quant_error: float | None = None
+    data_wait_ms: float | None = None
+    fwd_bwd_ms: float | None = None
+    comm_ms: float | None = None
+    optimizer_ms: float | None = None
+    step_other_ms: float | None = None
 
     @property
     def ok(self) -> bool:

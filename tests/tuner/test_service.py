@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -232,6 +233,9 @@ def test_orch_tune_prints_the_trials_and_the_chosen_config(
     assert result.exit_code == 0, result.output
     assert "meets SLA" in result.output and "chosen config: micro-batch" in result.output
     assert "cache: miss" in result.output
+    # each trial's step in parts: data wait / forward-backward / sync / optimizer / rest (ms)
+    assert "data/fwd-bwd/comm/opt/rest" in result.output
+    assert re.search(r"\b\d+\.\d/\d+\.\d/0\.0/\d+\.\d/\d+\.\d\b", result.output)
     again = CliRunner().invoke(app, ["tune", str(job)], env=env)
     assert "cache: hit" in again.output and "trials: 0" in again.output
 

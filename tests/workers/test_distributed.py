@@ -73,6 +73,20 @@ def test_two_ranks_equal_one_process_with_the_same_global_batch(
 
 
 @pytest.mark.timeout(180)
+def test_two_ranks_with_accumulation_tell_the_gradient_sync_apart(
+    ranks: list[dict[str, Any]],
+) -> None:
+    """Each rank's timed step in parts (``workers.step_parts``): the sync's exposed time is
+    measured (the last micro-batch over the one before it), and the parts add up."""
+    for rank in ranks[:WORLD]:
+        result = rank["result"]
+        keys = ("fwd_bwd_ms", "comm_ms", "optimizer_ms", "step_other_ms")
+        parts = [result[k] for k in keys]
+        assert all(p is not None and p >= 0 for p in parts), parts
+        assert sum(parts) == pytest.approx(result["compute_ms"], rel=1e-6)
+
+
+@pytest.mark.timeout(180)
 def test_a_stop_on_one_rank_stops_every_rank_at_the_same_step(
     ranks: list[dict[str, Any]],
 ) -> None:

@@ -131,4 +131,9 @@ def measurement_of(result: Mapping[str, Any], cost_s: float) -> Measurement:
         gpu_busy_share=result.get("gpu_busy_share"),
         energy_per_sample_j=result.get("energy_per_sample_j"),
         cost_s=cost_s,
+        data_wait_ms=result.get("data_wait_ms"),
+        fwd_bwd_ms=result.get("fwd_bwd_ms"),
+        comm_ms=result.get("comm_ms"),
+        optimizer_ms=result.get("optimizer_ms"),
+        step_other_ms=result.get("step_other_ms"),
     )

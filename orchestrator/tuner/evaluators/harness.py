@@ -114,6 +114,11 @@ class HarnessEvaluator(Evaluator):
             gpu_busy_share=result.gpu_busy_share,
             energy_per_sample_j=result.energy_per_sample_j,
             cost_s=time.perf_counter() - t0,
+            data_wait_ms=result.data_wait_ms,
+            fwd_bwd_ms=result.fwd_bwd_ms,
+            comm_ms=result.comm_ms,
+            optimizer_ms=result.optimizer_ms,
+            step_other_ms=result.step_other_ms,
         )
 
 
