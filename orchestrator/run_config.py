@@ -49,7 +49,7 @@ class Config:
     gpus: int = 1
     sharding: str = "ddp"
     precision: str = "fp32"
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool | float = False
     compile: bool = False
     tp: int = 1
     pp: int = 1
@@ -141,8 +141,10 @@ class Config:
         else:
             parts.append(f"{self.gpus} GPU" + (f" {self.sharding}" if self.gpus > 1 else ""))
         parts.append(self.precision)
-        if self.activation_checkpointing:
+        if self.activation_checkpointing is True:
             parts.append("ckpt")
+        elif self.activation_checkpointing:  # selective: a share of the blocks
+            parts.append(f"ckpt {float(self.activation_checkpointing):.0%}")
         if self.compile:
             parts.append("compile")
         if self.loader != DEFAULT_TOKEN:

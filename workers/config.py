@@ -32,7 +32,9 @@ class HarnessConfig:
         micro_batch: samples per forward/backward pass on one rank.
         grad_accum: micro-batches per optimizer step (must be 1 for inference workloads).
         precision: ``fp32``, ``bf16`` or ``fp16`` (autocast; fp16 uses a GradScaler on CUDA).
-        activation_checkpointing: recompute the workload's ``blocks`` in backward.
+        activation_checkpointing: recompute the workload's ``blocks`` in backward: ``True``
+            every block, or a share of them (a number in (0, 1): the first ``ceil(share x
+            blocks)``; see ``workers.optimizations.checkpointed_blocks``).
         compile: run the model through ``torch.compile``.
         sharding: how more than one rank train, ``ddp`` (replicated model, all-reduced
             gradients) or ``fsdp`` (parameters, gradients and optimizer state sharded over the
@@ -88,7 +90,7 @@ class HarnessConfig:
     micro_batch: int = 8
     grad_accum: int = 1
     precision: str = "fp32"
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool | float = False
     compile: bool = False
     sharding: str = "ddp"
     plan: dict[str, Any] | None = None
@@ -127,6 +129,12 @@ class HarnessConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 p.append(f"{name} must be an integer >= 0, got {value!r}")
+        ckpt = self.activation_checkpointing
+        if not isinstance(ckpt, bool) and not (isinstance(ckpt, float) and 0.0 < ckpt < 1.0):
+            p.append(
+                "activation_checkpointing must be true, false or a share of the blocks in "
+                f"(0, 1), got {ckpt!r}"
+            )
         if self.precision not in PRECISIONS:
             p.append(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.sharding not in SHARDINGS:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -19,7 +19,13 @@ from torch.utils.checkpoint import checkpoint
 from workers.config import HarnessConfig
 from workers.errors import HarnessConfigError
 
-__all__ = ["apply_activation_checkpointing", "autocast_context", "make_grad_scaler", "scaled_lr"]
+__all__ = [
+    "apply_activation_checkpointing",
+    "autocast_context",
+    "checkpointed_blocks",
+    "make_grad_scaler",
+    "scaled_lr",
+]
 
 _DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -57,6 +63,20 @@ def make_grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScal
     if precision == "fp16" and device.type == "cuda":
         return torch.amp.GradScaler("cuda")
     return None
+
+
+def checkpointed_blocks(
+    blocks: Sequence[torch.nn.Module], setting: bool | float
+) -> list[torch.nn.Module]:
+    """The blocks a checkpointing setting recomputes: all (``True``), none (``False``), or the
+    first ``ceil(share x len(blocks))`` of them for a share in (0, 1). The first blocks'
+    activations are the ones kept longest (from their forward to the end of the backward), so
+    they are the ones to give up first; each block frees the same memory whichever it is."""
+    if setting is True:
+        return list(blocks)
+    if setting is False or not blocks:
+        return []
+    return list(blocks[: math.ceil(float(setting) * len(blocks))])
 
 
 def apply_activation_checkpointing(blocks: Iterable[torch.nn.Module]) -> int:

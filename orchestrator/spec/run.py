@@ -8,7 +8,14 @@ from typing import Any, Self
 from pydantic import Field, field_validator, model_validator
 
 from orchestrator.loader_spec import LoaderSpec
-from orchestrator.spec.base import MAX_SECONDS, MAX_STEPS, Precision, Sharding, SpecModel
+from orchestrator.spec.base import (
+    MAX_SECONDS,
+    MAX_STEPS,
+    Checkpointing,
+    Precision,
+    Sharding,
+    SpecModel,
+)
 
 
 class GPURange(SpecModel):
@@ -112,10 +119,11 @@ class RunSettings(SpecModel):
         default="fp32",
         description="the precision of compute; fp16 is for CUDA (on a CPU it runs, slowly)",
     )
-    activation_checkpointing: bool = Field(
+    activation_checkpointing: Checkpointing = Field(
         default=False,
         description="recompute activations in the backward pass instead of keeping them (less "
-        "memory, more compute)",
+        "memory, more compute): true for every block, or a share of the blocks, the first ones "
+        "(0.5: the first half)",
     )
     compile: bool = Field(default=False, description="compile the model with torch.compile")
     data_parallel: int | None = Field(

@@ -7,7 +7,14 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, model_validator
 
-from orchestrator.spec.base import MAX_SECONDS, LRScaling, Precision, Sharding, SpecModel
+from orchestrator.spec.base import (
+    MAX_SECONDS,
+    Checkpointing,
+    LRScaling,
+    Precision,
+    Sharding,
+    SpecModel,
+)
 
 
 class IntRange(SpecModel):
@@ -52,11 +59,12 @@ class TuningBounds(SpecModel):
     precision: list[Precision] | None = Field(
         default=None, min_length=1, max_length=3, description="precisions it may try"
     )
-    activation_checkpointing: list[bool] | None = Field(
+    activation_checkpointing: list[Checkpointing] | None = Field(
         default=None,
         min_length=1,
-        max_length=2,
-        description="activation checkpointing off, on, or both to try",
+        max_length=6,
+        description="activation checkpointing to try: off, on, and shares of the blocks "
+        "(e.g. [false, 0.5, true]: none, half, all)",
     )
     compile: list[bool] | None = Field(
         default=None,

@@ -98,8 +98,11 @@ def space_for(spec: JobSpec, caps: DeviceCaps, *, forward_only: bool = False) ->
         dropped=dropped,
         shardings=shardings,
         precisions=allowed("precision", b.precision, caps.precisions, caps.precisions),
-        activation_checkpointing=allowed(
-            "activation_checkpointing", b.activation_checkpointing, (False, True), (False, True)
+        activation_checkpointing=allowed(  # any share of the blocks is one (the spec's rule)
+            "activation_checkpointing",
+            b.activation_checkpointing,
+            (False, True),
+            (False, True, *(b.activation_checkpointing or ())),
         ),
         compile=allowed(
             "compile", b.compile, (False, True) if caps.compile else (False,), (False, True)

@@ -166,7 +166,7 @@ class SearchSpace:
     gpus: tuple[int, ...] = (1,)
     shardings: tuple[str, ...] = ("ddp",)
     precisions: tuple[str, ...] = ("fp32",)
-    activation_checkpointing: tuple[bool, ...] = (False,)
+    activation_checkpointing: tuple[bool | float, ...] = (False,)
     compile: tuple[bool, ...] = (False,)
     loaders: tuple[str, ...] = (DEFAULT_TOKEN,)
     gpus_per_node: int = 8
@@ -384,10 +384,9 @@ class SearchSpace:
             micro_batch=micro,
             grad_accum=accum,
             precision=str(trial.suggest_categorical("precision", list(self.precisions))),
-            activation_checkpointing=bool(
-                trial.suggest_categorical(
-                    "activation_checkpointing", list(self.activation_checkpointing)
-                )
+            # a bool, or a share of the blocks (selective checkpointing): kept as chosen
+            activation_checkpointing=trial.suggest_categorical(
+                "activation_checkpointing", list(self.activation_checkpointing)
             ),
             compile=bool(trial.suggest_categorical("compile", list(self.compile))),
             loader=str(trial.suggest_categorical("loader", list(self.loaders))),

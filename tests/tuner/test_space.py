@@ -302,3 +302,34 @@ def test_a_config_of_data_parallelism_alone_keeps_its_old_form() -> None:
     assert Config.from_dict(Config(8, gpus=4, pp=2, zero=2).to_dict()).plan() == {
         "dp": 2, "tp": 1, "pp": 2, "zero": 2, "offload": False,
     }  # fmt: skip
+
+
+def test_selective_checkpointing_shares_are_points_of_the_space() -> None:
+    """Issue 37: a job's bounds may name shares of the blocks to recompute; the space holds
+    them as values of their own, and a config says its share."""
+    spec = _spec(tuning={"bounds": {"activation_checkpointing": [False, 0.5, True]}})
+    s = space_for(spec, CPU)
+    assert s.activation_checkpointing == (False, 0.5, True)
+    half = [c for c in s.configs() if c.activation_checkpointing == 0.5]
+    assert half and all(s.contains(c) for c in half)
+    assert "ckpt 50%" in half[0].describe()
+    assert Config.from_dict(half[0].to_dict()) == half[0]
+
+
+@pytest.mark.parametrize("bad", [1.5, -0.2])
+def test_a_share_outside_zero_to_one_names_the_field(bad: float) -> None:
+    from orchestrator.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"run\.activation_checkpointing: must be true"):
+        _spec(run={"steps": 5, "activation_checkpointing": bad})
+    with pytest.raises(SpecError, match=r"tuning\.bounds\.activation_checkpointing"):
+        _spec(tuning={"bounds": {"activation_checkpointing": [False, bad]}})
+
+
+def test_zero_and_one_are_off_and_on() -> None:
+    spec = _spec(run={"steps": 5, "activation_checkpointing": 1})
+    assert spec.run.activation_checkpointing is True
+    assert (
+        _spec(run={"steps": 5, "activation_checkpointing": 0.0}).run.activation_checkpointing
+        is False
+    )

@@ -24,7 +24,7 @@ import torch
 
 from workers.config import HarnessConfig
 from workers.errors import HarnessConfigError
-from workers.optimizations import apply_activation_checkpointing
+from workers.optimizations import apply_activation_checkpointing, checkpointed_blocks
 from workers.parallel import data_parallel, pipeline, tensor
 from workers.parallel.dims import ParallelDims
 from workers.parallel.plan import ModelShape, Plan, split_problems
@@ -112,8 +112,8 @@ def parallelize(
     if plan.tp > 1:
         assert layout is not None  # plan_problems
         tensor.apply_tensor_parallel(blocks, layout, dims.mesh["tp"])
-    if config.activation_checkpointing:
-        apply_activation_checkpointing(blocks)
+    if config.activation_checkpointing:  # every block, or the share the setting names
+        apply_activation_checkpointing(checkpointed_blocks(blocks, config.activation_checkpointing))
     synced = module = _data_axis(model, blocks, plan, dims)
     if config.compile:
         module = _compile(module, blocks, plan)

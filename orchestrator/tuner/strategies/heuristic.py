@@ -27,7 +27,9 @@ Line = Config
 def _lines(space: SearchSpace) -> list[Line]:
     """Every line, base settings first (no checkpointing, least accumulation or smallest
     global batch, no compile, the first precision), then by GPU count."""
-    reps: dict[tuple[int, str, str, bool, bool, int, tuple[tuple[str, str], ...]], Config] = {}
+    reps: dict[
+        tuple[int, str, str, bool | float, bool, int, tuple[tuple[str, str], ...]], Config
+    ] = {}
     for c in space.configs():
         batch = c.grad_accum if space.global_batches is None else c.global_batch
         key = (

@@ -58,7 +58,7 @@ class Family(NamedTuple):
 
     sharding: str
     precision: str
-    ckpt: bool
+    ckpt: bool | float  # a share of the blocks under selective checkpointing
     compile: bool
     tp: int = 1
     pp: int = 1
