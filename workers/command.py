@@ -11,9 +11,16 @@ submission; the runtime hands its archive to every rank of the gang (see
   ``entry:`` workload, and nothing it starts outlives the run);
 - runs the command there as that user, with the sandbox's scrubbed environment plus the job
   context (``ORCH_JOB_CONTEXT``, ``ORCH_JOB_FD``, ``ORCH_JOB_CONTROL_FD``: see
-  :mod:`workers.job`); ``python`` is the worker's own interpreter (torch, ``workers.job``);
+  :mod:`workers.job`) and the variables ``torchrun`` gives a rank (:func:`torchrun_env`), so a
+  script written for ``torchrun`` runs unchanged; ``python`` is the worker's own interpreter
+  (torch, ``workers.job``), and ``python X ...`` runs through :mod:`workers.launch`, which
+  installs the step hook that measures a script that never calls ``job.report``;
 - turns the script's step reports into the harness's reports (:mod:`workers.steps`), relays
-  stop requests and a lost fence to it, and relays its output to the job's log;
+  stop requests and a lost fence to it, and relays its output to the job's log; a script that
+  never asks ``job.should_stop()`` (a torchrun script) cannot stop when asked, so a stop ends
+  its processes (``SIGTERM``, ``SIGKILL`` after :data:`TERM_GRACE_S`), as torchrun's agent
+  does to restart its workers: the run is "stopped", and the next run starts the script again
+  (from its own checkpoint, if it keeps one);
 - measures the run's own peak memory, of every process it started (:mod:`workers.run_memory`:
   the run's cgroup's peak, else its process tree sampled), not the worker's other runs';
 - ends with the harness's ``RunResult``, or a :class:`~workers.errors.CommandError` that says
@@ -36,6 +43,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -61,6 +69,8 @@ TAIL_LINES = 20
 """Lines of the script's output quoted when it fails."""
 _DRAIN_S = 3.0
 """How long the worker still reads the script's reports after it exited."""
+TERM_GRACE_S = 10.0
+"""How long a script ended by a stop has between ``SIGTERM`` and ``SIGKILL``."""
 
 Report = Callable[[dict[str, Any]], None]
 
@@ -153,6 +163,7 @@ class _CommandRun:
                 for k in ("micro_batch", "grad_accum", "precision", "steps", "duration_s")
             },
             **{k: config.get(k) for k in ("warmup_steps", "checkpoint_every", "seed")},
+            **{k: config.get(k) for k in ("sharding", "activation_checkpointing", "compile")},
             "checkpoint_dir": str(ckpt),
             "resume": state is not None,
             "resume_step": state["checkpoint_step"] if state else None,
@@ -171,6 +182,8 @@ class _CommandRun:
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.time_limit_s: float | None = None
         self.stopped = self.fenced = False
+        self.polls_stop = False  # whether the script asks job.should_stop() (else: SIGTERM)
+        self.init_method, self.rank, self.world_size = init_method, rank, world_size
         self.memory: RunMemory | None = None
 
     def execute(
@@ -198,7 +211,8 @@ class _CommandRun:
         env.update(
             {CONTEXT_ENV: str(context_file), REPORT_FD_ENV: str(msg_w), CONTROL_FD_ENV: str(ctl_r)}
         )
-        argv = [sys.executable, *self.argv[1:]] if self.argv[0] in PYTHONS else self.argv
+        env.update(torchrun_env(self.rank, self.world_size, self.init_method))
+        argv = _interpreted(self.argv)
         try:
             child = subprocess.Popen(
                 argv,
@@ -249,6 +263,7 @@ class _CommandRun:
         reader.start()
         control = os.fdopen(ctl_w, "w", buffering=1)
         started, stopped, fenced, eof = time.monotonic(), False, False, False
+        terminated = 0.0  # when a stop sent SIGTERM to a script that does not ask
         last_report, exited = -float("inf"), 0.0
         try:
             while True:
@@ -271,6 +286,10 @@ class _CommandRun:
                     self.memory.sample()
                 if not stopped and should_stop():
                     stopped = _tell(control, {"stop": True})
+                    if not self.polls_stop:  # it would not hear it: end it, as torchrun does
+                        terminated = _signal(child, signal.SIGTERM)
+                if terminated and time.monotonic() - terminated > TERM_GRACE_S:
+                    terminated = _signal(child, signal.SIGKILL)
                 if not fenced and not fence():
                     fenced = _tell(control, {"fenced": True})
                 if self.time_limit_s is not None and time.monotonic() - started > self.time_limit_s:
@@ -305,6 +324,8 @@ class _CommandRun:
         step = message.get("step")
         if isinstance(step, dict):
             self.steps.add(step)
+        elif message.get("polls_stop") is True:
+            self.polls_stop = True
         elif "checkpointed" in message:
             self.steps.checkpointed(message["checkpointed"])
             if self.writes_state:
@@ -314,7 +335,10 @@ class _CommandRun:
         stopped, fenced = self.stopped, self.fenced
         if fenced:
             return self.steps.result("fenced", 0.0, None).to_dict()
-        if code != 0:
+        # a stop ends a script that does not ask: however its ranks exit then (a signal, a
+        # peer's lost connection), the run was stopped, not failed
+        ended = stopped and not self.polls_stop
+        if code != 0 and not ended:
             kind = "command not found" if code == 127 else f"the command exited with code {code}"
             if code < 0:
                 kind = f"the command was killed by signal {-code}"
@@ -346,6 +370,52 @@ class _CommandRun:
     def _last_lines(self) -> str:
         lines = [line[:300] for line in self.tail if line.strip()][-5:]
         return "; last output: " + " | ".join(lines) if lines else ""
+
+
+def torchrun_env(rank: int, world_size: int, init_method: str | None) -> dict[str, str]:
+    """The variables ``torchrun`` sets for a worker process, for this rank: ``RANK``,
+    ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (rank 0's ``init_method``; with one
+    rank a free port of this host), so ``dist.init_process_group(backend)`` joins the job's
+    group through ``env://``. ``LOCAL_RANK`` is 0 and ``LOCAL_WORLD_SIZE`` 1 (``GROUP_RANK``
+    the rank): each rank runs in a worker that sees only its own GPU (``cuda:LOCAL_RANK`` is
+    it) and has a run folder of its own, like a node of one process."""
+    host, port = "127.0.0.1", ""
+    if init_method and init_method.startswith("tcp://"):
+        host, _, port = init_method.removeprefix("tcp://").rpartition(":")
+    if not port:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = str(sock.getsockname()[1])
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "GROUP_RANK": str(rank),
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": host.strip("[]"),
+        "MASTER_PORT": port,
+    }
+
+
+def _interpreted(argv: list[str]) -> list[str]:
+    """``[python, X, ...]`` as the worker's interpreter running :mod:`workers.launch` (its
+    step hook) on ``X``; ``python -c``/``-u``... and other programs as given (the interpreter
+    made the worker's)."""
+    if argv[0] not in PYTHONS:
+        return argv
+    rest = argv[1:]
+    if rest and (not rest[0].startswith("-") or rest[0] == "-m"):
+        return [sys.executable, "-P", "-m", "workers.launch", *rest]
+    return [sys.executable, *rest]
+
+
+def _signal(child: subprocess.Popen[bytes], sig: int) -> float:
+    """Send ``sig`` to the script's process group; when (0.0 once it is the last one)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, sig)
+    return time.monotonic() if sig == signal.SIGTERM else 0.0
 
 
 def _tell(control: IO[str], message: dict[str, Any]) -> bool:

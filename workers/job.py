@@ -41,10 +41,21 @@ go out on, one JSON object a line) and ``ORCH_JOB_CONTROL_FD`` (a pipe ``stop`` 
 returns defaults and :func:`report` does nothing, so the same script runs anywhere. If the
 worker goes away (its pipe closes), the script is ended: a run nobody supervises must not
 keep its GPU.
+
+Without :func:`report`: a script that never calls it (one written for ``torchrun``, or a loop
+set up by :func:`prepare`) is measured by a step hook, ``torch.optim``'s global
+``register_optimizer_step_post_hook``, which :mod:`workers.launch` installs when the script's
+interpreter first imports ``torch.optim``: each step of the first optimizer that steps counts,
+with ``ctx.global_batch`` samples (the script does not say). Its report goes out one step late,
+so a script that calls :func:`report` after its first step is never counted twice (its own
+reports take over). A script that never calls :func:`should_stop` cannot stop when asked: the
+worker ends its processes instead (``SIGTERM``, as torchrun's agent does on a restart).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import threading
@@ -60,8 +71,11 @@ __all__ = [
     "JobContext",
     "checkpointed",
     "context",
+    "load",
     "loader",
+    "prepare",
     "report",
+    "save",
     "should_checkpoint",
     "should_stop",
 ]
@@ -99,6 +113,9 @@ class JobContext:
         loader_settings: the data loader's knobs for this run (``run.loader``, or what the
             tuner's loader stage chose: ``num_workers``, ``prefetch_factor``, ``pin_memory``,
             ``persistent_workers``, ``cache_mb``); see :attr:`dataloader_kwargs`.
+        sharding: ``ddp`` or ``fsdp``, how more than one rank train (:func:`prepare`).
+        activation_checkpointing: recompute the named blocks in backward (:func:`prepare`).
+        compile: run the model through ``torch.compile`` (:func:`prepare`).
     """
 
     job_id: str = "local"
@@ -119,6 +136,9 @@ class JobContext:
     settings: dict[str, Any] = field(default_factory=dict)
     args: dict[str, Any] = field(default_factory=dict)
     loader_settings: dict[str, Any] = field(default_factory=dict)
+    sharding: str = "ddp"
+    activation_checkpointing: bool = False
+    compile: bool = False
 
     @property
     def global_batch(self) -> int:
@@ -150,11 +170,17 @@ class _Channel:
             with open(path, encoding="utf-8") as fh:
                 data = json.load(fh)
         known = set(JobContext.__dataclass_fields__)
-        self.context = JobContext(**{k: v for k, v in data.items() if k in known})
+        self.under_orch = bool(path)
+        self.context = JobContext(**{k: v for k, v in data.items() if k in known and v is not None})
         self.step = self.context.resume_step or 0
         self.last = time.perf_counter()
         self.wait = 0.0  # waited in loader() since the last report
         self.timed = False  # whether the script reads its batches through loader()
+        self.explicit = False  # whether the script calls report() (the step hook then stops)
+        self.counted: int | None = None  # id() of the optimizer whose steps the hook counts
+        self.pending: dict[str, Any] | None = None  # the hook's last step, sent one step late
+        self.polled = False  # whether the script asks should_stop()
+        self.paused = False  # orch's own optimizer steps (a state made for loading) uncounted
         self.stop = threading.Event()
         self.fenced = threading.Event()
         self.lock = threading.Lock()
@@ -191,6 +217,32 @@ class _Channel:
         with self.lock:
             self.out.write(json.dumps(message) + "\n")
 
+    def step_message(
+        self, samples: int, tokens: int | None, loss: float | None, step: int | None
+    ) -> dict[str, Any]:
+        """The next step's report: its time since the last one, the data wait within it."""
+        now = time.perf_counter()
+        elapsed, self.last = now - self.last, now
+        self.step = self.step + 1 if step is None else int(step)
+        with self.lock:
+            wait, self.wait = self.wait, 0.0
+        return {
+            "step": {
+                "step": self.step,
+                "s": elapsed,
+                "samples": int(samples),
+                "tokens": None if tokens is None else int(tokens),
+                "loss": None if loss is None else float(loss),
+                "wait_s": wait if self.timed else None,
+            }
+        }
+
+    def flush(self) -> None:
+        """Send the step hook's last step (at exit, and before a checkpoint is announced)."""
+        pending, self.pending = self.pending, None
+        if pending is not None and not self.explicit:
+            self.send(pending)
+
 
 _lock = threading.Lock()
 _state: _Channel | None = None
@@ -226,23 +278,26 @@ def report(
             last reported, starting from ``ctx.resume_step``.
     """
     ch = _channel()
-    now = time.perf_counter()
-    elapsed, ch.last = now - ch.last, now
-    ch.step = ch.step + 1 if step is None else int(step)
-    with ch.lock:
-        wait, ch.wait = ch.wait, 0.0
-    ch.send(
-        {
-            "step": {
-                "step": ch.step,
-                "s": elapsed,
-                "samples": int(samples),
-                "tokens": None if tokens is None else int(tokens),
-                "loss": None if loss is None else float(loss),
-                "wait_s": wait if ch.timed else None,
-            }
-        }
-    )
+    ch.explicit, ch.pending = True, None  # the script's own reports: the hook's are dropped
+    ch.send(ch.step_message(samples, tokens, loss, step))
+
+
+def optimizer_stepped(optimizer: object) -> None:
+    """The step hook (:mod:`workers.launch`): one step of ``optimizer`` is done. Counted
+    unless the script reports its steps itself, for the first optimizer that steps alone (a
+    second one, a GAN's, steps in the same iteration), with ``ctx.global_batch`` samples;
+    sent at the next step (or at exit), so that a first :func:`report` can still drop it."""
+    ch = _channel()
+    if ch.explicit or ch.paused:
+        return
+    if ch.counted is None:
+        ch.counted = id(optimizer)
+        atexit.register(ch.flush)
+    elif ch.counted != id(optimizer):
+        return
+    message = ch.step_message(ch.context.global_batch, None, None, None)
+    ch.flush()
+    ch.pending = message
 
 
 def loader(batches: Iterable[T]) -> Iterator[T]:
@@ -267,7 +322,11 @@ def loader(batches: Iterable[T]) -> Iterator[T]:
 def should_stop() -> bool:
     """Whether ``orch`` asked this run to end (preemption, a resize, a cancel): checkpoint if
     :func:`should_checkpoint` says so, then exit with status 0."""
-    return _channel().stop.is_set()
+    ch = _channel()
+    if not ch.polled:  # the worker then asks it to stop rather than ending its processes
+        ch.polled = True
+        ch.send({"polls_stop": True})
+    return ch.stop.is_set()
 
 
 def should_checkpoint() -> bool:
@@ -284,4 +343,44 @@ def checkpointed(step: int | None = None) -> None:
     """Tell ``orch`` that a checkpoint of ``step`` (default: the last reported) is complete in
     ``ctx.checkpoint_dir``: the next run of the job gets ``resume`` and ``resume_step``."""
     ch = _channel()
+    ch.flush()  # the steps up to the checkpoint first: the worker keeps their figures with it
     ch.send({"checkpointed": ch.step if step is None else int(step)})
+
+
+@contextlib.contextmanager
+def hook_paused() -> Iterator[None]:
+    """Optimizer steps inside are not counted by the step hook (:func:`workers.prepare`'s
+    step of learning rate 0 that gives a fresh optimizer its state before a load)."""
+    ch = _channel()
+    ch.paused = True
+    try:
+        yield
+    finally:
+        ch.paused = False
+
+
+def under_orch() -> bool:
+    """Whether this process runs under ``orch`` (else :func:`context` is the defaults)."""
+    return _channel().under_orch
+
+
+def prepare(model: Any, optimizer: Any, loader: Any, **options: Any) -> Any:
+    """Apply this run's settings to a plain PyTorch loop: see :func:`workers.prepare.prepare`
+    (imported here on first use: this module imports no torch)."""
+    from workers.prepare import prepare as _prepare
+
+    return _prepare(model, optimizer, loader, **options)
+
+
+def save(state: dict[str, Any], step: int) -> None:
+    """Checkpoint ``state`` at ``step``: see :func:`workers.prepare.save`."""
+    from workers.prepare import save as _save
+
+    _save(state, step)
+
+
+def load(state: dict[str, Any]) -> int | None:
+    """Load the last checkpoint into ``state``: see :func:`workers.prepare.load`."""
+    from workers.prepare import load as _load
+
+    return _load(state)
