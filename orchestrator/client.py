@@ -43,6 +43,7 @@ from orchestrator.errors import ApiError, ConfigError
 from orchestrator.spec import JobSpec
 from orchestrator.store.audit import AuditEntry
 from orchestrator.store.logs import LogEntry
+from orchestrator.store.states import TERMINAL
 from orchestrator.store.tokens import Role, TokenInfo
 from orchestrator.teams import TeamConfig
 
@@ -185,7 +186,7 @@ class Client:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             jobs = [self.show(j).job for j in pending]
-            ended = all(j.state.value in ("finished", "failed", "cancelled") for j in jobs)
+            ended = all(j.state in TERMINAL for j in jobs)
             if ended or (deadline is not None and time.monotonic() > deadline):
                 return jobs
             time.sleep(poll_s)

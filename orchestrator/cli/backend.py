@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.errors import ApiError
+from orchestrator.store.states import TERMINAL
 
 if TYPE_CHECKING:
     from orchestrator.api.identity import Principal
@@ -31,8 +32,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ApiBackend", "Backend", "StoreBackend", "api_client", "connect"]
 
-ENDED = ("finished", "failed", "cancelled")
-"""The states a job ends in (what `orch wait` waits for)."""
+ENDED = tuple(sorted(s.value for s in TERMINAL))
+"""The states a job ends in, by value (what `orch wait` waits for; their home is
+``orchestrator.store.states.TERMINAL``)."""
 
 
 class Backend(Protocol):

@@ -190,6 +190,9 @@ def test_a_member_signs_in_sees_its_jobs_opens_one_and_cancels_it(
     _wait(browser, ec.text_to_be_present_in_element((By.ID, "whoami"), "member of vision"), "who")
     row = _row(browser, first)
     assert "running" in row.text
+    # the state filter's choices come from the API (the page spells no state itself)
+    options = browser.find_elements(By.CSS_SELECTOR, "#state-filter option")
+    assert [o.get_attribute("value") for o in options] == ["", *(s.value for s in JobState)]
     _row(browser, second)
     assert not browser.find_elements(By.CSS_SELECTOR, f'tr[data-id="{other}"]')  # speech's
     _wait(browser, ec.presence_of_element_located((By.CSS_SELECTOR, "#pool svg")), "the pool")

@@ -29,9 +29,9 @@ from orchestrator.api.routers.jobs import Ref
 from orchestrator.sla import SLAVerdict, evaluate_sla
 from orchestrator.spec import JobSpec
 from orchestrator.store.pool_view import HISTORY_LEN
-from orchestrator.store.states import JobState
+from orchestrator.store.states import TERMINAL, JobState
 
-__all__ = ["STATIC", "JobRow", "mount", "router"]
+__all__ = ["STATIC", "JobRow", "States", "mount", "router"]
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
 """The dashboard's files."""
@@ -74,6 +74,21 @@ class JobRow(BaseModel):
     updated_at: float
     message: str = ""
     verdict: Verdict
+
+
+class States(BaseModel):
+    """The job states in lifecycle order, and those a job ends in: the page spells none of
+    them itself (``orchestrator.store.states`` is their one home)."""
+
+    states: list[JobState]
+    ended: list[JobState]
+
+
+@router.get("/dashboard/states", response_model=States)
+def states(who: Who) -> States:
+    """Every job state, in lifecycle order, and the ended ones (the page's state filter, and
+    whether a job's page still refreshes)."""
+    return States(states=list(JobState), ended=[s for s in JobState if s in TERMINAL])
 
 
 @router.get("/dashboard/jobs", response_model=list[JobRow], response_class=JSONResponse)

@@ -8,9 +8,9 @@ const PAGE_SIZE = 100;
 // the overview reads every job (10,000: a few MB, about a second of the server's time), so it
 // is refreshed less often than a job's page; neither is refreshed while the tab is hidden
 const REFRESH_MS = { overview: 15000, job: 2000 };
-const ENDED = new Set(["finished", "failed", "cancelled"]);
-const STATES = ["submitted", "queued", "placed", "tuning", "running", "cancelling",
-  "finished", "failed", "cancelled"];
+// the job states and the ended ones, read from the API once signed in (/v1/dashboard/states):
+// the page spells none of them
+let ENDED = new Set();
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 const ui = { me: null, rows: [], page: 0, timer: null, view: "", stale: false };
@@ -120,6 +120,7 @@ async function route() {
       const team = ui.me.team ? ` of ${ui.me.team}` : "";
       $("whoami").textContent = `${ui.me.name} (${ui.me.role}${team})`;
     }
+    await loadStates();
     const match = location.hash.match(/^#\/job\/(.+)$/);
     if (match) await jobPage(decodeURIComponent(match[1]));
     else await overview();
@@ -420,8 +421,14 @@ function drawLines(el, series, unit, mark, markName) {
 
 // ---- start --------------------------------------------------------------------------------
 
+async function loadStates() {
+  if (ENDED.size) return;
+  const known = await api("/v1/dashboard/states");
+  ENDED = new Set(known.ended);
+  for (const s of known.states) $("state-filter").append(h("option", { value: s }, s));
+}
+
 function start() {
-  for (const s of STATES) $("state-filter").append(h("option", { value: s }, s));
   $("login-form").addEventListener("submit", signIn);
   $("logout").addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN_KEY);
