@@ -104,12 +104,13 @@ class StepModel:
             tuple(c * k for c in self.coef), self.gpus_per_node, sample.pct_ratio, self.error
         )
 
-    def with_factors(self, compute: float = 1.0, sync: float = 1.0) -> StepModel:
-        """This model with its per-sample compute (``c1``, ``c2``) times ``compute`` and its
-        sync terms times ``sync``: a prior for a family whose settings are known to change
-        one of them (activation checkpointing recomputes the forward pass; FSDP adds
-        all-gathers to DDP's gradient sync)."""
-        coef = list(self.coef)
+    def with_factors(self, compute: float = 1.0, sync: float = 1.0, step: float = 1.0) -> StepModel:
+        """This model with its per-sample compute (``c1``, ``c2``) times ``compute``, its
+        sync terms times ``sync``, and then the whole step times ``step``: a prior for a
+        family whose settings are known to change one of them (activation checkpointing
+        recomputes the forward pass; FSDP adds all-gathers to DDP's gradient sync; a script
+        setting measured elsewhere scales the step)."""
+        coef = [c * step for c in self.coef]
         for i in (_SAMPLE, _SQUARE):
             coef[i] *= compute
         for i in range(_PER_GPU, len(coef)):

@@ -198,7 +198,16 @@ def test_patience_gives_no_infeasible_verdict_while_a_config_is_predicted_to_mee
     h = _history(space, goal, [(c, _ok(c)) for c in runs])
     assert h.best is None and not SLASearchStrategy().settled(h)
     far = Goal("throughput", floor=1e6)
-    assert SLASearchStrategy().settled(_history(space, far, [(c, _ok(c)) for c in runs]))
+    # the neighbour rule: not before the closest config's neighbours on every axis are measured
+    measured = list(runs)
+    h = _history(space, far, [(c, _ok(c)) for c in measured])
+    assert not SLASearchStrategy().settled(h)
+    while (ev := Evidence.build(h)).closest is not None and (
+        near := steps.open_neighbours(ev, ev.closest.config)
+    ):
+        measured += near
+        h = _history(space, far, [(c, _ok(c)) for c in measured])
+    assert SLASearchStrategy().settled(h)
 
 
 # Generated tables where the strategy, before its patience hold and bf16's checkpointing rule,

@@ -18,6 +18,13 @@ win or to meet the SLA, and never ruled out for want of a model:
   volume: Rajbhandari et al., SC'20, sec. 7.2.2). DDP's model of a one-GPU family syncs for
   free, so before any multi-GPU run FSDP too is predicted at its most useful.
 
+- a team's own declared settings (``SearchSpace.settings``, a command job's script
+  settings): the family with the space's first choice of them (the default), times the ratio
+  the same settings showed against their default in a family where both were measured. Such a
+  setting's effect is learned once, on the families walked first, not crossed with every
+  precision, sharding and GPU count: ``steps.walk`` walks those families last, and not at all
+  once they have this prior.
+
 Precision and compile get no such prior: their effect is device-specific (bf16 is slower on
 many CPUs), so those families are walked and judged from their own first run.
 """
@@ -167,6 +174,7 @@ def neighbour_priors(
     a family that is both takes either route, in that order)."""
     known = dict(models)
     out: dict[Family, StepModel] = {}
+    default = space.setting_choices()[0]
     # neighbours first: no checkpointing before checkpointing, DDP before FSDP
     families = sorted(space_index(space).by_family, key=lambda f: (f[2], f[0] != "ddp", f))
     for f in families:
@@ -178,7 +186,32 @@ def neighbour_priors(
             out[f] = known[f] = plain.with_factors(compute=RECOMPUTE)
         elif ddp is not None:
             out[f] = known[f] = ddp.with_factors(sync=FSDP_SYNC)
+        elif f.settings != default:
+            base = known.get(f._replace(settings=default))
+            k = _settings_ratio(models, f.settings, default, space)
+            if base is not None and k is not None:
+                out[f] = known[f] = base.with_factors(step=k)
     return out
+
+
+def _settings_ratio(
+    models: Mapping[Family, StepModel],
+    settings: tuple[tuple[str, str], ...],
+    default: tuple[tuple[str, str], ...],
+    space: SearchSpace,
+) -> float | None:
+    """How much slower (> 1) or faster a step is with ``settings`` than with ``default``, as a
+    family measured with both predicts it at one GPU and the ladder's middle micro-batch
+    (``None``: no such family)."""
+    m = space.micro_batches[len(space.micro_batches) // 2]
+    for f in sorted(models):
+        base = models.get(f._replace(settings=default))
+        if f.settings != settings or base is None:
+            continue
+        t0 = base.step_s(1, m, 1)
+        if t0 > 0:
+            return models[f].step_s(1, m, 1) / t0
+    return None
 
 
 def model_priors(

@@ -9,12 +9,14 @@
 3. with something feasible: :func:`neighbour` of the best (local search);
 4. with nothing feasible: :func:`approach` (the config predicted closest, while closer than
    the closest measured), then :func:`extreme` of each family for the missed constraint, then
-   the closest config's neighbours; ``None`` is the infeasible verdict.
+   the closest config's neighbours on every axis (:func:`axis_neighbours`); ``None`` is the
+   infeasible verdict, and it comes only once none of them is left open (the neighbour rule).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from orchestrator.tuner.space import Config
 from orchestrator.tuner.strategies.sla.evidence import Evidence, Prediction
@@ -22,10 +24,12 @@ from orchestrator.tuner.strategies.sla.priors import Family, family_of
 
 __all__ = [
     "approach",
+    "axis_neighbours",
     "exploit",
     "extreme",
     "first_line",
     "neighbour",
+    "open_neighbours",
     "promising",
     "score",
     "siblings",
@@ -93,12 +97,17 @@ def walk(ev: Evidence, min_gain: float, *, checkpointing: bool = False) -> Confi
     checkpointing (walked where their sibling without it ran out of memory at the line's
     smallest micro-batch), else those without."""
     space = ev.space
+    default = space.setting_choices()[0]
     for fam in sorted(
         (f for f in ev.index.by_family if f[2] == checkpointing),
-        # the family itself last: families alike but for their plan or a command's script
-        # settings go in one order whatever the process's string hashing
-        key=lambda f: (f[2], f[3], space.precisions.index(f[1]), f[0], f),
+        # by expected effect: the batch split, GPU count and plan, precision and memory savers
+        # before a team's own settings (whose effect, once measured, is carried to the other
+        # families by a prior: ``priors``); the family itself last, so families alike but for
+        # their plan go in one order whatever the process's string hashing
+        key=lambda f: (f.settings != default, f[2], f[3], space.precisions.index(f[1]), f[0], f),
     ):
+        if fam.settings != default and fam in ev.entered:
+            continue  # its settings' effect is learned: scored with the prior, not walked
         first = _walk_line(ev, fam)
         if first is None or (fam[2] and not ev.needs_ckpt(first)):
             continue
@@ -183,6 +192,7 @@ def neighbour(
         if a != c.grad_accum and work % a == 0 and work // a in space.micro_batches:
             near.add(dataclasses.replace(c, micro_batch=work // a, grad_accum=a))
     near.update(siblings(ev, c))
+    near.update(axis_neighbours(ev, c))
     allowed = [p for p in scored if p.config in near]
     if not allowed:
         return None
@@ -263,7 +273,69 @@ def verdict_guard(ev: Evidence, scored: list[Prediction]) -> Config | None:
             return ev.memory_step(probe)
     if ev.closest is None:
         return None
-    return neighbour(ev, ev.closest.config, scored, by_violation=True)
+    near = neighbour(ev, ev.closest.config, scored, by_violation=True)
+    if near is not None:
+        return near
+    # the neighbour rule: every axis neighbour of the closest measured before the verdict,
+    # predicted or not (a family with no model yet is no reason to skip one)
+    left = open_neighbours(ev, ev.closest.config)
+    if not left:
+        return None
+    preds = {p.config: p for p in scored}
+    return min(left, key=lambda n: preds[n].violation if n in preds else math.inf)
+
+
+def axis_neighbours(ev: Evidence, c: Config) -> list[Config]:
+    """``c``'s neighbours on every axis, as points of the space the hard rules leave open: the
+    GPU counts one and two either side, doubled and halved; the micro-batch doubled and halved (the
+    next ones on its line); the other precisions, checkpointing and sharding. A neighbour the
+    memory rules say runs out of memory without checkpointing is taken with it (checkpointing
+    only frees memory); one with checkpointing that does not need it is dropped (it only adds
+    work); so is one at or above a sure OOM, or that a measured latency miss rules out."""
+    space = ev.space
+    g = c.gpus
+    moves: list[Config] = []
+    # two either side too: a ring over a count not a power of two can be slower than both
+    # of its neighbours (7 GPUs slower than 6 and 8)
+    for count in sorted({g - 2, g - 1, g + 1, g + 2, 2 * g, g // 2} - {g}):
+        if count in space.gpus and (m := ev.on_gpus(c, count)) is not None:
+            moves.append(m)
+    line = space.line(c)
+    if c in line:
+        i = line.index(c)
+        moves += line[max(i - 1, 0) : i] + line[i + 1 : i + 2]
+    moves += [dataclasses.replace(c, precision=p) for p in space.precisions if p != c.precision]
+    moves += [
+        dataclasses.replace(c, activation_checkpointing=k)
+        for k in space.activation_checkpointing
+        if k != c.activation_checkpointing
+    ]
+    if g > 1:
+        moves += [dataclasses.replace(c, sharding=h) for h in space.shardings if h != c.sharding]
+    out: list[Config] = []
+    for n in moves:
+        if not n.activation_checkpointing and _walled(ev, n):
+            n = dataclasses.replace(n, activation_checkpointing=True)
+        if n == c or n in out or not space.contains(n):
+            continue
+        if n.activation_checkpointing and not ev.needs_ckpt(n):
+            continue
+        if _walled(ev, n) or ev.missed(n):
+            continue
+        out.append(n)
+    return out
+
+
+def open_neighbours(ev: Evidence, c: Config) -> list[Config]:
+    """:func:`axis_neighbours` of ``c`` neither measured nor being measured."""
+    return [n for n in axis_neighbours(ev, c) if ev.untried(n)]
+
+
+def _walled(ev: Evidence, c: Config) -> bool:
+    """Whether the memory rules say ``c`` runs out of memory (at or above a sure OOM, or
+    under bf16/fp16 at twice fp32's)."""
+    idx = ev.space.index(c.micro_batch)
+    return idx >= ev.sure_oom(family_of(c), c) or idx > ev.half_precision_cap(c)
 
 
 def _settings(f: Family) -> tuple[object, ...]:

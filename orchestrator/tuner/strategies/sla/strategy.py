@@ -10,6 +10,7 @@ from orchestrator.tuner.strategies.sla.steps import (
     approach,
     exploit,
     neighbour,
+    open_neighbours,
     score,
     verdict_guard,
     walk,
@@ -46,15 +47,23 @@ class SLASearchStrategy(SearchStrategy):
     def settled(self, history: History) -> bool:
         """Whether the tuner's patience may stop the search. With nothing feasible its stop is
         an infeasible verdict: not while a config the hard rules allow is predicted to meet the
-        SLA (by a family's own model or a borrowed one). With a best: not while a config is
+        SLA (by a family's own model or a borrowed one), nor while a neighbour of the closest
+        config on any axis is open (``steps.axis_neighbours``). With a best: not while a config is
         predicted to beat it by more than ``min_gain`` (the strategy's own stop rule; trials
         spent walking other families or finding a memory limit gain nothing but are not what
         the patience is for). The local search after that runs under the patience."""
         ev = self._evidence(history)
         scored = score(ev)
         if ev.best is not None:
-            return exploit(ev, scored, self.min_gain) is None
-        return not any(p.ok for p in scored)
+            if exploit(ev, scored, self.min_gain) is not None:
+                return False
+            # the best's own neighbours on every axis measured before the stop (local search)
+            near = set(open_neighbours(ev, ev.best.config))
+            return not any(p.config in near for p in scored)
+        if any(p.ok for p in scored):
+            return False
+        # the neighbour rule: no verdict while a neighbour of the closest is open
+        return ev.closest is None or not open_neighbours(ev, ev.closest.config)
 
     def next_config(self, history: History) -> Config | Ask | None:
         """The config predicted best under the SLA among those the hard rules allow."""
@@ -71,6 +80,4 @@ class SLASearchStrategy(SearchStrategy):
             return walked
         if ev.best is not None:
             return neighbour(ev, ev.best.config, scored)
-        return approach(ev, scored, self.min_gain) or (
-            verdict_guard(ev, scored) if scored else None
-        )
+        return approach(ev, scored, self.min_gain) or verdict_guard(ev, scored)
