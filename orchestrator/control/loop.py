@@ -307,6 +307,8 @@ class ControlLoop(ReapSteps):
                 self._started(run, event.at)
             elif event.kind is EventKind.RESIZED:
                 self._resized(run, event.nodes, event.at)
+            elif event.kind is EventKind.REPLACED:
+                self._replaced(run, event.outcome)
             else:
                 del self.runs[event.job_id]
                 self._ended(run, event.outcome or Outcome(OutcomeKind.LOST, "no outcome"), event.at)

@@ -11,6 +11,7 @@ its SLA and how far the tuner's prediction was).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from typing import Any
@@ -74,6 +75,16 @@ class ReapSteps(GangActions):
         except (IllegalTransition, JobNotFound):  # being cancelled: its run is stopped next
             return
         self.sla_guard.watch(rec, spec, len(nodes))
+
+    def _replaced(self, run: Run, outcome: Outcome | None) -> None:
+        """A service's replica failed or was lost and another took its GPU, the others serving
+        throughout: the job's events say so (its state, GPUs and verdict do not change)."""
+        why = outcome.message if outcome is not None else "lost"
+        kind = outcome.kind.value if outcome is not None else "lost"
+        message = f"a replica {kind}: {why}"
+        log.warning("%s: %s", run.job_id, message)
+        with contextlib.suppress(JobNotFound):
+            self.store.note_event(run.job_id, "replica-replaced", message, as_message=False)
 
     def _ended(self, run: Run, outcome: Outcome, at: float) -> None:
         """Record how a run ended: the job's next state (re-deciding if a cancel races in),

@@ -63,6 +63,9 @@ class EventKind(enum.Enum):
     # a resize in place is done: the run holds ``nodes`` now (a removed replica's GPU is free
     # again, an added replica's workers exist)
     RESIZED = "resized"
+    # a service's replica failed or was lost and another was started on its GPU, the others
+    # serving throughout (``outcome`` says how the replica ended; ``nodes`` its GPU's node)
+    REPLACED = "replaced"
 
 
 @dataclass(frozen=True)
@@ -71,12 +74,13 @@ class RunEvent:
 
     Attributes:
         job_id: the job.
-        kind: started, resized or ended.
+        kind: started, resized, replaced (a service's replica) or ended.
         at: wall-clock time of the event.
-        outcome: how the run ended (``ENDED`` only).
+        outcome: how the run ended (``ENDED``), or how a replaced replica did (``REPLACED``).
         launch: the launch this event belongs to (``Launch.serial``), so an event of an
             earlier run of the same job is never taken for the current one.
-        nodes: the node of each GPU the run holds now (``RESIZED`` only).
+        nodes: the node of each GPU the run holds now (``RESIZED``), or the replaced
+            replica's (``REPLACED``).
     """
 
     job_id: str

@@ -19,11 +19,17 @@ per replica is what lets a scale-down give one GPU back to Ray while the others 
   whole service's load are read at the ingress). A scale-down removes the others first; when
   the reporting replica's own GPU is given back, a staying replica takes the sink over
   (``WorkerActor.hand_reports``).
+- **A replica fails or is lost**: another is started on its GPU (the GPU stays the
+  service's: the scheduler's grant does not change), taking traffic once its model is up, while
+  the others serve (``REPLACED``). After :data:`MAX_REPLACEMENTS` replacements in one run, the
+  next failure ends the run (the others are drained), as a rank of a gang does: the job is
+  requeued or failed by the loop's table, never left short of the GPUs it holds. A node that
+  is gone fails its replacement's placement too (after the placement timeout), so a lost node
+  costs at most that many timeouts before the job is requeued onto other GPUs.
 - **Events**: ``STARTED`` once the first replicas' workers exist; ``RESIZED`` once the run
   holds exactly the GPUs of a resize (the added replicas' workers exist, the removed ones'
-  GPUs are free); ``ENDED`` once every replica has ended and freed its GPU. A replica that
-  fails or is lost ends the run (the others are drained), as a rank of a gang does: the job is
-  requeued or failed by the loop's table, never left short of the GPUs it holds.
+  GPUs are free); ``REPLACED`` when a replica is replaced; ``ENDED`` once every replica has
+  ended and freed its GPU.
 
 The service's duration counts from its start (``serve.start_at``, stamped at launch when the
 spec has none), so a replica added later ends with the others.
@@ -46,7 +52,11 @@ from orchestrator.runtime.gang_run import Emit, GangRun
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReplicaFactory", "ServiceEmit", "ServiceRun", "replicas_to_keep"]
+__all__ = ["MAX_REPLACEMENTS", "ReplicaFactory", "ServiceEmit", "ServiceRun", "replicas_to_keep"]
+
+MAX_REPLACEMENTS = 3
+"""Replicas one run of a service replaces in place after a failure or a loss; the next one
+ends the run (a replica whose model fails at every start must not be restarted forever)."""
 
 ServiceEmit = Callable[[EventKind, Outcome | None, tuple[str, ...]], None]
 """Reports one of the run's events: its kind, its outcome (``ENDED``) and the nodes the run
@@ -133,6 +143,8 @@ class ServiceRun:
         self._failure: Outcome | None = None
         self._last: Outcome | None = None  # how the last replica that was not drained ended
         self._result: dict[str, Any] = {}
+        self._replaced = 0  # replicas replaced in place after a failure or a loss
+        self._to_start: list[_Replica] = []  # replacements, started once the lock is released
         for i, node in enumerate(launch.nodes):
             self._add(node, reports=i == 0)
 
@@ -236,6 +248,9 @@ class ServiceRun:
             self._resized()
             if not self._replicas:
                 self.emit(EventKind.ENDED, self._outcome(), ())
+            fresh, self._to_start = self._to_start, []
+        for x in fresh:
+            x.run.start()
 
     def _ended(self, r: _Replica, outcome: Outcome) -> None:
         """A replica is over and its GPU free again."""
@@ -249,9 +264,14 @@ class ServiceRun:
             log.info("job %s: replica %d drained (%s)", self.job_id, r.number, outcome.kind.value)
             return
         # not drained: its service's duration is over, it was deposed, a stop was asked for,
-        # or it failed; the run ends with it (the others end on their own, or are drained)
+        # or it failed; a failure within the budget is replaced on the same GPU, anything
+        # else ends the run with it (the others end on their own, or are drained)
+        failed = outcome.kind in (OutcomeKind.FAILED, OutcomeKind.LOST)
+        if failed and not self._ending and self._replaced < MAX_REPLACEMENTS:
+            self._replace(r, outcome)
+            return
         self._last, self._ending = outcome, True
-        if self._stopping or outcome.kind not in (OutcomeKind.FAILED, OutcomeKind.LOST):
+        if self._stopping or not failed:
             return
         log.warning(
             "job %s: replica %d %s: %s", self.job_id, r.number, outcome.kind.value, outcome.message
@@ -259,6 +279,26 @@ class ServiceRun:
         self._failure = outcome  # as a gang's rank: the job is requeued or failed
         for x in self._replicas:
             x.run.request_stop()
+
+    def _replace(self, r: _Replica, outcome: Outcome) -> None:
+        """Start another replica on the GPU of ``r``, which failed or was lost (its GPU stays
+        the service's); it takes traffic once its model is up, as a scale-up's does."""
+        self._replaced += 1
+        self._freed.remove(r.node)  # not given back: the replacement takes it
+        fresh = self._add(r.node, reports=False)
+        self._to_start.append(fresh)
+        log.warning(
+            "job %s: replica %d %s (%s): replica %d replaces it on its GPU (%d of %d)",
+            self.job_id,
+            r.number,
+            outcome.kind.value,
+            outcome.message,
+            fresh.number,
+            self._replaced,
+            MAX_REPLACEMENTS,
+        )
+        said = f"{outcome.message}; replaced ({self._replaced} of {MAX_REPLACEMENTS})"
+        self.emit(EventKind.REPLACED, dataclasses.replace(outcome, message=said), (r.node,))
 
     def _pass_reports(self) -> None:
         """Give the reports to a started, staying replica when none writes them."""

@@ -479,3 +479,24 @@ def test_a_job_tuned_to_one_gpu_and_given_two_runs_a_measured_two_gpu_config_and
     shown = render_show(store, job_id)
     assert "2 GPUs (ddp), micro-batch 8 x 2, fp32 (measured)" in shown
     assert "GPUs 2 (ddp)" in shown  # the settings row: the config that runs
+
+
+def test_a_replaced_replica_is_an_event_and_the_job_runs_on(
+    store: JobStore, make_loop: Any
+) -> None:
+    """A service's replica failed and another took its GPU (``ServiceRun``): the job stays
+    running on the same GPUs, and its events say what happened."""
+    from orchestrator.runtime.base import EventKind, Outcome, RunEvent
+
+    loop, _ = make_loop([("n0", 2)])
+    job_id = store.submit(job("a", gpus=2)).id
+    loop.round()
+    loop.round()
+    run = loop.runs[job_id]
+    lost = Outcome(OutcomeKind.LOST, "worker lost; replaced (1 of 3)")
+    loop.reap([RunEvent(job_id, EventKind.REPLACED, time.time(), run.launch.serial, lost, ("n0",))])
+    rec = store.get(job_id)
+    assert rec.state is S.RUNNING and len((rec.placement or {})["nodes"]) == 2
+    assert job_id in loop.runs
+    [note] = [e for e in store.events(job_id) if e["event"] == "replica-replaced"]
+    assert note["message"] == "a replica lost: worker lost; replaced (1 of 3)"

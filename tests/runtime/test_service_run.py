@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from orchestrator.runtime.base import EventKind, Launch, Outcome, OutcomeKind
-from orchestrator.runtime.service_run import ServiceRun, replicas_to_keep
+from orchestrator.runtime.service_run import MAX_REPLACEMENTS, ServiceRun, replicas_to_keep
 from orchestrator.spec import parse_spec
 from orchestrator.storage import StorageLocation
 
@@ -152,11 +152,46 @@ def test_when_the_reporting_replicas_gpu_is_given_back_a_staying_replica_reports
     assert h.events[-1] == (EventKind.RESIZED, None, ("b",))
 
 
-def test_a_lost_replica_ends_the_run_as_a_gangs_rank_does() -> None:
+def test_a_lost_replica_is_replaced_on_its_gpu_while_the_others_serve() -> None:
+    """Issue 36 left "a lost replica ends the whole service": now another replica takes its
+    GPU (the grant does not change), the others never stop, and the run ends only when every
+    replica is over."""
     h = Harness(("a", "b"))
     for r in h.replicas:
         r.up()
     h.replicas[1].end(OutcomeKind.LOST)
+    kind, outcome, nodes = h.events[-1]
+    assert kind is EventKind.REPLACED and nodes == ("b",)
+    assert outcome is not None and "replaced (1 of 3)" in outcome.message
+    fresh = h.replicas[-1]
+    assert fresh.launch.nodes == ("b",) and fresh.started and not fresh.reports
+    assert not h.replicas[0].stopped and h.reporters() == [0]  # serving throughout
+    assert h.run.nodes == ("a", "b")  # the GPU stays the service's: none freed
+    assert h.run.take_freed() == []
+    fresh.up()
+    h.run.resize(("a", "b", "b"))  # a resize works as before
+    assert EventKind.ENDED not in h.kinds()
+
+
+def test_a_lost_reporting_replica_hands_the_reports_to_a_staying_one() -> None:
+    h = Harness(("a", "b"))
+    for r in h.replicas:
+        r.up()
+    h.replicas[0].end(OutcomeKind.FAILED)
+    assert h.replicas[1].handed == [True]  # replica 1 writes the job's reports now
+    h.replicas[-1].up()
+    assert h.replicas[-1].handed == [] and h.replicas[1].handed == [True]
+
+
+def test_past_its_replacements_a_failing_replica_ends_the_run_as_a_gangs_rank_does() -> None:
+    h = Harness(("a", "b"))
+    for r in h.replicas:
+        r.up()
+    for _ in range(MAX_REPLACEMENTS):
+        h.replicas[-1].end(OutcomeKind.FAILED)
+        h.replicas[-1].up()
+    assert h.kinds().count(EventKind.REPLACED) == MAX_REPLACEMENTS
+    h.replicas[-1].end(OutcomeKind.LOST)
     assert h.replicas[0].stopped  # drained
     with pytest.raises(ValueError, match="ending"):
         h.run.resize(("a", "b", "b"))
