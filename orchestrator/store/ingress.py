@@ -19,7 +19,10 @@ need working around. A consumer group over one stream per service is the router 
   ``ready`` with a time it holds until (renewed every second); the ingress answers 503 at
   once when no replica is ready. A replica that stops (a scale-down, a cancel) first stops
   taking requests and answers those it took (a drain), then leaves ``ready``: the replicas
-  that stay serve throughout.
+  that stay serve throughout. A replica that dies (its process killed, its node lost) leaves
+  what it took pending in the group: a replica that is ready claims those of any consumer no
+  longer ready once they have waited :data:`RECLAIM_IDLE_S` (``XPENDING``, ``XCLAIM``), so
+  they are answered late rather than time out.
 
 The ingress measures each request, arrival to answer, into log-spaced buckets (relative error
 :data:`GAMMA` - 1) kept for the service's whole life and per :data:`WINDOW_S` window: the
@@ -66,6 +69,12 @@ its oldest waiting requests, which time out at the ingress and are counted there
 READY_TTL_S = 3.0
 """A replica's readiness holds this long unless renewed (every second while it serves): a
 replica that dies stops being offered requests within it."""
+RECLAIM_IDLE_S = 2 * READY_TTL_S
+"""How long a request taken by a replica that is no longer ready waits before another replica
+claims it (twice the readiness's hold: a live replica renews it every second; a draining one
+answers what it took well within it)."""
+RECLAIM_EVERY_S = 1.0
+"""How often a replica looks for such requests (one ``XPENDING`` when there are none)."""
 ANSWER_TTL_S = 60
 INGRESS_CONNECTIONS = 64
 """Connections an API process's ingress holds at most for its short commands."""
@@ -327,6 +336,8 @@ class ReplicaQueue:
         self.keys = service_keys(namespace, job_id)
         self.name = ""
         self.facts: dict[str, Any] = {}
+        self.reclaim_idle_s = RECLAIM_IDLE_S
+        self._reclaimed_at = 0.0  # monotonic: when this replica last looked
         self._client: redis.Redis | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -366,7 +377,13 @@ class ReplicaQueue:
             self.client.hdel(self.keys["ready"], self.name)
 
     def take(self, max_n: int, block_s: float) -> list[Request]:
-        """Up to ``max_n`` requests, waiting at most ``block_s`` for the first."""
+        """Up to ``max_n`` requests, waiting at most ``block_s`` for the first: those a gone
+        replica left (:meth:`reclaim`, looked for every :data:`RECLAIM_EVERY_S`) first."""
+        if time.monotonic() - self._reclaimed_at >= RECLAIM_EVERY_S:
+            self._reclaimed_at = time.monotonic()
+            left = self.reclaim(max_n)
+            if left:
+                return left
         got: Any = self.client.xreadgroup(
             GROUP,
             self.name,
@@ -374,9 +391,41 @@ class ReplicaQueue:
             count=max_n,
             block=max(1, int(block_s * 1000)),
         )
+        return self._requests([entries for _stream, entries in got or ()])
+
+    def reclaim(self, max_n: int) -> list[Request]:
+        """Up to ``max_n`` requests taken by replicas that are no longer ready (dead: a live
+        one renews its readiness every second) and left unanswered for
+        :attr:`reclaim_idle_s`, now this replica's."""
+        pending: Any = self.client.xpending_range(
+            self.keys["req"],
+            GROUP,
+            min="-",
+            max="+",
+            count=max_n,
+            idle=int(self.reclaim_idle_s * 1000),
+        )
+        if not pending:
+            return []
+        now = time.time()
+        ready: dict[str, str] = cast(dict[str, str], self.client.hgetall(self.keys["ready"]))
+        alive = {name for name, raw in ready.items() if _until(raw) >= now}
+        ids = [p["message_id"] for p in pending if p["consumer"] not in alive | {self.name}]
+        if not ids:
+            return []
+        claimed: Any = self.client.xclaim(
+            self.keys["req"], GROUP, self.name, int(self.reclaim_idle_s * 1000), ids
+        )
+        return self._requests([claimed or []])
+
+    def _requests(self, batches: Iterable[Any]) -> list[Request]:
+        """The requests of stream entries (``(id, fields)`` lists); an entry that is not the
+        ingress's is acknowledged and dropped."""
         out: list[Request] = []
-        for _stream, entries in got or ():
+        for entries in batches:
             for entry, fields in entries:
+                if not fields:  # deleted meanwhile (answered by its replica after all)
+                    continue
                 try:
                     out.append(
                         Request(
@@ -449,6 +498,14 @@ class ReplicaQueue:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def _until(raw: str) -> float:
+    """Until when a ``ready`` entry holds (0: unreadable)."""
+    try:
+        return float(json.loads(raw).get("until", 0.0))
+    except (ValueError, AttributeError, TypeError):
+        return 0.0
 
 
 def new_request_id() -> str:

@@ -218,6 +218,48 @@ def test_requests_reach_one_replica_each_and_are_answered_and_requeued(redis_url
         b.close()
 
 
+def test_what_a_dead_replica_took_is_claimed_by_a_ready_one(redis_url: str) -> None:
+    """A replica that dies (killed, its node lost) leaves what it took pending: once it is no
+    longer ready and the requests have waited, a ready replica claims and answers them; a
+    live replica's pending requests are never claimed."""
+    import json
+
+    import redis
+
+    ns = f"test-reclaim-{time.time_ns()}"
+    dead, live, other = (ReplicaQueue(redis_url, ns, "svc") for _ in range(3))
+    for q, name in ((dead, "dead"), (live, "live"), (other, "other")):
+        q.join(name, {"max_batch": 4})
+        q.reclaim_idle_s = 0.2
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    keys = service_keys(ns, "svc")
+    try:
+        inbox = f"{ns}:inbox"
+        for i in range(5):
+            fields = {"rid": f"r{i}", "at": "1.0", "body": json.dumps({"i": i}), "reply": inbox}
+            client.xadd(keys["req"], fields)
+        taken_dead = dead.take(3, 0.1)  # then its process dies: no answer, no leave()
+        taken_live = live.take(2, 0.1)  # alive, still working on them
+        assert len(taken_dead) == 3 and len(taken_live) == 2
+        assert other.reclaim(10) == []  # too fresh: nothing waited long enough
+        time.sleep(0.3)
+        assert other.reclaim(10) == []  # waited, but both are still ready
+        client.hdel(keys["ready"], "dead")  # its readiness lapses (nobody renews it)
+        live.heartbeat()
+        got = other.reclaim(10)
+        assert sorted(r.rid for r in got) == sorted(r.rid for r in taken_dead)
+        other.answer([(r, {"output": r.payload["i"]}) for r in got])
+        assert client.llen(inbox) == 3
+        time.sleep(0.3)
+        live.heartbeat()
+        assert other.reclaim(10) == []  # the live replica's stay its own
+    finally:
+        for k in client.scan_iter(f"{ns}:*"):
+            client.delete(k)
+        for q in (dead, live, other):
+            q.close()
+
+
 def test_many_waiting_requests_share_one_inbox_and_get_their_own_answers(
     redis_client: Any, redis_url: str
 ) -> None:
