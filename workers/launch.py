@@ -29,6 +29,7 @@ import importlib.util
 import os
 import runpy
 import sys
+import traceback
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
@@ -92,15 +93,25 @@ def main(argv: Sequence[str]) -> None:
         install_step_hook(sys.modules[HOOKED_MODULE])
     else:
         sys.meta_path.insert(0, _WhenImported())
-    if argv[0] == "-m" and len(argv) > 1:
-        sys.argv = [argv[1], *argv[2:]]  # runpy sets argv[0] to the module's file
-        sys.path.insert(0, os.getcwd())  # as `python -m` puts the current folder first
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-        return
-    script = os.path.abspath(argv[0])
-    sys.argv = list(argv)
-    sys.path.insert(0, os.path.dirname(script))  # as `python SCRIPT` puts its folder first
-    runpy.run_path(script, run_name="__main__")
+    try:
+        if argv[0] == "-m" and len(argv) > 1:
+            sys.argv = [argv[1], *argv[2:]]  # runpy sets argv[0] to the module's file
+            sys.path.insert(0, os.getcwd())  # as `python -m` puts the current folder first
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+            return
+        script = os.path.abspath(argv[0])
+        sys.argv = list(argv)
+        sys.path.insert(0, os.path.dirname(script))  # as `python SCRIPT` puts its folder first
+        runpy.run_path(script, run_name="__main__")
+    except Exception as err:
+        # the traceback `python SCRIPT` prints, without this module's and runpy's frames: a
+        # failed job quotes the script's last lines, which must be its own
+        tb = err.__traceback__
+        ours = (__file__, runpy.__file__, "<frozen runpy>")
+        while tb is not None and tb.tb_frame.f_code.co_filename in ours:
+            tb = tb.tb_next
+        traceback.print_exception(type(err), err, tb)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
