@@ -180,3 +180,63 @@ def test_an_endpoint_service_scales_up_and_down_while_every_request_is_answered(
     assert f"over {len(answers):,} requests" in verdict.measured, verdict
     scaled.store.cancel(job_id)
     scaled.wait(job_id, {JobState.CANCELLED}, timeout_s=60)
+
+
+def test_a_killed_replica_is_replaced_on_its_gpu_and_no_request_is_lost(
+    scaled: Orch, api: ApiServer
+) -> None:
+    """A replica's worker killed under steady load (its Ray actor lost, as when its process
+    dies): another replica takes its GPU while the other serves, what the dead one had taken is
+    claimed and answered by the live one, and the job runs on, never relaunched."""
+    import ray
+
+    root = Principal.local("root")
+    token = operations.create_token(scaled.store, root, name="bo", role=Role.MEMBER, team="e2e")[0]
+    spec = parse_spec(
+        {
+            "name": "sturdy-svc",
+            "team": "e2e",
+            "class": "interactive",
+            "workload": {"name": "infer", "args": {"model": "mlp"}},
+            "sla": {"latency": {"percentile": 99, "max_ms": 60000}},
+            "resources": {"gpus": 2},
+            "run": {"micro_batch": 4, "duration_s": 600},
+            "serve": {"rate_rps": 20, "max_delay_ms": 2, "endpoint": True},
+        }
+    )
+    job_id = scaled.store.submit(spec).id
+    loop = scaled.running.scheduler
+    with httpx.Client(
+        base_url=api.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+    ) as c:
+        _until("two ready replicas", lambda n: n == 2, [], c, job_id)
+        shape = c.get(f"/v1/services/{job_id}").json()["input"]["shape"]
+        with Load(api, token, job_id, [0.5] * shape[0]) as load:
+            time.sleep(1.0)
+            service = loop.runtime._runs[job_id]  # the Ray runtime's run of the service
+            victim = service._replicas[1].run._actors[0]
+            ray.kill(victim, no_restart=True)
+            seen: list[int] = []
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                kinds = [e["event"] for e in scaled.store.events(job_id)]
+                if "replica-replaced" in kinds:
+                    break
+                time.sleep(0.2)
+            else:
+                pytest.fail(f"no replica-replaced event within 120 s: {kinds}")
+            _until("the replacement ready", lambda n: n == 2, seen, c, job_id)
+            mark = load.count()
+            time.sleep(2.0)  # serving on both again
+        answers = load.since(0)
+    failed = [a for a in answers if a[0] != 200]
+    assert not failed, f"{len(failed)} of {len(answers)} failed, first: {failed[:3]}"
+    assert len({who for _, who in answers[mark:]}) >= 1 and len(answers) >= 50
+    rec = scaled.store.get(job_id)
+    assert rec.state is JobState.RUNNING and len((rec.placement or {})["nodes"]) == 2
+    events = scaled.store.events(job_id)
+    assert [e["event"] for e in events].count("running") == 1  # never relaunched
+    [note] = [e["message"] for e in events if e["event"] == "replica-replaced"]
+    assert note.startswith("a replica lost:") and "replaced (1 of 3)" in note, note
+    scaled.store.cancel(job_id)
+    scaled.wait(job_id, {JobState.CANCELLED}, timeout_s=60)
