@@ -114,7 +114,8 @@ class JobContext:
             tuner's loader stage chose: ``num_workers``, ``prefetch_factor``, ``pin_memory``,
             ``persistent_workers``, ``cache_mb``); see :attr:`dataloader_kwargs`.
         sharding: ``ddp`` or ``fsdp``, how more than one rank train (:func:`prepare`).
-        activation_checkpointing: recompute the named blocks in backward (:func:`prepare`).
+        activation_checkpointing: recompute the named blocks in backward (:func:`prepare`):
+            all, or a share of them (the first ones).
         compile: run the model through ``torch.compile`` (:func:`prepare`).
     """
 
@@ -137,7 +138,7 @@ class JobContext:
     args: dict[str, Any] = field(default_factory=dict)
     loader_settings: dict[str, Any] = field(default_factory=dict)
     sharding: str = "ddp"
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool | float = False
     compile: bool = False
 
     @property

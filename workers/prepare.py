@@ -97,10 +97,10 @@ def prepare(
     _join_group(ctx, device)
     model.to(device)
     blocks = _blocks(model, checkpoint)
-    if ctx.activation_checkpointing and blocks:
-        from workers.optimizations import apply_activation_checkpointing
+    if ctx.activation_checkpointing and blocks:  # every block, or the share the run names
+        from workers.optimizations import apply_activation_checkpointing, checkpointed_blocks
 
-        apply_activation_checkpointing(blocks)
+        apply_activation_checkpointing(checkpointed_blocks(blocks, ctx.activation_checkpointing))
     if ctx.compile:
         model.compile()  # in place: the class and the state_dict's keys stay the model's
     wrapped, optimizer = _data_parallel(model, optimizer, blocks, ctx, device)

@@ -5,27 +5,28 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import BeforeValidator, BaseModel, ConfigDict
 
 JobClass = Literal["bulk", "interactive"]
 Precision = Literal["fp32", "bf16", "fp16"]
 Sharding = Literal["ddp", "fsdp"]
 
 
-def _checkpointing(value: bool | float) -> bool | float:
+def _checkpointing(value: object) -> bool | float:
     """``true`` (every block), ``false`` (none), or the share of the blocks whose activations
-    are recomputed (a number in [0, 1]; 0 and 1 are ``false`` and ``true``)."""
+    are recomputed (a number in [0, 1]; 0 and 1 are ``false`` and ``true``): one error for
+    anything else, not one per branch of the union."""
     if isinstance(value, bool):
         return value
-    if not 0.0 <= value <= 1.0:
+    if not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
         raise ValueError(
             "must be true (every block), false (none), or the share of the blocks to "
-            f"recompute, a number within [0, 1]; got {value}"
+            f"recompute, a number within [0, 1]; got {value!r}"
         )
     return False if value == 0 else True if value == 1 else float(value)
 
 
-Checkpointing = Annotated[bool | float, AfterValidator(_checkpointing)]
+Checkpointing = Annotated[bool | float, BeforeValidator(_checkpointing)]
 """Activation checkpointing: all, none, or selective (a share of the workload's blocks)."""
 LRScaling = Literal["linear", "sqrt", "none", "script"]
 

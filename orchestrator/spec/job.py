@@ -135,25 +135,15 @@ class JobSpec(SpecModel):
         return self
 
     def _command_tuning_problems(self) -> list[str]:
-        """What the tuner cannot search for a command job: the settings the harness applies to
-        a model it builds (the script builds its own and reads only micro-batch,
-        accumulation, precision, its ranks and its declared settings), a global batch range
-        (the script owns its learning rate) and an energy cost (its steps carry no energy
-        figure)."""
+        """What the tuner cannot search for a command job: a parallel plan (the script builds
+        its own model; ``job.prepare`` applies data parallelism, by DDP or FSDP, and the
+        checkpointing and compile its bounds name, so those may be searched when the bounds
+        ask for them), a global batch range (the script owns its learning rate) and an energy
+        cost (its steps carry no energy figure)."""
         if self.workload.command is None or not self.tuning.enabled:
             return []
         b = self.tuning.bounds
-        problems = [
-            f"tuning.bounds.{name}: a command job's script builds its own model; the tuner "
-            f"searches run.micro_batch, run.grad_accum, the GPU count, run.precision and "
-            f"workload.settings (allowed here: {allowed})"
-            for name, value, allowed in (
-                ("activation_checkpointing", b.activation_checkpointing, [False]),
-                ("compile", b.compile, [False]),
-                ("sharding", b.sharding, ["ddp"]),
-            )
-            if value is not None and value != allowed
-        ]
+        problems = []
         if b.plan is not None:
             problems.append(
                 "tuning.bounds.plan: a command job's script builds its own model and "

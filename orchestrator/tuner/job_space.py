@@ -115,17 +115,25 @@ def space_for(spec: JobSpec, caps: DeviceCaps, *, forward_only: bool = False) ->
 def _command_space(spec: JobSpec, caps: DeviceCaps, gpus: range) -> SearchSpace:
     """A command job's space: the run settings its script reads from the job context
     (micro-batch and accumulation within its global batch, GPU count, precision) and its own
-    declared settings (:mod:`orchestrator.tuner.script_space`). What the harness applies to a
-    model it builds (checkpointing, compile, sharding, plans) the script does not get: those
-    stay off (the spec refuses bounds that ask for them). The loader's knobs are the job's
-    own (``ctx.dataloader_kwargs``), searched by the loader stage as for a built-in when the
-    script's waits in ``job.loader`` are material (``tuner.loader_stage``)."""
+    declared settings (:mod:`orchestrator.tuner.script_space`). Sharding, activation
+    checkpointing and compile reach a script that calls ``job.prepare``, which applies them:
+    they are searched only where the job's bounds name them (a script that does not call it
+    would not feel them), else they stay off; plans are the harness's alone (the spec refuses
+    them). The loader's knobs are the job's own (``ctx.dataloader_kwargs``), searched by the
+    loader stage as for a built-in when the script's waits in ``job.loader`` are material
+    (``tuner.loader_stage``)."""
     from orchestrator.tuner.script_space import script_dimensions
 
     b = spec.tuning.bounds
+    ckpt = b.activation_checkpointing
     return SearchSpace(
         **_training_batch(spec, caps, gpus),
+        shardings=allowed("sharding", b.sharding, ("ddp",), caps.shardings),
         precisions=allowed("precision", b.precision, caps.precisions, caps.precisions),
+        activation_checkpointing=allowed(
+            "activation_checkpointing", ckpt, (False,), (False, True, *(ckpt or ()))
+        ),
+        compile=allowed("compile", b.compile, (False,), (False, True)),
         loaders=(spec.run.loader.token(),),
         gpus_per_node=caps.gpus_per_node,
         settings=script_dimensions(spec),

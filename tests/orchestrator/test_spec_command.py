@@ -60,9 +60,7 @@ def test_a_command_job_carries_its_settings_to_the_worker_config() -> None:
                 field,
             )
             for more, field in (  # what a script cannot take from the tuner, by its field
-                ({"bounds": {"compile": [True]}}, "tuning.bounds.compile"),
-                ({"bounds": {"activation_checkpointing": [True]}}, "bounds.activation_check"),
-                ({"bounds": {"sharding": ["fsdp"]}}, "tuning.bounds.sharding"),
+                # (sharding, checkpointing and compile it may: job.prepare applies them)
                 ({"bounds": {"plan": {"tp": [2]}}}, "tuning.bounds.plan"),
                 (
                     {"bounds": {"global_batch": {"min": 8, "max": 64}, "lr_scaling": "linear"}},

@@ -333,3 +333,40 @@ def test_zero_and_one_are_off_and_on() -> None:
         _spec(run={"steps": 5, "activation_checkpointing": 0.0}).run.activation_checkpointing
         is False
     )
+
+
+def test_a_command_jobs_bounds_may_ask_for_what_job_prepare_applies() -> None:
+    """Sharding, checkpointing and compile reach a script through ``job.prepare``: searched
+    when the bounds name them, off otherwise; a plan stays refused."""
+    from orchestrator.errors import SpecError
+
+    command = {
+        "command": ["python", "train.py"],
+        "working_dir": "sha256:" + "0" * 64,
+    }
+    asked = _spec(
+        workload=command,
+        resources={"gpus": {"min": 1, "max": 2}},
+        tuning={
+            "enabled": True,
+            "bounds": {
+                "sharding": ["ddp", "fsdp"],
+                "activation_checkpointing": [False, 0.5],
+                "compile": [False, True],
+            },
+        },
+    )
+    s = space_for(asked, AMPERE)
+    assert (s.shardings, s.activation_checkpointing, s.compile) == (
+        ("ddp", "fsdp"),
+        (False, 0.5),
+        (False, True),
+    )
+    plain = space_for(_spec(workload=command, tuning={"enabled": True}), AMPERE)
+    assert (plain.shardings, plain.activation_checkpointing, plain.compile) == (
+        ("ddp",),
+        (False,),
+        (False,),
+    )
+    with pytest.raises(SpecError, match=r"tuning\.bounds\.plan: a command job's script"):
+        _spec(workload=command, tuning={"enabled": True, "bounds": {"plan": {"tp": [1, 2]}}})
