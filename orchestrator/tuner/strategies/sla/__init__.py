@@ -47,9 +47,20 @@ Verdict: an SLA is reported infeasible only when no model, own or borrowed, pred
 meeting it, and after each modelled family's extreme config for the missed constraint and the
 closest config's untried neighbours have been measured and missed, so one bad prediction
 cannot hide a feasible config next to the closest, nor an unmeasured family predicted to meet.
-The tuner's patience would end such a search with the same verdict: the strategy holds that
-stop (``settled``) while a config it may try is predicted to meet the SLA, and, once something
-is feasible, while a config is predicted to beat the best by more than ``min_gain``.
+The neighbour rule (issue 37): no verdict while a neighbour of the closest config on any axis
+(``steps.axis_neighbours``: GPUs one and two either side, doubled and halved; micro-batch
+doubled and halved; the other precision; checkpointing where the memory rules need it; the
+other sharding) is neither measured nor known to run out of memory, to miss a ceiling, or to
+lie outside the space, whether or not a model predicts it. The tuner's patience would end such
+a search with the same verdict: the strategy holds that stop (``settled``) while a config it
+may try is predicted to meet the SLA or a neighbour of the closest is open, and, once
+something is feasible, while a config is predicted to beat the best by more than ``min_gain``
+or a neighbour of the best that the rules allow is open (the local search).
+
+Budget order: the walks go by expected effect, the batch split, GPU count and plan, precision
+and memory savers first; a team's own declared settings (``SearchSpace.settings``) last, and
+once a setting's effect is measured in one family it is carried to the others by a prior
+(``priors``), not walked in each.
 """
 
 from orchestrator.tuner.strategies.sla.evidence import Evidence, Prediction
