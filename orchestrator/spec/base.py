@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 JobClass = Literal["bulk", "interactive"]
 Precision = Literal["fp32", "bf16", "fp16"]
