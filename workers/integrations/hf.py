@@ -1,0 +1,164 @@
+"""Hugging Face ``Trainer`` under ``orch``: the tuned settings in ``TrainingArguments``, and a
+callback that reports steps, checkpoints through the Trainer and stops on preemption.
+
+A Trainer script needs three changed lines::
+
+    from workers.integrations import hf                                      # + 1
+
+    args = hf.training_arguments(TrainingArguments(output_dir="out", ...))   # ~ 2
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[hf.OrchCallback()])
+    trainer.train(resume_from_checkpoint=hf.resume_checkpoint())             # ~ 3
+
+:func:`training_arguments` sets, from :func:`workers.job.context`: ``per_device_train_batch_size``
+(the micro-batch), ``gradient_accumulation_steps``, ``bf16``/``fp16``, ``gradient_checkpointing``,
+``torch_compile``, the loader's ``dataloader_*`` knobs, ``max_steps`` (the job's steps),
+``output_dir`` (the job's checkpoint folder) and ``save_strategy`` (``"no"``: the callback saves
+when ``orch`` asks), and FSDP (``fsdp="full_shard auto_wrap"``) when the run's sharding is fsdp
+on more than one rank. The ranks come from the variables ``orch`` gives each process
+(``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...: :func:`workers.command.torchrun_env`), which
+Accelerate reads as under ``torchrun``. Outside ``orch`` the arguments are returned as given.
+
+:class:`OrchCallback` reports each optimizer step (``job.report``: the Trainer's global batch,
+tokens when told the sequence length or when the Trainer counts them, the last logged loss),
+and when ``orch`` asks for a checkpoint (every ``run.checkpoint_every`` steps, or a stop) sets
+``control.should_save`` (the Trainer writes ``checkpoint-N``: model, optimizer, scheduler, RNG
+and data position) and, on a stop, ``control.should_training_stop``; the stop is agreed over
+the ranks so that every rank saves and leaves at the same step. :func:`resume_checkpoint` is
+the checkpoint ``orch`` recorded last, for ``trainer.train(resume_from_checkpoint=...)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+from workers.integrations import missing_extra
+
+try:
+    from transformers import TrainerCallback, TrainingArguments
+except ImportError as err:  # the framework is an extra: say which
+    raise missing_extra("transformers", "hf") from err
+
+from workers import job
+
+__all__ = ["OrchCallback", "resume_checkpoint", "training_arguments"]
+
+CHECKPOINT_PREFIX = "checkpoint"
+"""The Trainer's checkpoint folders: ``checkpoint-<global step>`` in ``output_dir``."""
+
+
+def training_arguments(args: TrainingArguments | dict[str, Any]) -> TrainingArguments:
+    """``args`` with this run's settings applied (see the module doc); unchanged outside
+    ``orch`` (a dict made into ``TrainingArguments``)."""
+    changes = _settings(job.context()) if job.under_orch() else {}
+    if isinstance(args, dict):
+        return TrainingArguments(**{**args, **changes})
+    return dataclasses.replace(args, **changes) if changes else args
+
+
+def _settings(ctx: job.JobContext) -> dict[str, Any]:
+    """The ``TrainingArguments`` fields ``orch`` sets for this run."""
+    import torch
+
+    loader = ctx.dataloader_kwargs
+    workers = loader["num_workers"]
+    settings: dict[str, Any] = {
+        "per_device_train_batch_size": ctx.micro_batch,
+        "gradient_accumulation_steps": ctx.grad_accum,
+        "bf16": ctx.precision == "bf16",
+        "fp16": ctx.precision == "fp16",
+        "gradient_checkpointing": ctx.activation_checkpointing,
+        "torch_compile": ctx.compile,
+        "dataloader_num_workers": workers,
+        "dataloader_pin_memory": loader["pin_memory"],
+        "dataloader_prefetch_factor": loader.get("prefetch_factor") if workers else None,
+        "dataloader_persistent_workers": bool(loader.get("persistent_workers")),
+        "output_dir": ctx.checkpoint_dir,
+        "save_strategy": "no",  # the callback saves when orch asks (checkpoint_every, stop)
+        "use_cpu": not torch.cuda.is_available(),  # the Trainer refuses bf16 on CPU without
+    }
+    if ctx.steps is not None:
+        settings["max_steps"] = ctx.steps
+    if ctx.sharding == "fsdp" and ctx.world_size > 1:
+        settings["fsdp"] = "full_shard auto_wrap"
+    return settings
+
+
+def resume_checkpoint() -> str | None:
+    """The Trainer checkpoint this run resumes from: the one ``orch`` recorded last (its
+    ``checkpoint-N`` in ``ctx.checkpoint_dir``), or ``None`` (a first run, or outside
+    ``orch``)."""
+    ctx = job.context()
+    if not (job.under_orch() and ctx.resume and ctx.resume_step):
+        return None
+    path = os.path.join(ctx.checkpoint_dir, f"{CHECKPOINT_PREFIX}-{ctx.resume_step}")
+    return path if os.path.isdir(path) else None
+
+
+class OrchCallback(TrainerCallback):
+    """Reports each optimizer step to ``orch``, checkpoints when asked and stops on
+    preemption (see the module doc).
+
+    Args:
+        seq_len: tokens per sample (a causal LM's sequence length): each step then reports
+            ``global batch x seq_len`` tokens. Without it, the Trainer's own count
+            (``include_num_input_tokens_seen``) when it keeps one, else samples alone.
+    """
+
+    def __init__(self, seq_len: int | None = None) -> None:
+        self.seq_len = seq_len
+        self.loss: float | None = None
+        self.tokens_seen = 0
+        self.started = time.monotonic()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.started = time.monotonic()
+        self.tokens_seen = int(getattr(state, "num_input_tokens_seen", 0) or 0)
+        job.should_stop()  # from now on orch asks this script to stop instead of ending it
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+    ) -> None:
+        if logs and "loss" in logs:
+            self.loss = float(logs["loss"])
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        samples = args.per_device_train_batch_size * args.gradient_accumulation_steps
+        samples *= args.world_size
+        job.report(
+            samples=samples,
+            tokens=self._tokens(state, samples),
+            loss=self.loss,
+            step=state.global_step,
+        )
+        ctx = job.context()
+        late = ctx.duration_s is not None and time.monotonic() - self.started >= ctx.duration_s
+        asked = job.should_stop()
+        # every rank saves and leaves at the same step (one asked is enough); a rank asked
+        # whose should_checkpoint() is false was deposed: a newer run owns the checkpoints
+        stop, ended = _agree([asked, late], args.device)
+        if job.should_checkpoint() or (stop and not asked):
+            control.should_save = True
+        if stop or ended:
+            control.should_training_stop = True
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if job.under_orch() and os.path.abspath(args.output_dir) == os.path.abspath(
+            job.context().checkpoint_dir
+        ):
+            job.checkpointed(state.global_step)
+
+    def _tokens(self, state: Any, samples: int) -> int | None:
+        seen = int(getattr(state, "num_input_tokens_seen", 0) or 0)
+        if seen > self.tokens_seen:
+            tokens, self.tokens_seen = seen - self.tokens_seen, seen
+            return tokens
+        return samples * self.seq_len if self.seq_len else None
+
+
+def _agree(flags: list[bool], device: Any) -> list[bool]:
+    from workers.distributed import agree_any
+
+    return agree_any(flags, device)
