@@ -16,7 +16,7 @@ $(BIN)/python:
 # torch is pinned and installed first: an unpinned torch would pull the CUDA build.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -e ".[server,dev]"
+	$(BIN)/python -m pip install --quiet -e ".[server,dev,hf,lightning]"
 	@touch $(STAMP)
 
 demo: $(STAMP)
