@@ -85,26 +85,21 @@ def main() -> None:
         bos_token_id=tok.eos_token_id,
     )
     model = AutoModelForCausalLM.from_config(config)
-    args = hf.training_arguments(  # orch
-        TrainingArguments(
-            output_dir="out",
-            per_device_train_batch_size=16,
-            max_steps=cli.steps,
-            learning_rate=3e-3,
-            logging_steps=10,
-            save_strategy="no",
-            report_to="none",
-            seed=0,
-        )
+    args = TrainingArguments(
+        output_dir="out",
+        per_device_train_batch_size=16,
+        max_steps=cli.steps,
+        learning_rate=3e-3,
+        logging_steps=10,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
     )
+    args = hf.training_arguments(args)  # orch
     trainer = Trainer(
-        model=model,
-        args=args,
-        train_dataset=data,
-        data_collator=default_data_collator,
-        callbacks=[hf.OrchCallback(seq_len=SEQ_LEN)],  # orch
+        model=model, args=args, train_dataset=data, data_collator=default_data_collator
     )
-    trainer.train(resume_from_checkpoint=hf.resume_checkpoint())  # orch
+    hf.train(trainer, seq_len=SEQ_LEN)  # orch: was trainer.train()
     probe = default_data_collator([data[i] for i in range(32)])
     model.eval()
     with torch.no_grad():

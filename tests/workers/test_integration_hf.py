@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from orchestrator.spec import parse_spec
@@ -41,19 +42,30 @@ def example(micro_batch: int, grad_accum: int, steps: int) -> dict[str, object]:
     return cfg
 
 
-def test_the_tuned_settings_reach_the_trainers_arguments(job_root: Path) -> None:  # noqa: F811
+@pytest.mark.parametrize(("world", "sharding"), [(1, "ddp"), (2, "ddp"), (2, "fsdp")])
+def test_the_tuned_settings_reach_the_trainers_arguments(
+    job_root: Path,  # noqa: F811
+    world: int,
+    sharding: str,
+) -> None:
     cfg = config(["python", "hf_probe.py"], micro_batch=8, steps=3)
-    cfg.update(grad_accum=2, precision="bf16")
+    cfg.update(grad_accum=2, precision="bf16", sharding=sharding)
     cfg["loader"] = {"num_workers": 1, "persistent_workers": True}
-    results, reports = ranks(cfg, PROBES, job_root / "p", world=1)
-    assert results[0]["status"] == "finished" and results[0]["steps_done"] == 3, results
-    assert results[0]["global_batch"] == 16 and reports[-1]["step"] == 3
-    seen = json.loads((job_root / "p" / "probe-0.json").read_text())
-    assert seen["per_device_train_batch_size"] == seen["loader_batch"] == 8  # not the script's 4
-    assert seen["gradient_accumulation_steps"] == 2 and seen["max_steps"] == 3
-    assert seen["bf16"] is True and seen["fp16"] is False
-    assert seen["dataloader_num_workers"] == 1 and seen["dataloader_persistent_workers"] is True
-    assert seen["output_dir"] == str(job_root / "p") and seen["world_size"] == 1
+    results, reports = ranks(cfg, PROBES, job_root / "p", world=world)
+    assert not [r for r in results.values() if isinstance(r, Exception)], results
+    assert results[0]["status"] == "finished" and results[0]["steps_done"] == 3
+    assert results[0]["global_batch"] == 16 * world and reports[-1]["step"] == 3
+    for rank in range(world):
+        seen = json.loads((job_root / "p" / f"probe-{rank}.json").read_text())
+        assert seen["per_device_train_batch_size"] == seen["loader_batch"] == 8  # not its 4
+        assert seen["gradient_accumulation_steps"] == 2 and seen["max_steps"] == 3
+        assert seen["bf16"] is True and seen["fp16"] is False
+        assert seen["dataloader_num_workers"] == 1 and seen["dataloader_persistent_workers"]
+        assert seen["output_dir"] == str(job_root / "p") and seen["world_size"] == world
+        assert seen["fsdp_asked"] is (sharding == "fsdp")
+        # Accelerate builds its FSDP plugin for GPU-like devices only: on CPU the Trainer
+        # trains with DDP (docs/user-guide.md says so)
+        assert seen["fsdp"] is (sharding == "fsdp" and torch.cuda.is_available())
 
 
 def test_the_global_batch_is_kept_whatever_the_split(

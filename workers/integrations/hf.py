@@ -1,21 +1,26 @@
 """Hugging Face ``Trainer`` under ``orch``: the tuned settings in ``TrainingArguments``, and a
 callback that reports steps, checkpoints through the Trainer and stops on preemption.
 
-A Trainer script needs three changed lines::
+A Trainer script changes three lines::
 
-    from workers.integrations import hf                                      # + 1
+    from workers.integrations import hf                  # + the import
+    args = TrainingArguments(output_dir="out", ...)
+    args = hf.training_arguments(args)                   # + orch's settings in the arguments
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    hf.train(trainer)                                    # ~ was trainer.train()
 
-    args = hf.training_arguments(TrainingArguments(output_dir="out", ...))   # ~ 2
-    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[hf.OrchCallback()])
-    trainer.train(resume_from_checkpoint=hf.resume_checkpoint())             # ~ 3
+:func:`train` adds :class:`OrchCallback` and resumes from :func:`resume_checkpoint`; a script
+that wants them apart passes ``callbacks=[hf.OrchCallback()]`` and
+``trainer.train(resume_from_checkpoint=hf.resume_checkpoint())`` itself.
 
 :func:`training_arguments` sets, from :func:`workers.job.context`: ``per_device_train_batch_size``
 (the micro-batch), ``gradient_accumulation_steps``, ``bf16``/``fp16``, ``gradient_checkpointing``,
 ``torch_compile``, the loader's ``dataloader_*`` knobs, ``max_steps`` (the job's steps),
 ``output_dir`` (the job's checkpoint folder) and ``save_strategy`` (``"no"``: the callback saves
-when ``orch`` asks), and FSDP (``fsdp="full_shard auto_wrap"``) when the run's sharding is fsdp
-on more than one rank. The ranks come from the variables ``orch`` gives each process
-(``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...: :func:`workers.command.torchrun_env`), which
+when ``orch`` asks), and FSDP (full sharding, :func:`_fsdp`) when the run's sharding is fsdp on
+more than one rank (on GPUs only: Accelerate trains a CPU run with DDP whatever ``fsdp``
+says). The ranks come from the variables ``orch`` gives each process (``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR``...: :func:`workers.command.torchrun_env`), which
 Accelerate reads as under ``torchrun``. Outside ``orch`` the arguments are returned as given.
 
 :class:`OrchCallback` reports each optimizer step (``job.report``: the Trainer's global batch,
@@ -37,13 +42,13 @@ from typing import Any
 from workers.integrations import missing_extra
 
 try:
-    from transformers import TrainerCallback, TrainingArguments
+    from transformers import Trainer, TrainerCallback, TrainingArguments
 except ImportError as err:  # the framework is an extra: say which
     raise missing_extra("transformers", "hf") from err
 
 from workers import job
 
-__all__ = ["OrchCallback", "resume_checkpoint", "training_arguments"]
+__all__ = ["OrchCallback", "resume_checkpoint", "train", "training_arguments"]
 
 CHECKPOINT_PREFIX = "checkpoint"
 """The Trainer's checkpoint folders: ``checkpoint-<global step>`` in ``output_dir``."""
@@ -82,8 +87,29 @@ def _settings(ctx: job.JobContext) -> dict[str, Any]:
     if ctx.steps is not None:
         settings["max_steps"] = ctx.steps
     if ctx.sharding == "fsdp" and ctx.world_size > 1:
-        settings["fsdp"] = "full_shard auto_wrap"
+        settings.update(_fsdp())
     return settings
+
+
+def _fsdp() -> dict[str, Any]:
+    """The Trainer's options for full sharding, each block a unit (its default wrap policy):
+    ``fsdp=True`` with FSDP2's ``reshard_after_forward`` from transformers 5 on (the string
+    form is deprecated there), ``"full_shard auto_wrap"`` before."""
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        return {"fsdp": True, "fsdp_config": {"reshard_after_forward": True}}
+    return {"fsdp": "full_shard auto_wrap"}
+
+
+def train(trainer: Trainer, *, seq_len: int | None = None, **kwargs: Any) -> Any:
+    """``trainer.train(**kwargs)`` under ``orch``: with :class:`OrchCallback` (``seq_len``:
+    tokens per sample) unless the trainer has one, resumed from :func:`resume_checkpoint`.
+    Returns what ``trainer.train`` returns."""
+    if not any(isinstance(c, OrchCallback) for c in trainer.callback_handler.callbacks):
+        trainer.add_callback(OrchCallback(seq_len))
+    kwargs.setdefault("resume_from_checkpoint", resume_checkpoint())
+    return trainer.train(**kwargs)
 
 
 def resume_checkpoint() -> str | None:

@@ -1,13 +1,13 @@
 """Lightning under ``orch``: the tuned settings as the ``Trainer``'s own arguments, and a
 callback that reports steps, checkpoints through the Trainer and stops on preemption.
 
-A Lightning script needs three changed lines::
+A Lightning script changes three lines::
 
-    from workers.integrations import lightning as orch                    # + 1
+    from workers.integrations import lightning as orch        # + the import
+    trainer = orch.trainer(max_epochs=3, ...)                  # ~ was L.Trainer(max_epochs=3, ...)
+    trainer.fit(model, ckpt_path=orch.resume_checkpoint())    # ~ was trainer.fit(model)
 
-    trainer = L.Trainer(**orch.trainer_kwargs(max_epochs=3))              # ~ 2
-    trainer.fit(model, ckpt_path=orch.resume_checkpoint())               # ~ 3
-
+:func:`trainer` is ``L.Trainer(**trainer_kwargs(...))``.
 :func:`trainer_kwargs` returns the team's keyword arguments with, from
 :func:`workers.job.context`: ``precision`` (``bf16-mixed``, ``16-mixed`` or ``32-true``),
 ``accumulate_grad_batches``, ``max_steps`` (the job's steps, ``max_epochs=-1``),
@@ -49,7 +49,7 @@ except ImportError as err:  # the framework is an extra: say which
 
 from workers import job
 
-__all__ = ["PRECISIONS", "OrchCallback", "resume_checkpoint", "trainer_kwargs"]
+__all__ = ["PRECISIONS", "OrchCallback", "resume_checkpoint", "trainer", "trainer_kwargs"]
 
 PRECISIONS = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp32": "32-true"}
 """``orch``'s precision to Lightning's."""
@@ -78,6 +78,12 @@ def trainer_kwargs(*, seq_len: int | None = None, **kwargs: Any) -> dict[str, An
     if not any(isinstance(c, OrchCallback) for c in callbacks):
         callbacks.append(OrchCallback(seq_len))
     return {**kwargs, **settings, "callbacks": callbacks}
+
+
+def trainer(*, seq_len: int | None = None, **kwargs: Any) -> pl.Trainer:
+    """``lightning.pytorch.Trainer(**kwargs)`` with this run's settings: see
+    :func:`trainer_kwargs`."""
+    return pl.Trainer(**trainer_kwargs(seq_len=seq_len, **kwargs))
 
 
 def _strategy(ctx: job.JobContext) -> str:

@@ -33,7 +33,7 @@ def main() -> None:
     args = hf.training_arguments(
         {"output_dir": "out", "per_device_train_batch_size": 4, "report_to": "none"}
     )
-    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[hf.OrchCallback(16)])
+    trainer = Trainer(model=model, args=args, train_dataset=data)
     if "--crash" in sys.argv:
         trainer.add_callback(Crash())
     a = trainer.args
@@ -47,12 +47,14 @@ def main() -> None:
         "dataloader_num_workers": a.dataloader_num_workers,
         "dataloader_persistent_workers": a.dataloader_persistent_workers,
         "world_size": a.world_size,
+        "fsdp_asked": bool(a.fsdp),
+        "fsdp": trainer.is_fsdp_enabled,
         "loader_batch": len(next(iter(trainer.get_train_dataloader()))["input_ids"]),
     }
     ctx = job.context()
     with open(os.path.join(ctx.checkpoint_dir, f"probe-{ctx.rank}.json"), "w") as fh:
         json.dump(seen, fh)
-    trainer.train()
+    hf.train(trainer, seq_len=16)
 
 
 if __name__ == "__main__":

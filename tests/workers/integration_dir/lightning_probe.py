@@ -56,6 +56,7 @@ def main() -> None:
     torch.manual_seed(0)
     kwargs = orch.trainer_kwargs(logger=False, enable_checkpointing=False, max_steps=100)
     trainer = pl.Trainer(**kwargs, enable_progress_bar=False, enable_model_summary=False)
+    assert any(isinstance(c, orch.OrchCallback) for c in trainer.callbacks)
     trainer.fit(Probe(), ckpt_path=orch.resume_checkpoint())
 
 
