@@ -36,6 +36,7 @@ onwards. Trial cost as in the other tables: 30 s to start plus 23 steps; an OOM 
 from __future__ import annotations
 
 import math
+import os
 import random
 
 from bench.tuner.tables import MEASURED, START_S, WARMUP, Table
@@ -135,6 +136,13 @@ class _Truth:
 
     def step_s(self, c: Config) -> float:
         """Mean seconds of one optimizer step of ``c``."""
+        per_step, micro, exposed = self.parts(c)
+        return per_step + micro + exposed
+
+    def parts(self, c: Config) -> tuple[float, float, float]:
+        """One step of ``c`` in parts: once per step (the optimizer), the micro-batches'
+        forward and backward (FSDP's all-gathers in them), and the gradient sync's exposed
+        time."""
         g, a = c.gpus, c.grad_accum
         comp = self.compute(c.micro_batch)
         comp *= self.bf16 if c.precision == "bf16" else 1.0
@@ -150,7 +158,25 @@ class _Truth:
             sync = self.ring(g, 2.0)  # all-reduce
             opt = self.o_step
         exposed = max(sync - self.overlap * backward, self.exposed * sync)
-        return opt + a * (self.o_mb + comp + gather) + exposed
+        return opt, a * (self.o_mb + comp + gather), exposed
+
+
+PARTS = os.environ.get("UNSEEN_PARTS", "1") != "0"
+"""Whether a table's measurements carry the step in parts, as the harness reports them
+(``workers.step_parts``); ``UNSEEN_PARTS=0`` leaves them out (the strategy without them)."""
+
+
+def _parts_ms(c: Config, per_step: float, micro: float, exposed: float) -> dict[str, float | None]:
+    """What the harness would report of a step of ``c`` in parts: the sync is told apart from
+    the backward only with accumulation (else it is in ``fwd_bwd``; ``comm`` unknown)."""
+    told = c.grad_accum > 1 or c.gpus == 1
+    return {
+        "data_wait_ms": 0.0,
+        "fwd_bwd_ms": (micro + (0.0 if told else exposed)) * 1000.0,
+        "comm_ms": exposed * 1000.0 if told else None,
+        "optimizer_ms": per_step * 1000.0,
+        "step_other_ms": 0.0,
+    }
 
 
 def unseen_table(seed: int) -> Table:
@@ -163,7 +189,8 @@ def unseen_table(seed: int) -> Table:
         jitter = math.exp(rng.gauss(0.0, truth.noise)) if truth.noise > 0 else 1.0
         if not truth.fits(c):
             continue
-        step = truth.step_s(c) * jitter
+        per_step, micro, exposed = (x * jitter for x in truth.parts(c))
+        step = per_step + micro + exposed
         ms = step * 1000.0
         nodes = math.ceil(c.gpus / GPUS_PER_NODE)
         tail = truth.ratio * (1.0 + 0.03 * (nodes - 1))  # a tail that widens across nodes
@@ -174,6 +201,7 @@ def unseen_table(seed: int) -> Table:
             p99_ms=ms * tail * 1.05,
             samples_per_s=c.global_batch / step,
             cost_s=START_S + (WARMUP + MEASURED) * step,
+            **(_parts_ms(c, per_step, micro, exposed) if PARTS else {}),
         )
     caps = DeviceCaps(
         name=f"unseen-{seed}",
