@@ -27,14 +27,6 @@ rule it out:
   faster; a count beyond all measured ones is not assumed to sync faster than fewer nodes
   did.
 
-A trial that measured its step in parts (``workers.step_parts``: the optimizer and the rest
-once per step, the gradient sync's exposed time) says more than its total: each part is fitted
-as an observation of its own terms (``c_step``; the sync of its GPU count), beside the total.
-"Profile first": one trial then tells accumulation's worth (the per-step constant apart from
-the per-micro-batch one) and how much of a multi-GPU step is communication, so the model
-sends a communication-bound job to fewer GPUs or larger micro-batches, and an
-optimizer-bound one to accumulation, before the search has measured them.
-
 Per-GPU throughput and latency of every config follow from ``t``; the profile uses the same
 model to price extra GPUs.
 """
@@ -59,8 +51,6 @@ class Sample:
     grad_accum: int
     step_s: float
     pct_ratio: float = 1.0
-    per_step_s: float | None = None  # measured once-per-step time (optimizer and the rest)
-    comm_s: float | None = None  # measured exposed gradient-sync time (None: not told apart)
 
 
 MAX_NODES = 64
@@ -145,22 +135,6 @@ def fit_step_model(samples: Sequence[Sample], gpus_per_node: int) -> StepModel |
     from scipy.optimize import nnls
 
     rows = [_features(s.gpus, s.micro_batch, s.grad_accum, gpus_per_node) for s in samples]
-    b_list = [s.step_s for s in samples]
-    w_list = [1.0 / max(s.step_s, 1e-12) for s in samples]  # relative error of the step
-    parted = False
-    for s in samples:  # the parts a trial measured, each an observation of its own terms
-        scale = 1.0 / max(s.step_s, 1e-12)  # on the step's scale: a part counts as the step
-        if s.per_step_s is not None:
-            rows.append([1.0] + [0.0] * (len(rows[0]) - 1))
-            b_list.append(s.per_step_s)
-            w_list.append(scale)
-            parted = True
-        if s.comm_s is not None and s.gpus > 1:
-            sync = _features(s.gpus, s.micro_batch, s.grad_accum, gpus_per_node)
-            sync[_STEP] = sync[_MICRO] = sync[_SAMPLE] = sync[_SQUARE] = 0.0
-            rows.append(sync)
-            b_list.append(s.comm_s)
-            w_list.append(scale)
     a = np.array(rows, dtype=float)
     lines: dict[tuple[int, int], set[int]] = {}
     for s in samples:
@@ -169,11 +143,11 @@ def fit_step_model(samples: Sequence[Sample], gpus_per_node: int) -> StepModel |
         # No curve from two points on a line (micro-batches spread over GPU counts would let
         # the curve soak up the sync cost): c2 stays 0.
         a[:, _SQUARE] = 0.0
-    b = np.array(b_list, dtype=float)
-    w = np.array(w_list, dtype=float)
+    b = np.array([s.step_s for s in samples], dtype=float)
+    w = 1.0 / np.maximum(b, 1e-12)  # relative error: fast and slow configs count alike
     coef, _ = nnls(a * w[:, None], b * w)
     accums = {s.grad_accum for s in samples}
-    if len(accums) == 1 and not parted:
+    if len(accums) == 1:
         # One accumulation measured: per step and per micro-batch constants are
         # indistinguishable (see the module doc).
         coef[_STEP] += accums.pop() * coef[_MICRO]
@@ -186,6 +160,5 @@ def fit_step_model(samples: Sequence[Sample], gpus_per_node: int) -> StepModel |
             above = min((v for k, v in sync.items() if k > n), default=below)
             coef[_NODES + n - 1] = min(below, above)
     ratio = statistics.median(s.pct_ratio for s in samples)
-    n = len(samples)  # the fit's error is on the steps themselves
-    error = float(np.max(np.abs(a[:n] @ coef - b[:n]) * w[:n]))
+    error = float(np.max(np.abs(a @ coef - b) * w))
     return StepModel(tuple(float(c) for c in coef), gpus_per_node, ratio, error)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from orchestrator.tuner.history import History, TrialRecord
-from orchestrator.tuner.objective import Goal, Measurement
+from orchestrator.tuner.objective import Goal
 from orchestrator.tuner.perfmodel import Sample, StepModel, fit_step_model
 from orchestrator.tuner.space import Config, SearchSpace
 from orchestrator.tuner.strategies.sla.priors import (
@@ -102,9 +102,7 @@ class Evidence:
             step = c.gpus * c.micro_batch * c.grad_accum / m.samples_per_s
             lat = goal.latency(m)
             ratio = lat / (step * 1000.0) if lat else 1.0
-            by_family[family_of(c)].append(
-                Sample(c.gpus, c.micro_batch, c.grad_accum, step, ratio, *_parts_s(c, m))
-            )
+            by_family[family_of(c)].append(Sample(c.gpus, c.micro_batch, c.grad_accum, step, ratio))
             rate = goal.rate(m)
             if rate:
                 work_unit.append(rate / m.samples_per_s)
@@ -355,20 +353,3 @@ def fit_samples(fam: Family, by_family: Mapping[Family, list[Sample]]) -> list[S
 def _median(values: list[float]) -> float | None:
     """The upper median (``None`` for no values)."""
     return sorted(values)[len(values) // 2] if values else None
-
-
-def _parts_s(c: Config, m: Measurement) -> tuple[float | None, float | None]:
-    """A trial's measured once-per-step time (optimizer and the rest) and exposed sync, in
-    seconds (``None`` where it did not measure them: ``workers.step_parts``), for data
-    parallelism by DDP alone: there the optimizer's step is the same on any GPU count and the
-    all-reduce is the whole of the step's communication, as the model's ``c_step`` and sync
-    terms have them. Under FSDP or a plan the optimizer's step shrinks with the GPUs and the
-    all-gathers run in every micro-batch, which those terms do not hold apart: the parts would
-    pull the fit off its totals."""
-    if c.sharding != "ddp" or c.planned:
-        return None, None
-    per_step = None
-    if m.optimizer_ms is not None:
-        per_step = (m.optimizer_ms + (m.step_other_ms or 0.0)) / 1000.0
-    comm = m.comm_ms / 1000.0 if m.comm_ms is not None else None
-    return per_step, comm
