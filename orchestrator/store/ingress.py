@@ -6,7 +6,22 @@ gang, on the GPUs the scheduler granted, and a team's model runs in the sandboxe
 job's own uid (``workers.sandbox``). Ray Serve runs its replicas as Ray actors it places itself
 (its controller decides where and how many) under the operator's user, and its proxy has no
 authentication: the scheduler's grants, the trust boundary and the team's tokens would each
-need working around. A consumer group over one stream per service is the router instead:
+need working around.
+
+Why not Ray Serve, measured (``bench/serving/ray_serve.py``, Ray 2.60, the same model, client and
+figure as ``bench/serving/ingress.py``; 2-core VM at load 4-6, three rounds alternating, medians in
+ms of what each adds to a request, p50 / p99): this path 2.59 / 10.07, Serve's Python proxy 7.53 /
+15.85 (2.9x / 1.6x; it collapsed at 200 req/s open loop), Serve behind HAProxy
+(``RAY_SERVE_ENABLE_HA_PROXY=1``) 1.55 / 7.97 (0.60x / 0.79x: Serve measured better, by about 1 ms).
+Neither proxy checks a token, the body or measures at arrival, so Serve would sit behind the API
+anyway: the part it would replace (append, pickup, answer) is 0.9-1.2 ms at p50 of this path's 2.6,
+forward included. Serve scales without failing through its external-scaler API (0 failed of 1,919
+and 18,401 requests through 1 -> 2 -> 1), but ``serve.run`` again replaces every replica, and its
+replicas take no ``scheduling_strategy``: they cannot run in the placement groups the scheduler
+reserved, and Serve picks which replica a scale-down stops. Adopting it (HAProxy in every Ray
+process's environment, a deployment per service and node, the scheduler setting replicas through the
+external-scaler API, the API forwarding after its checks) is set out in ``bench/serving/README.md``.
+A consumer group over one stream per service is the router instead:
 
 - the API's ingress (``orchestrator.api.routers.services``) checks the caller, validates the
   body, appends the request (``XADD``, capped at :data:`QUEUE_MAXLEN`) naming its process's
