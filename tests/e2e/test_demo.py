@@ -18,8 +18,8 @@ from tests.e2e.conftest import ROOT
 def _busy() -> list[subprocess.Popen[bytes]]:
     """A process spinning a core: the demo runs on a busy machine. One, not two: in the suite
     the other test worker (``-n 2``) keeps the second core busy already, and two spinners would
-    halve its tests' speed (`make demo` beside two busy processes and four test sessions passed
-    by hand: every SLA met, exit 0)."""
+    halve its tests' speed (by hand, the full `orch demo` at load 5-9, other sessions' tests
+    and benchmarks beside it, ran every job and met every SLA, exit 0)."""
     spin = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end: pass"
     return [subprocess.Popen([sys.executable, "-c", spin])]
 
