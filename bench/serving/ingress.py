@@ -17,6 +17,12 @@ Reported: p50 and p99 of the client's latency, of the in-process forward, and of
 endpoint adds to each request (client latency minus that request's forward time at the
 replica: HTTP, authentication, checks, the store's round trips, the replica's pickup).
 Writes ``bench/serving/results/ingress.json`` (``--out``).
+
+``--open-rates 50,200`` then loads the same service open loop at each rate for
+``--open-seconds``, with the shipped client (``orchestrator.load``, ``orch load``'s engine:
+seeded Poisson arrivals, each request timed from its intended send time, 64 connections),
+as ``bench/serving/ray_serve.py`` loads Ray Serve: the latencies and what was answered, per
+rate.
 """
 
 from __future__ import annotations
@@ -131,12 +137,44 @@ def through_endpoint(args: argparse.Namespace, ray_address: str) -> dict[str, An
                 client.append(took)
                 model.append(float(r.json()["timing"]["model_ms"]))
             figures = c.get(f"/v1/services/{job_id}").json()["figures"]
-        return {"client_ms": client, "model_ms": model, "ingress_figures": figures}
+        open_loop = [_open_loop(server.url, token, job_id, info, rate, args) for rate in args.rates]
+        return {
+            "client_ms": client,
+            "model_ms": model,
+            "ingress_figures": figures,
+            "open_loop": open_loop,
+        }
     finally:
         if server is not None:
             server.stop()
         running.shutdown()
         store.delete_namespace()
+
+
+def _open_loop(
+    url: str, token: str, job_id: str, info: dict[str, Any], rate: float, args: Any
+) -> dict[str, Any]:
+    """The service loaded open loop at ``rate`` req/s by ``orch load``'s engine."""
+    import asyncio
+
+    from orchestrator.client import Client
+    from orchestrator.load import ServiceInput, make_bodies, poisson_schedule, run_load
+
+    schedule = poisson_schedule(rate, args.open_seconds, seed=0)
+    bodies = make_bodies(ServiceInput.advertised(info), len(schedule.offsets), seed=0)
+    path = f"/v1/services/{job_id}/infer"
+    with Client(url, token) as client:
+        report = asyncio.run(
+            run_load(client, path, schedule, bodies, timeout_s=30.0, connections=64)
+        )
+    got = report.data()
+    lat = got["latency_ms"] or {}
+    print(
+        f"open loop {rate:g} req/s: answered {got['statuses']}, achieved "
+        f"{got['achieved_rps'] or 0:.1f} req/s, p50 {lat.get('p50', float('nan')):.2f} ms, "
+        f"p99 {lat.get('p99', float('nan')):.2f} ms"
+    )
+    return {"rate_rps": rate, **got}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,7 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--smoke", action="store_true", help="a few requests: the plumbing only")
     ap.add_argument("--out", default="ingress", help="results file name, no .json")
+    ap.add_argument("--open-rates", default="", help="open-loop rates after: 50,200 (req/s)")
+    ap.add_argument("--open-seconds", type=float, default=20.0, help="seconds per rate")
     args = ap.parse_args(argv)
+    args.rates = [float(r) for r in args.open_rates.split(",") if r.strip()]
     if args.smoke:
         args.requests, args.warmup, args.out = 20, 2, f"{args.out}-smoke"
     import ray
@@ -187,7 +228,15 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = ROOT / f"bench/serving/results/{args.out}.json"
     out.write_text(
-        json.dumps({"meta": meta, "summary": summary, "ingress": got["ingress_figures"]}, indent=1)
+        json.dumps(
+            {
+                "meta": meta,
+                "summary": summary,
+                "ingress": got["ingress_figures"],
+                "open_loop": got["open_loop"],
+            },
+            indent=1,
+        )
     )
     print(f"wrote {out}")
     return 0
