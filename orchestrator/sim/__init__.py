@@ -15,15 +15,15 @@ from orchestrator.sim.errors import (
     TraceError,
     UnplaceableJobs,
 )
-from orchestrator.sim.metrics import JobRecord, SimResult, summarize
+from orchestrator.sim.metrics import SimOutcome, SimResult, summarize
 from orchestrator.sim.trace import TraceJob, philly_jobs, pollux_workload, read_trace, write_trace
 from orchestrator.teams import TeamConfig, TeamSpec, load_teams
 
 __all__ = [
-    "JobRecord",
     "PolicyViolation",
     "SimConfig",
     "SimError",
+    "SimOutcome",
     "SimResult",
     "Simulator",
     "StuckSimulation",

@@ -30,7 +30,7 @@ from orchestrator.inputs import describe_errors, load_document
 from orchestrator.sim.config import SimConfig
 from orchestrator.sim.engine import Simulator, uniform_pool
 from orchestrator.sim.errors import StuckSimulation, UnplaceableJobs
-from orchestrator.sim.metrics import JobRecord, SimResult
+from orchestrator.sim.metrics import SimOutcome, SimResult
 from orchestrator.sim.plot import plot_runs
 from orchestrator.sim.trace import TraceJob, read_trace
 from orchestrator.teams import TeamConfig, load_teams
@@ -219,7 +219,7 @@ def _num(x: float | None) -> float | None:
     return None if x is None or math.isnan(x) else x
 
 
-def record_json(r: JobRecord) -> dict[str, Any]:
+def record_json(r: SimOutcome) -> dict[str, Any]:
     """One job's record as plain JSON, with its JCT and first wait."""
     return {**asdict(r), "waits": list(r.waits), "jct": r.jct, "wait": r.wait}
 

@@ -12,7 +12,7 @@ from policies.snapshot import TeamView
 
 
 @dataclass(frozen=True)
-class JobRecord:
+class SimOutcome:
     """One job's outcome. Times are simulated seconds; ``None``: never happened."""
 
     name: str
@@ -107,7 +107,7 @@ class Usage:
 class SimResult:
     """The outcome of one simulation."""
 
-    records: list[JobRecord]
+    records: list[SimOutcome]
     usage: Usage
     rounds: int
     end_time: float
@@ -135,7 +135,7 @@ def jain(values: Sequence[float]) -> float:
     return sum(values) ** 2 / (len(values) * sum(v * v for v in values) or 1.0)
 
 
-def summarize(records: Sequence[JobRecord], usage: Usage) -> dict[str, float]:
+def summarize(records: Sequence[SimOutcome], usage: Usage) -> dict[str, float]:
     """JCT, attainment, utilisation, fairness and preemption cost of a run.
 
     * ``mean_jct``, ``median_jct``, ``p95_jct``: over every completed job, both classes;

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orchestrator.sim.metrics import JobRecord
+from orchestrator.sim.metrics import SimOutcome
 from orchestrator.sim.models import JobModel
 from orchestrator.sim.trace import TraceJob
 from policies import JobHistory, QueuedJob, RunningJob
@@ -61,13 +61,13 @@ def placement_of(nodes: tuple[str, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def record_of(job: SimJob, now: float) -> JobRecord:
+def record_of(job: SimJob, now: float) -> SimOutcome:
     """The job's record at the end of a run at ``now``."""
     s = job.spec
     waits = job.waits
     if job.state == QUEUED and job.first_start is not None:  # preempted, not resumed
         waits = [*waits, now - job.queued_since]
-    return JobRecord(
+    return SimOutcome(
         name=s.name,
         job_class=s.job_class,
         team=s.team,
