@@ -6,6 +6,7 @@ is checked exactly as a file is; responses are read-only views of what the store
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -56,6 +57,12 @@ class Verdict(_Body):
         return SLAVerdict(met=self.met, target=self.target, measured=self.measured)
 
 
+_VIEW_NAMES = {"spec_data": "spec"}
+"""A :class:`JobRecord` field's name on :class:`JobView`, where they differ."""
+_WIRE_NAMES = {"job_class": "class", "spec_data": "spec"}
+"""A :class:`JobRecord` field's name in the API's JSON, where they differ."""
+
+
 class JobView(_Body):
     """One job as stored, with its SLA verdict (``orch list -o json`` prints a list of these).
 
@@ -82,49 +89,23 @@ class JobView(_Body):
 
     @classmethod
     def of(cls, rec: JobRecord, verdict: SLAVerdict) -> JobView:
-        """The view of a stored record."""
-        return cls.model_validate(
-            {
-                "id": rec.id,
-                "name": rec.name,
-                "team": rec.team,
-                "class": rec.job_class,
-                "state": rec.state,
-                "gpus": rec.gpus,
-                "seq": rec.seq,
-                "submitted_at": rec.submitted_at,
-                "updated_at": rec.updated_at,
-                "message": rec.message,
-                "attempts": rec.attempts,
-                "by": rec.by,
-                "placement": rec.placement,
-                "result": rec.result,
-                "fields": rec.fields,
-                "spec": rec.spec_data,
-                "verdict": Verdict.of(verdict),
-            }
-        )
+        """The view of a stored record: every field of :class:`JobRecord`, by its name here
+        (:data:`_VIEW_NAMES`), so a field added to the record is a field of the view (or an
+        error, the view forbidding unknown fields: never silently dropped)."""
+        data = {
+            _WIRE_NAMES.get(f.name, f.name): getattr(rec, f.name)
+            for f in dataclasses.fields(JobRecord)
+        }
+        return cls.model_validate({**data, "verdict": Verdict.of(verdict)})
 
     def record(self) -> JobRecord:
-        """Back to the :class:`JobRecord` the CLI's views take."""
-        return JobRecord(
-            id=self.id,
-            name=self.name,
-            team=self.team,
-            job_class=self.job_class,
-            state=self.state,
-            spec_data=self.spec,
-            seq=self.seq,
-            gpus=self.gpus,
-            submitted_at=self.submitted_at,
-            updated_at=self.updated_at,
-            message=self.message,
-            attempts=self.attempts,
-            by=self.by,
-            placement=self.placement,
-            result=self.result,
-            fields=dict(self.fields),
-        )
+        """Back to the :class:`JobRecord` the CLI's views take (every field of it)."""
+        values = {
+            f.name: getattr(self, _VIEW_NAMES.get(f.name, f.name))
+            for f in dataclasses.fields(JobRecord)
+        }
+        values["fields"] = dict(values["fields"])
+        return JobRecord(**values)
 
 
 class JobDetail(_Body):
