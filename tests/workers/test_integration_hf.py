@@ -127,3 +127,14 @@ def test_the_example_job_files_validate(name: str) -> None:
     data = yaml.safe_load((EXAMPLE / name).read_text())
     data["workload"]["working_dir"] = pack(EXAMPLE).digest
     assert parse_spec(data).workload.command is not None
+
+
+def test_two_ranks_stop_at_one_step_and_save_together(job_root: Path) -> None:  # noqa: F811
+    """The stop reaches each rank's process on its own: every rank must save (a collective)
+    and leave at the same step (workers/integrations/lifecycle.py)."""
+    cfg = config(["python", "hf_probe.py"], micro_batch=4, steps=400)
+    results, _ = ranks(cfg, PROBES, job_root / "two", stop_at=3, world=2)
+    assert results[0]["status"] == results[1]["status"] == "stopped", results
+    step = results[0]["steps_done"]
+    assert results[1]["steps_done"] == step < 400
+    assert (job_root / "two" / f"checkpoint-{step}").is_dir()

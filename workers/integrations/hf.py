@@ -27,8 +27,8 @@ Accelerate reads as under ``torchrun``. Outside ``orch`` the arguments are retur
 tokens when told the sequence length or when the Trainer counts them, the last logged loss),
 and when ``orch`` asks for a checkpoint (every ``run.checkpoint_every`` steps, or a stop) sets
 ``control.should_save`` (the Trainer writes ``checkpoint-N``: model, optimizer, scheduler, RNG
-and data position) and, on a stop, ``control.should_training_stop``; the stop is agreed over
-the ranks so that every rank saves and leaves at the same step. :func:`resume_checkpoint` is
+and data position) and, on a stop, ``control.should_training_stop``; every rank decides the
+same at the same step (:mod:`workers.integrations.lifecycle`). :func:`resume_checkpoint` is
 the checkpoint ``orch`` recorded last, for ``trainer.train(resume_from_checkpoint=...)``.
 """
 
@@ -47,6 +47,7 @@ except ImportError as err:  # the framework is an extra: say which
     raise missing_extra("transformers", "hf") from err
 
 from workers import job
+from workers.integrations.lifecycle import decide
 
 __all__ = ["OrchCallback", "resume_checkpoint", "train", "training_arguments"]
 
@@ -161,14 +162,9 @@ class OrchCallback(TrainerCallback):
         )
         ctx = job.context()
         late = ctx.duration_s is not None and time.monotonic() - self.started >= ctx.duration_s
-        asked = job.should_stop()
-        # every rank saves and leaves at the same step (one asked is enough); a rank asked
-        # whose should_checkpoint() is false was deposed: a newer run owns the checkpoints
-        stop, ended = _agree([asked, late], args.device)
-        if job.should_checkpoint() or (stop and not asked):
-            control.should_save = True
-        if stop or ended:
-            control.should_training_stop = True
+        decision = decide(state.global_step, late, args.device)  # the same on every rank
+        control.should_save = control.should_save or decision.save
+        control.should_training_stop = control.should_training_stop or decision.stop
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if job.under_orch() and os.path.abspath(args.output_dir) == os.path.abspath(
@@ -182,9 +178,3 @@ class OrchCallback(TrainerCallback):
             tokens, self.tokens_seen = seen - self.tokens_seen, seen
             return tokens
         return samples * self.seq_len if self.seq_len else None
-
-
-def _agree(flags: list[bool], device: Any) -> list[bool]:
-    from workers.distributed import agree_any
-
-    return agree_any(flags, device)

@@ -27,10 +27,11 @@ set before ``train_dataloader()`` is called; a module with neither is refused un
 :class:`OrchCallback` reports each optimizer step (the job's global batch, the step's loss,
 tokens when told the sequence length); when ``orch`` asks for a checkpoint (every
 ``run.checkpoint_every`` steps, or a stop) it calls ``trainer.save_checkpoint`` (``step-N.ckpt``
-in the job's folder: model, optimizer, loops) and on a stop sets ``trainer.should_stop``; the
-stop is agreed over the ranks. A run resumed mid-epoch from such a checkpoint reads and drops
-the batches the stopped run had taken in that epoch (Lightning restarts the epoch's loader
-otherwise), so it trains on the same samples in the same order.
+in the job's folder: model, optimizer, loops) and on a stop sets ``trainer.should_stop``; every
+rank decides the same at the same step (:mod:`workers.integrations.lifecycle`). A run resumed
+mid-epoch from such a checkpoint reads and drops the batches the stopped run had taken in that
+epoch (Lightning restarts the epoch's loader otherwise), so it trains on the same samples in
+the same order.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ except ImportError as err:  # the framework is an extra: say which
     raise missing_extra("lightning", "lightning") from err
 
 from workers import job
+from workers.integrations.lifecycle import decide
 
 __all__ = ["PRECISIONS", "OrchCallback", "resume_checkpoint", "trainer", "trainer_kwargs"]
 
@@ -158,14 +160,11 @@ class OrchCallback(pl.Callback):
             step=step,
         )
         late = ctx.duration_s is not None and time.monotonic() - self.started >= ctx.duration_s
-        asked = job.should_stop()
-        # every rank saves and leaves at the same step (one asked is enough); a rank asked
-        # whose should_checkpoint() is false was deposed: a newer run owns the checkpoints
-        stop, ended = _agree([asked, late], pl_module.device)
-        if job.should_checkpoint() or (stop and not asked):
+        decision = decide(step, late, pl_module.device)  # the same on every rank
+        if decision.save:
             trainer.save_checkpoint(checkpoint_path(step))
             job.checkpointed(step)
-        if stop or ended:
+        if decision.stop:
             trainer.should_stop = True
 
 
@@ -189,9 +188,3 @@ def _skip_taken_batches(trainer: pl.Trainer) -> None:
 def _loss(outputs: Any) -> float | None:
     loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
     return float(loss) if loss is not None else None
-
-
-def _agree(flags: list[bool], device: Any) -> list[bool]:
-    from workers.distributed import agree_any
-
-    return agree_any(flags, device)
