@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from orchestrator.spec import parse_spec
@@ -40,13 +41,14 @@ def example(micro_batch: int, grad_accum: int, steps: int) -> dict[str, object]:
     return cfg
 
 
-@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize(("world", "sharding"), [(1, "ddp"), (2, "ddp"), (2, "fsdp")])
 def test_the_tuned_settings_reach_the_trainers_arguments(
     job_root: Path,  # noqa: F811
     world: int,
+    sharding: str,
 ) -> None:
     cfg = config(["python", "lightning_probe.py"], micro_batch=8, steps=3)
-    cfg.update(grad_accum=2, precision="bf16")
+    cfg.update(grad_accum=2, precision="bf16", sharding=sharding)
     results, reports = ranks(cfg, PROBES, job_root / "p", world=world)
     assert not [r for r in results.values() if isinstance(r, Exception)], results
     assert results[0]["status"] == "finished" and results[0]["steps_done"] == 3
@@ -56,7 +58,10 @@ def test_the_tuned_settings_reach_the_trainers_arguments(
         assert seen["precision"] == "bf16-mixed" and seen["accumulate_grad_batches"] == 2
         assert seen["loader_batch"] == 8 and seen["max_steps"] == 3  # not the script's 4, 100
         assert seen["world_size"] == seen["num_nodes"] == world and seen["global_rank"] == rank
-        assert seen["strategy"] == ("DDPStrategy" if world > 1 else "SingleDeviceStrategy")
+        # Lightning refuses FSDP on CPU: there the run trains with DDP (as Accelerate's)
+        fsdp = sharding == "fsdp" and torch.cuda.is_available()
+        ddp = "FSDPStrategy" if fsdp else "DDPStrategy"
+        assert seen["strategy"] == (ddp if world > 1 else "SingleDeviceStrategy")
         assert seen["root"] == str(job_root / "p")
 
 

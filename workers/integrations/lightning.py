@@ -12,8 +12,9 @@ A Lightning script changes three lines::
 :func:`workers.job.context`: ``precision`` (``bf16-mixed``, ``16-mixed`` or ``32-true``),
 ``accumulate_grad_batches``, ``max_steps`` (the job's steps, ``max_epochs=-1``),
 ``accelerator``, ``devices=1`` and ``num_nodes`` = the ranks with ``strategy`` ``ddp`` (or
-``fsdp`` when the run's sharding is fsdp) on more than one rank, ``default_root_dir`` (the
-job's checkpoint folder) and :class:`OrchCallback` added to ``callbacks``. Each rank is a
+``fsdp`` when the run's sharding is fsdp, on GPUs: Lightning refuses it on CPU) on more than
+one rank, ``default_root_dir`` (the job's checkpoint folder) and :class:`OrchCallback` added to
+``callbacks``. Each rank is a
 process of its own with torchrun's variables (``RANK``, ``WORLD_SIZE``, ``GROUP_RANK``,
 ``LOCAL_RANK=0``, ``LOCAL_WORLD_SIZE=1``...: :func:`workers.command.torchrun_env`), which
 Lightning's ``TorchElasticEnvironment`` reads: one device a node, a node a rank. Outside
@@ -65,13 +66,14 @@ def trainer_kwargs(*, seq_len: int | None = None, **kwargs: Any) -> dict[str, An
     import torch
 
     ctx = job.context()
+    cuda = torch.cuda.is_available()
     settings: dict[str, Any] = {
         "precision": PRECISIONS[ctx.precision],
         "accumulate_grad_batches": ctx.grad_accum,
-        "accelerator": "gpu" if torch.cuda.is_available() else "cpu",
+        "accelerator": "gpu" if cuda else "cpu",
         "devices": 1,
         "num_nodes": ctx.world_size,
-        "strategy": _strategy(ctx),
+        "strategy": _strategy(ctx, cuda),
         "default_root_dir": ctx.checkpoint_dir,
     }
     if ctx.steps is not None:
@@ -88,10 +90,12 @@ def trainer(*, seq_len: int | None = None, **kwargs: Any) -> pl.Trainer:
     return pl.Trainer(**trainer_kwargs(seq_len=seq_len, **kwargs))
 
 
-def _strategy(ctx: job.JobContext) -> str:
+def _strategy(ctx: job.JobContext, cuda: bool) -> str:
+    """``ddp`` on more than one rank, ``fsdp`` when the run shards, on GPUs: Lightning refuses
+    FSDP on CPU, where the run trains with DDP (as Accelerate does for the HF Trainer)."""
     if ctx.world_size == 1:
         return "auto"
-    return "fsdp" if ctx.sharding == "fsdp" else "ddp"
+    return "fsdp" if ctx.sharding == "fsdp" and cuda else "ddp"
 
 
 def checkpoint_path(step: int) -> str:
