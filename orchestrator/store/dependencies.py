@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from orchestrator.store.keys import Keys
 
 
-class JobStore(Protocol):
-    """What resolving dependencies reads of the job store (``store.jobs.JobStore``, whose
-    submission steps, ``store.submission``, call in here: a protocol, not an import back)."""
+class DependencyReads(Protocol):
+    """What resolving dependencies reads of the job store (``store.jobs.JobStore``, handed
+    in by its submission, ``store.submission``: a protocol, not an import back)."""
 
     client: redis.Redis
     keys: Keys
@@ -35,7 +35,7 @@ class JobStore(Protocol):
     def resolve(self, ref: str) -> str: ...
 
 
-__all__ = ["NEVER", "new_id", "plan_ids"]
+__all__ = ["NEVER", "DependencyReads", "new_id", "plan_ids"]
 
 NEVER = frozenset({"failed", "cancelled"})
 """States of a dependency that mean the job depending on it will never start."""
@@ -46,7 +46,7 @@ def new_id(spec: JobSpec) -> str:
     return f"{spec.name}-{secrets.token_hex(3)}"
 
 
-def plan_ids(store: JobStore, specs: Sequence[JobSpec]) -> list[tuple[str, str]]:
+def plan_ids(store: DependencyReads, specs: Sequence[JobSpec]) -> list[tuple[str, str]]:
     """Each job's id and its dependencies' ids (comma-separated, "" if none), in order.
 
     Raises:
@@ -106,7 +106,7 @@ def _forward(specs: Sequence[JobSpec], name: str, ref: str) -> str:
     )
 
 
-def _unused(store: JobStore, specs: Sequence[JobSpec], ids: list[str]) -> list[str]:
+def _unused(store: DependencyReads, specs: Sequence[JobSpec], ids: list[str]) -> list[str]:
     """``ids`` with any already taken drawn again (1 in 16 million per name)."""
     while True:
         pipe = store.client.pipeline(transaction=False)
@@ -119,7 +119,7 @@ def _unused(store: JobStore, specs: Sequence[JobSpec], ids: list[str]) -> list[s
             ids[i] = new_id(specs[i])
 
 
-def _stored(store: JobStore, spec: JobSpec, ref: str, problems: list[str]) -> str | None:
+def _stored(store: DependencyReads, spec: JobSpec, ref: str, problems: list[str]) -> str | None:
     """The id of the stored job of ``spec``'s team that ``ref`` names (``None``: a problem)."""
     where = f"job {spec.name!r}: depends_on {ref!r}"
     try:

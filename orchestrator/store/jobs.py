@@ -1,11 +1,16 @@
-"""The job store: job records, the state machine, queues, events and metrics in Redis.
+"""The job store: one namespace's jobs in Redis (records, the state machine, queues, events
+and metrics), and the stores of the namespace's other keys.
 
-Every state change goes through :meth:`JobStore.transition`, one Lua script that checks and
-applies it atomically, so two schedulers (or a scheduler and a CLI) racing on one job leave
-exactly one winner. Submission is a script too: a job is either fully written (record, queue
-entry, events) or not at all (:mod:`~orchestrator.store.submission`). The reads are in
-:mod:`~orchestrator.store.job_reads`; this module adds the writes and the namespace's other
-stores.
+:class:`JobStore` is one class because a job's hash, its queue entry and its event stream are
+one thing read and written together: every state change goes through
+:meth:`JobStore.transition`, one Lua script that checks and applies it atomically, so two
+schedulers (or a scheduler and a CLI) racing on one job leave exactly one winner; the reads
+beside it batch their round trips (one pipeline or one script call per :data:`BATCH` jobs: the
+control loop reads every queued and running job each round). Submission is a second thing (the
+admission checks, dependencies and the submit script, which writes a job whole or not at all):
+a :class:`~orchestrator.store.submission.JobSubmission` the store owns and exposes through
+:meth:`JobStore.submit` and its batch forms. Every other key family has its own typed store,
+an attribute of the ``JobStore`` (``profiles``, ``tokens``, ``logs``...).
 """
 
 from __future__ import annotations
@@ -13,23 +18,27 @@ from __future__ import annotations
 import builtins
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import redis
 
 from orchestrator.config import DEFAULT_RETENTION_S
 from orchestrator.errors import (
+    AmbiguousJob,
     IllegalTransition,
     JobEnded,
     JobNotFound,
+    SpecError,
     StoreError,
 )
+from orchestrator.spec import JobSpec
 from orchestrator.store.audit import AuditStore
 from orchestrator.store.connection import open_url
+from orchestrator.store.history import STORED
 from orchestrator.store.ingress import IngressStore
-from orchestrator.store.job_reads import BATCH, EVENTS_MAXLEN, pairs
+from orchestrator.store.keys import Keys
 from orchestrator.store.lease import LEASE_MS, Lease, LeaseLost, lease_holder
 from orchestrator.store.logs import LogStore
 from orchestrator.store.pool_view import PoolHistoryStore, PoolViewStore
@@ -37,18 +46,56 @@ from orchestrator.store.records import CORE_FIELDS, JobRecord
 from orchestrator.store.retention import RetentionStore
 from orchestrator.store.scaling import ScalingStore
 from orchestrator.store.states import TERMINAL, JobState, sources
-from orchestrator.store.submission import JobSubmission
+from orchestrator.store.submission import BATCH, EVENTS_MAXLEN, JobSubmission, pairs
 from orchestrator.store.telemetry import TelemetryStore
 from orchestrator.store.tokens import TokenStore
 from orchestrator.store.tuning import ProfileStore, StudyJournal, TuneCacheStore, TuneReportStore
 from orchestrator.store.wake import WakeChannel, Wakeups
 from orchestrator.store.workdirs import WorkingDirStore
-from orchestrator.teams import TeamConfig
+from orchestrator.teams import TeamConfig, parse_teams
 
-__all__ = ["METRICS_MAXLEN", "JobStore"]
+__all__ = ["METRICS_MAXLEN", "QUEUE_FACTS", "JobStore"]
+
 
 METRICS_MAXLEN = 1000
 """Approximate cap of a job's metrics stream."""
+
+QUEUE_FACTS = (
+    "class",
+    "team",
+    "gpus",
+    "seq",
+    "submitted_at",
+    "gpus_min",
+    "gpus_max",
+    "deadline_s",
+    "wait_target_s",
+    "gpu_memory_gb",
+    "after",
+    *STORED.values(),
+)
+"""The job fields a scheduling snapshot reads (see :meth:`JobStore.queue_facts`): the job's
+history (``orchestrator.store.history``), written by the control loop when a run ends, and the
+others at submission (``after``: the ids of the jobs it starts after, for the loop, not the
+policy)."""
+
+# The jobs (hash keys) whose state is "cancelling".
+_CANCELLING_LUA = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  if redis.call("HGET", key, "state") == "cancelling" then out[#out + 1] = key end
+end
+return out
+"""
+# The same fields of many hashes in one command: a pipeline of one HMGET per running job costs
+# the client a command to pack and a reply to parse each (about 2 ms a round at 64 jobs in
+# bench/control_plane); one script call costs one of each.
+_HMGET_MANY_LUA = """
+local out = {}
+for i, key in ipairs(KEYS) do out[i] = redis.call("HMGET", key, unpack(ARGV)) end
+return out
+"""
+
 
 _TRANSITION_LUA = (
     resources.files("orchestrator.store").joinpath("transition.lua").read_text(encoding="utf-8")
@@ -85,7 +132,7 @@ return {"ok"}
 """
 
 
-class JobStore(JobSubmission):
+class JobStore:
     """Jobs of one namespace in one Redis, and the stores of the namespace's other keys.
 
     Args:
@@ -114,7 +161,9 @@ class JobStore(JobSubmission):
     def __init__(
         self, client: redis.Redis, namespace: str, *, retention_s: float = DEFAULT_RETENTION_S
     ) -> None:
-        super().__init__(client, namespace)
+        self.client = client
+        self.namespace = namespace
+        self.keys = Keys(namespace)
         self.retention_s = retention_s
         self.scaling = ScalingStore(client, self.keys)
         self.profiles = ProfileStore(client, self.keys)
@@ -133,6 +182,19 @@ class JobStore(JobSubmission):
         self._transition = client.register_script(_TRANSITION_LUA)
         self._incr_attempts = client.register_script(_INCR_ATTEMPTS_LUA)
         self._annotate = client.register_script(_ANNOTATE_LUA)
+        self._cancelling = client.register_script(_CANCELLING_LUA)
+        self._hmget_keys = client.register_script(_HMGET_MANY_LUA)
+        self._teams: tuple[str | None, TeamConfig | None] = (None, None)
+        self.submission = JobSubmission(
+            client,
+            self.keys,
+            jobs=self,
+            profiles=self.profiles,
+            pool_view=self.pool_view,
+            working_dirs=self.working_dirs,
+            wake=self.wake,
+        )
+        """Admission and the submit script (:meth:`submit` and its batch forms use it)."""
         self._place = client.register_script(_PLACEMENT_LUA)
         self.fence: str | None = None
         """The scheduler lease holder this store writes state for (set by the control loop
@@ -168,10 +230,205 @@ class JobStore(JobSubmission):
 
     # ---- teams -------------------------------------------------------------------------------
 
+    def teams(self) -> TeamConfig | None:
+        """The stored team config, or ``None`` when none was applied (one ``GET``; parsed only
+        when it changed)."""
+        raw = cast(str | None, self.client.get(self.keys.teams))
+        if raw != self._teams[0]:
+            config = parse_teams(json.loads(raw), "stored team config") if raw else None
+            self._teams = (raw, config)
+        return self._teams[1]
+
     def put_teams(self, config: TeamConfig) -> None:
         """Store the team config (replacing the previous one); the scheduler applies it on its
         next round, and submissions are checked against it from now on."""
         self.client.set(self.keys.teams, config.model_dump_json())
+
+    # ---- submission (JobSubmission) ------------------------------------------------------------
+
+    def submit(self, spec: JobSpec, *, by: str | None = None) -> JobRecord:
+        """Store a new job, queued in its class's FIFO queue, with events submitted and queued
+        (:meth:`JobSubmission.submit`: ``by`` is who submitted it; the id is
+        ``{spec.name}-{6 hex digits}``).
+
+        Raises:
+            SpecError: the team config, the pool or a dependency refuses the job (nothing is
+                written).
+        """
+        return self.submission.submit(spec, by=by)
+
+    def submit_many(self, specs: Iterable[JobSpec], *, by: str | None = None) -> builtins.list[str]:
+        """Submit many jobs in one round trip per batch, all or none admitted
+        (:meth:`JobSubmission.submit_many`); returns their ids in order."""
+        return self.submission.submit_many(specs, by=by)
+
+    def submit_each(
+        self, specs: Sequence[JobSpec], bys: Sequence[str]
+    ) -> builtins.list[str | SpecError]:
+        """Submit jobs each on its own, in a few round trips for them all
+        (:meth:`JobSubmission.submit_each`): each job's id, or why it was refused."""
+        return self.submission.submit_each(specs, bys)
+
+    def work_estimates(self, specs: Sequence[JobSpec]) -> builtins.list[float | None]:
+        """Each job's seconds of work on its requested GPUs, as submission stores it
+        (:meth:`JobSubmission.work_estimates`)."""
+        return self.submission.work_estimates(specs)
+
+    # ---- jobs: reads -------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> JobRecord:
+        """The job with this id.
+
+        Raises:
+            JobNotFound: no such job.
+        """
+        h = _hash(self.client.hgetall(self.keys.job(job_id)))
+        if not h:
+            raise JobNotFound(job_id)
+        return JobRecord.from_hash(h)
+
+    def get_many(self, job_ids: Iterable[str]) -> builtins.list[JobRecord]:
+        """The jobs with these ids, in the same order, in one round trip per batch; ids of
+        jobs that no longer exist are skipped."""
+        ids = builtins.list(job_ids)
+        records: builtins.list[JobRecord] = []
+        for start in range(0, len(ids), BATCH):
+            pipe = self.client.pipeline(transaction=False)
+            for job_id in ids[start : start + BATCH]:
+                pipe.hgetall(self.keys.job(job_id))
+            records += [JobRecord.from_hash(h) for h in pipe.execute() if h]
+        return records
+
+    def queue_facts(self, job_ids: Iterable[str]) -> builtins.list[dict[str, str]]:
+        """What a scheduling snapshot needs of these jobs, without their specs (a fraction of
+        the bytes): ``id`` and the fields of :data:`QUEUE_FACTS` present on each job (absent
+        ones are left out: jobs stored by an older version, or facts not known yet); missing
+        jobs are skipped."""
+        out: builtins.list[dict[str, str]] = []
+        for job_id, values in self._hmget_many(builtins.list(job_ids), QUEUE_FACTS):
+            if values[0] is not None:
+                facts = {k: v for k, v in zip(QUEUE_FACTS, values, strict=True) if v}
+                out.append({"id": job_id, **facts})
+        return out
+
+    def states(self, job_ids: Iterable[str]) -> dict[str, str | None]:
+        """Each job's state (``None``: no such job, e.g. removed by ``orch gc``), one
+        pipelined round trip per batch."""
+        return {j: v[0] for j, v in self._hmget_many(builtins.list(job_ids), ("state",))}
+
+    def _hmget_many(
+        self, ids: builtins.list[str], names: Sequence[str]
+    ) -> Iterator[tuple[str, builtins.list[str | None]]]:
+        """``(id, values of names)`` per job, one pipelined round trip per batch."""
+        for start in range(0, len(ids), BATCH):
+            chunk = ids[start : start + BATCH]
+            pipe = self.client.pipeline(transaction=False)
+            for job_id in chunk:
+                pipe.hmget(self.keys.job(job_id), names)
+            yield from zip(chunk, pipe.execute(), strict=True)
+
+    def resolve(self, ref: str) -> str:
+        """The id of the job ``ref`` names: a job id, or the name of exactly one job.
+
+        Raises:
+            JobNotFound: no job has this id or name.
+            AmbiguousJob: several jobs have this name (listed in submit order).
+        """
+        if self.client.exists(self.keys.job(ref)):
+            return ref
+        ids = cast(builtins.list[str], list(self.client.smembers(self.keys.names(ref))))
+        if not ids:
+            raise JobNotFound(ref)
+        if len(ids) > 1:
+            scores = self.client.zmscore(self.keys.jobs, ids)
+            ordered = sorted(zip(ids, scores, strict=True), key=lambda p: p[1] or 0.0)
+            raise AmbiguousJob(ref, [i for i, _ in ordered])
+        return ids[0]
+
+    def list(
+        self, states: Iterable[JobState | str] | None = None, limit: int | None = None
+    ) -> list[JobRecord]:
+        """Jobs in submit order, optionally only those in ``states``.
+
+        Args:
+            states: keep only jobs in these states.
+            limit: keep only the ``limit`` most recently submitted of the matching jobs.
+        """
+        wanted = None if states is None else {JobState(s) for s in states}
+        if wanted is None and limit is not None:
+            ids = _strs(self.client.zrange(self.keys.jobs, -limit, -1)) if limit > 0 else []
+        else:
+            ids = _strs(self.client.zrange(self.keys.jobs, 0, -1))
+        records = self.get_many(ids)
+        if wanted is not None:
+            records = [r for r in records if r.state in wanted]
+        if limit is not None:
+            records = records[-limit:] if limit > 0 else []
+        return records
+
+    def job_fields(
+        self, names: Sequence[str], limit: int | None = None
+    ) -> builtins.list[dict[str, str]]:
+        """Fields ``names`` of every job (or of the ``limit`` most recently submitted), in submit
+        order, one round trip per batch: for listings that need a few fields of many jobs, not
+        their records (``/metrics``, the dashboard). Each dict has ``id`` and the named fields
+        the job has; jobs deleted meanwhile are skipped."""
+        if limit is None:
+            ids = _strs(self.client.zrange(self.keys.jobs, 0, -1))
+        else:
+            ids = _strs(self.client.zrange(self.keys.jobs, -limit, -1)) if limit > 0 else []
+        out: builtins.list[dict[str, str]] = []
+        for job_id, values in self._hmget_many(ids, names):
+            found = {k: v for k, v in zip(names, values, strict=True) if v is not None}
+            if found:
+                out.append({"id": job_id, **found})
+        return out
+
+    def queued(self, job_class: str) -> builtins.list[str]:
+        """Ids of the queued jobs of a class, oldest submission first."""
+        return _strs(self.client.zrange(self.keys.queue(job_class), 0, -1))
+
+    def queue_version(self) -> int:
+        """A counter that changes whenever any queue's membership does (submission, a job
+        leaving or re-entering the queue): equal values mean the same queues."""
+        return int(cast(str | None, self.client.get(self.keys.queue_version)) or 0)
+
+    def cancelling(self, job_ids: Iterable[str]) -> builtins.list[str]:
+        """Which of these jobs are being cancelled (one round trip, a short reply)."""
+        keys = [self.keys.job(j) for j in job_ids]
+        if not keys:
+            return []
+        found = self._cancelling(keys=keys)
+        return [k.removeprefix(self.keys.key("job", "")) for k in _strs(found)]
+
+    def events(self, job_id: str) -> builtins.list[dict[str, Any]]:
+        """The job's state changes, oldest first: ``{id, event, from, message, ts}``.
+
+        ``ts`` is Redis server time in seconds; ``id`` is the stream entry id.
+
+        Raises:
+            JobNotFound: no such job.
+        """
+        entries = _entries(self.client.xrange(self.keys.events(job_id)))
+        if not entries and not self.client.exists(self.keys.job(job_id)):
+            raise JobNotFound(job_id)
+        return [{"id": sid, **f, "ts": float(f["ts"])} for sid, f in entries]
+
+    def events_after(
+        self, job_id: str, after: str = "0", block_ms: int = 0
+    ) -> builtins.list[dict[str, Any]]:
+        """The job's state changes after stream entry ``after`` (as :meth:`events` gives
+        them), waiting up to ``block_ms`` for one when there is none yet (0: do not wait)."""
+        reply = cast(
+            builtins.list[tuple[str, Any]],
+            self.client.xread(
+                {self.keys.events(job_id): after}, block=block_ms or None, count=EVENTS_MAXLEN
+            ),
+        )
+        entries = _entries(reply[0][1]) if reply else []
+        return [{"id": sid, **f, "ts": float(f["ts"])} for sid, f in entries]
+
+    # ---- jobs: state changes and notes -------------------------------------------------------
 
     def transition(
         self,
@@ -392,6 +649,61 @@ class JobStore(JobSubmission):
         )
         pipe.execute()
 
+    def latest_metrics(
+        self, job_ids: Iterable[str], names: Iterable[str]
+    ) -> dict[str, dict[str, Any]]:
+        """The latest reported value of metrics ``names`` of each job, in one round trip per
+        batch (jobs or metrics never reported are left out)."""
+        ids, names = builtins.list(job_ids), tuple(names)
+        out: dict[str, dict[str, Any]] = {}
+        metrics = self.keys.metrics
+        for start in range(0, len(ids), BATCH):
+            chunk = ids[start : start + BATCH]
+            replies = self._hmget_keys(keys=[metrics(j) for j in chunk], args=names)
+            for job_id, values in zip(chunk, replies, strict=True):
+                got = {k: json.loads(v) for k, v in zip(names, values, strict=True) if v}
+                if got:
+                    out[job_id] = got
+        return out
+
+    def metrics(self, job_id: str) -> dict[str, Any]:
+        """The latest value of every metric the job reported (empty if none)."""
+        raw = _hash(self.client.hgetall(self.keys.metrics(job_id)))
+        return {k: json.loads(v) for k, v in raw.items()}
+
+    def judged_metrics(self, rec: JobRecord) -> dict[str, Any]:
+        """The metrics a job is judged and shown on: its latest reports, and for a service
+        with an endpoint its requests' figures over its whole life as its ingress measured
+        them (``orchestrator.store.ingress``: they outlive every relaunch and scale)."""
+        from pydantic import ValidationError
+
+        from orchestrator.store.ingress import read_figures, service_keys, with_service_figures
+
+        metrics = self.metrics(rec.id)
+        try:
+            spec = rec.spec
+        except ValidationError:  # stored by an older version: its reports alone
+            return metrics
+        if spec.serve is None or not spec.serve.endpoint:
+            return metrics
+        lat = spec.sla.latency
+        ceiling = None if lat is None else (lat.percentile / 100.0, lat.max_ms)
+        keys = service_keys(self.keys.namespace, rec.id)
+        return with_service_figures(metrics, read_figures(self.client, keys, ceiling))
+
+    def metrics_history(self, job_id: str, count: int = 100) -> builtins.list[dict[str, Any]]:
+        """The job's last ``count`` metrics reports, oldest first.
+
+        Each report carries ``ts`` (server time of the report, seconds) unless it has its own.
+        """
+        entries = _entries(self.client.xrevrange(self.keys.metrics_stream(job_id), count=count))
+        history = []
+        for sid, raw in reversed(entries):
+            report: dict[str, Any] = {"ts": int(sid.split("-", 1)[0]) / 1000.0}
+            report.update({k: json.loads(v) for k, v in raw.items()})
+            history.append(report)
+        return history
+
     # ---- housekeeping ------------------------------------------------------------------------
 
     def delete_namespace(self) -> int:
@@ -410,6 +722,18 @@ class JobStore(JobSubmission):
 
 # The client decodes responses (decode_responses=True), but redis-py types every reply as
 # ``bytes | str``; these casts state what the connection guarantees.
+
+
+def _hash(reply: object) -> dict[str, str]:
+    return cast(dict[str, str], reply)
+
+
+def _strs(reply: object) -> list[str]:
+    return cast(list[str], reply)
+
+
+def _entries(reply: object) -> list[tuple[str, dict[str, str]]]:
+    return cast(list[tuple[str, dict[str, str]]], reply)
 
 
 def _plain(value: Any) -> Any:

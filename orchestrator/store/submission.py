@@ -1,9 +1,14 @@
-"""Submitting jobs: the admission checks (team config, working directory, GPU memory), then
-one script per job that writes it whole (record, queue entry, events) or not at all, under a
-fresh id while its id is taken.
+"""Submitting jobs: the admission checks (team config, working directory, GPU memory), the
+jobs' dependencies, then one script per job that writes it whole (record, queue entry, events)
+or not at all, under a fresh id while its id is taken.
 
-:class:`JobSubmission` holds these steps for :class:`~orchestrator.store.jobs.JobStore`, whose
-stores it uses (profiles, pool view, working directories, wake channel).
+:class:`JobSubmission` is a collaborator of :class:`~orchestrator.store.jobs.JobStore`, which
+owns one and exposes it as ``JobStore.submit`` and its batch forms: what submission reads of
+the store (the team config, names resolved to ids) and the stores it uses (profiles, pool view,
+working directories, wake channel) are handed to it, so this module imports nothing back. The
+job keys' caps and the scripts' reply format (:data:`EVENTS_MAXLEN`, :data:`BATCH`,
+:func:`pairs`) are here because the submit script is where a job's keys are first written; the
+job store reads them from here.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import builtins
 import json
 from collections.abc import Iterable, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
@@ -20,8 +25,8 @@ from orchestrator.elastic import gpu_range
 from orchestrator.errors import SpecError, StoreError
 from orchestrator.sla import work_seconds
 from orchestrator.spec import JobSpec
-from orchestrator.store.dependencies import new_id, plan_ids
-from orchestrator.store.job_reads import BATCH, EVENTS_MAXLEN, JobReads, pairs
+from orchestrator.store.dependencies import DependencyReads, new_id, plan_ids
+from orchestrator.store.keys import Keys
 from orchestrator.store.pool_view import PoolViewStore, memory_problem
 from orchestrator.store.records import JobRecord
 from orchestrator.store.tuning import ProfileStore
@@ -29,7 +34,13 @@ from orchestrator.store.wake import WakeChannel
 from orchestrator.store.workdirs import WorkingDirStore
 from orchestrator.teams import TeamConfig, entry_problem
 
-__all__ = ["JobSubmission"]
+__all__ = ["BATCH", "EVENTS_MAXLEN", "JobSubmission", "SubmissionReads", "pairs"]
+
+EVENTS_MAXLEN = 1000
+"""Approximate cap of a job's event stream (a job requeued forever must not grow it forever)."""
+
+BATCH = 500
+"""Jobs per pipelined round trip."""
 
 _SUBMIT_LUA = (
     resources.files("orchestrator.store").joinpath("submit.lua").read_text(encoding="utf-8")
@@ -37,22 +48,44 @@ _SUBMIT_LUA = (
 _ID_TRIES = 16
 
 
-class JobSubmission(JobReads):
-    """Submission of jobs (see the module doc); ``JobStore.__init__`` sets the stores declared
-    here.
+class SubmissionReads(DependencyReads, Protocol):
+    """What submission reads of the job store: the team config, and what resolving
+    dependencies reads (:class:`~orchestrator.store.dependencies.DependencyReads`)."""
+
+    def teams(self) -> TeamConfig | None: ...
+
+
+class JobSubmission:
+    """Submission of jobs (see the module doc).
 
     Args:
         client: a Redis client created with ``decode_responses=True`` (see ``connect``).
-        namespace: prefix of every key (see :class:`Keys`).
+        keys: the namespace's key layout.
+        jobs: the job store's reads submission needs (the team config, names to ids).
+        profiles: the tuner's profiles (a job's work estimate).
+        pool_view: the pool view the scheduler last published (GPU memory admission).
+        working_dirs: command jobs' stored working directories.
+        wake: the wake channel the submit script publishes on.
     """
 
-    profiles: ProfileStore
-    pool_view: PoolViewStore
-    working_dirs: WorkingDirStore
-    wake: WakeChannel
-
-    def __init__(self, client: redis.Redis, namespace: str) -> None:
-        super().__init__(client, namespace)
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        *,
+        jobs: SubmissionReads,
+        profiles: ProfileStore,
+        pool_view: PoolViewStore,
+        working_dirs: WorkingDirStore,
+        wake: WakeChannel,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.jobs = jobs
+        self.profiles = profiles
+        self.pool_view = pool_view
+        self.working_dirs = working_dirs
+        self.wake = wake
         self._submit = client.register_script(_SUBMIT_LUA)
 
     def check_admission(self, specs: Iterable[JobSpec]) -> None:
@@ -63,7 +96,7 @@ class JobSubmission(JobReads):
         Raises:
             SpecError: one line per refused job, naming the field and what is allowed.
         """
-        self._check_admission(builtins.list(specs), self.teams())
+        self._check_admission(builtins.list(specs), self.jobs.teams())
 
     def _check_admission(self, specs: Sequence[JobSpec], config: TeamConfig | None) -> None:
         """:meth:`check_admission` under the team config ``config`` (read by the caller)."""
@@ -112,7 +145,7 @@ class JobSubmission(JobReads):
             SpecError: the team config refuses the job (nothing is written).
         """
         self.check_admission([spec])
-        ((job_id, after),) = plan_ids(self, [spec])
+        ((job_id, after),) = plan_ids(self.jobs, [spec])
         (work,) = self.work_estimates([spec])
         return self._submit_one(spec, by, job_id, after, work)
 
@@ -139,7 +172,7 @@ class JobSubmission(JobReads):
         """
         specs = builtins.list(specs)
         self.check_admission(specs)
-        planned = plan_ids(self, specs)
+        planned = plan_ids(self.jobs, specs)
         ids: builtins.list[str] = []
         for start in range(0, len(specs), BATCH):
             batch = builtins.list(zip(specs[start : start + BATCH], planned[start:], strict=False))
@@ -168,13 +201,13 @@ class JobSubmission(JobReads):
         Returns:
             Each job's new id, or why it was refused (nothing of it written), in order.
         """
-        config = self.teams()
+        config = self.jobs.teams()
         outcomes: builtins.list[str | SpecError] = []
         planned: builtins.list[tuple[int, str, str]] = []
         for index, spec in enumerate(specs):
             try:
                 self._check_admission([spec], config)
-                ((job_id, after),) = plan_ids(self, [spec])
+                ((job_id, after),) = plan_ids(self.jobs, [spec])
             except SpecError as err:
                 outcomes.append(err)
                 continue
@@ -254,3 +287,8 @@ def _gpu_memory(spec: JobSpec) -> str:
     """GB each of the job's GPUs must have ("": any), as the snapshot reads it back."""
     gb = spec.resources.gpu_memory_gb
     return "" if gb is None else repr(float(gb))
+
+
+def pairs(flat: list[str]) -> dict[str, str]:
+    """A flattened ``HGETALL`` reply (as a script returns it) as a dict."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
