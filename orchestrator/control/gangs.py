@@ -3,8 +3,11 @@ fail one that cannot start), resize a running elastic job and relaunch it on its
 service with an endpoint in place instead: replicas added or drained while the others serve),
 stop a run, tell a queued job why it waits.
 
-:class:`GangActions` holds these steps for :class:`~orchestrator.control.loop.ControlLoop`,
-whose state they act on (its runs, the store, the runtime); the sizing rules they apply
+:class:`GangActions` is a collaborator of :class:`~orchestrator.control.loop.ControlLoop`: it
+is handed what it acts on and through (the loop's :class:`~orchestrator.control.state.LoopState`,
+the store, the runtime, the facts reader, the SLA guard, the lease) and owns one thing of its
+own, the serial of the next launch. The reaper (:mod:`~orchestrator.control.reap`) uses it too,
+to stop a run cancelled meanwhile and to relaunch a resized one. The sizing rules it applies
 (:func:`fit`, :func:`smallest_memory`, :func:`all_virtual`) are pure.
 """
 
@@ -18,23 +21,23 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator.config import Settings
 from orchestrator.control.facts import JobFactsReader
 from orchestrator.control.ledger import Run, reserve
 from orchestrator.control.sla_guard import SLAGuard
-from orchestrator.control.snapshot import JobFacts
+from orchestrator.control.state import LoopState
 from orchestrator.control.telemetry import LoopTelemetry
 from orchestrator.control.transitions import StopReason
 from orchestrator.errors import IllegalTransition, JobNotFound, SpecError
 from orchestrator.pool import NodeInfo
 from orchestrator.runtime.base import Launch, Runtime, in_place
+from orchestrator.storage import StorageLocation
 from orchestrator.store import JobStore
 from orchestrator.store.lease import Lease
 from orchestrator.store.records import JobRecord
 from orchestrator.store.states import TERMINAL, JobState
 from orchestrator.tuner.replan import describe_applied
 from orchestrator.weights import trained_weights
-from policies import Decision, QueuedJob
+from policies import Decision
 from policies.scheduling.resize import drop_gpus
 
 log = logging.getLogger(__name__)
@@ -51,25 +54,45 @@ __all__ = [
 
 
 class GangActions:
-    """The loop's actions on gangs (see the module doc); the loop's ``__init__`` sets the state
-    declared here."""
+    """The loop's actions on gangs (see the module doc).
 
-    settings: Settings
-    store: JobStore
-    runtime: Runtime
-    lease: Lease
-    clock: Callable[[], float]
-    runs: dict[str, Run]
-    facts: JobFactsReader
-    telemetry: LoopTelemetry
-    sla_guard: SLAGuard
-    _serial: int
-    _waits: dict[str, str]
-    _queued: dict[str, QueuedJob]
-    _facts: dict[str, JobFacts]
-    _nodes: list[NodeInfo]
+    Args:
+        state: the loop's runs, queued views, running facts, waits and nodes.
+        store: the job store (transitions, notes).
+        runtime: launches, stops and resizes gangs.
+        facts: reads a job's elastic sizes and sized config.
+        telemetry: the loop's counters.
+        sla_guard: watches a launched run's SLA.
+        lease: the scheduler lease (its generation goes with each launch).
+        checkpoint_dir: where runs keep their checkpoints, one folder per job.
+        clock: wall clock (seconds).
+    """
 
-    def _stop(self, run: Run, reason: StopReason, note: str) -> None:
+    def __init__(
+        self,
+        state: LoopState,
+        store: JobStore,
+        runtime: Runtime,
+        *,
+        facts: JobFactsReader,
+        telemetry: LoopTelemetry,
+        sla_guard: SLAGuard,
+        lease: Lease,
+        checkpoint_dir: StorageLocation,
+        clock: Callable[[], float],
+    ) -> None:
+        self.state = state
+        self.store = store
+        self.runtime = runtime
+        self.facts = facts
+        self.telemetry = telemetry
+        self.sla_guard = sla_guard
+        self.lease = lease
+        self.checkpoint_dir = checkpoint_dir
+        self.clock = clock
+        self._serial = 0  # the last launch's serial: a run's events carry it
+
+    def stop(self, run: Run, reason: StopReason, note: str) -> None:
         """Ask a run to stop, remembering why (a cancel or shutdown overrides a preemption or
         resize: the job is not restarted then)."""
         if run.stop in (StopReason.CANCEL, StopReason.SHUTDOWN):
@@ -88,31 +111,40 @@ class GangActions:
         )
         self.runtime.stop(run.job_id, at_once=at_once)
 
-    def _wait(self, job_id: str, reason: str) -> None:
+    def preempt(self, d: Decision) -> None:
+        """Stop a running job the policy preempts (it requeues and resumes later)."""
+        run = self.state.runs.get(d.job_id)
+        if run is not None and not run.leaving:
+            log.info("%s: preempting (%s)", d.job_id, d.reason)
+            self.stop(run, StopReason.PREEMPT, d.reason)
+            self.telemetry.preempted()
+            self.store.annotate(d.job_id, f"preempting: {d.reason}")
+
+    def wait(self, job_id: str, reason: str) -> None:
         """Tell the user why a queued job waits (once per distinct reason)."""
-        if self._waits.get(job_id) != reason:
-            self._waits[job_id] = reason
+        if self.state.waits.get(job_id) != reason:
+            self.state.waits[job_id] = reason
             try:
                 self.store.annotate(job_id, f"waiting: {reason}")
             except JobNotFound:
-                self._waits.pop(job_id, None)
+                self.state.waits.pop(job_id, None)
 
-    def _start(self, d: Decision, free: dict[str, int]) -> None:
+    def start(self, d: Decision, free: dict[str, int]) -> None:
         """Place a queued job on the decision's GPUs and launch it (tuning first if it asks to
         be tuned and is not yet)."""
         job_id, nodes = d.job_id, tuple(d.nodes)
-        if job_id in self.runs:  # never two runs of one job
+        if job_id in self.state.runs:  # never two runs of one job
             return
-        cached = self._queued.get(job_id)
+        cached = self.state.queued.get(job_id)
         if cached is not None and cached.lo != cached.hi and not cached.interactive:
             # An elastic job runs on the largest size in what it was given that keeps its
             # global batch (its speedup curve makes the others worth no more than that one).
             info = self.facts.elastic(job_id)
             if info is not None and not (nodes := fit(self.facts.sizes(job_id), nodes)):
-                self._wait(job_id, "no size in its GPU range keeps its global batch here")
+                self.wait(job_id, "no size in its GPU range keeps its global batch here")
                 return
         if not reserve(free, nodes):
-            self._wait(job_id, "its GPUs are being freed by a preemption")
+            self.wait(job_id, "its GPUs are being freed by a preemption")
             return
         try:
             rec = self.store.transition(
@@ -126,8 +158,8 @@ class GangActions:
             for n in nodes:  # cancelled since the snapshot: its GPUs stay free
                 free[n] += 1
             return
-        self._waits.pop(job_id, None)
-        self._queued.pop(job_id, None)
+        self.state.waits.pop(job_id, None)
+        self.state.queued.pop(job_id, None)
         self.telemetry.placed(rec)
         self._launch(rec, nodes, d.strategy)
 
@@ -154,12 +186,12 @@ class GangActions:
         replanned = ""
         try:
             if not tune:
-                sized = self.facts.sized(rec, len(nodes), smallest_memory(self._nodes, nodes))
+                sized = self.facts.sized(rec, len(nodes), smallest_memory(self.state.nodes, nodes))
                 spec = sized.spec or spec
                 if stream and spec.serve is not None:
                     serve = spec.serve.model_copy(update=stream)
                     spec = spec.model_copy(update={"serve": serve})
-                weights = trained_weights(self.store, spec, self.settings.checkpoint_dir)
+                weights = trained_weights(self.store, spec, self.checkpoint_dir)
                 if weights is not None and spec.serve is not None:
                     serve = spec.serve.model_copy(update={"weights": weights})
                     spec = spec.model_copy(update={"serve": serve})
@@ -174,8 +206,8 @@ class GangActions:
                 nodes,
                 strategy,
                 self._serial,
-                self.settings.checkpoint_dir / job_id,
-                all_virtual(self._nodes, nodes),
+                self.checkpoint_dir / job_id,
+                all_virtual(self.state.nodes, nodes),
                 self.lease.generation,
             )
             self.runtime.launch(launch)
@@ -186,8 +218,8 @@ class GangActions:
             log.exception("%s: could not start", job_id)
             self._fail_placed(job_id, JobState.QUEUED, f"requeued: could not start: {err}")
             return
-        self.runs[job_id] = Run(launch, self.clock())
-        self._facts[job_id] = self.facts.running(rec, launch.kind)
+        self.state.runs[job_id] = Run(launch, self.clock())
+        self.state.facts[job_id] = self.facts.running(rec, launch.kind)
         if replanned:
             log.info("%s: %s", job_id, replanned)
             with contextlib.suppress(JobNotFound):
@@ -222,7 +254,7 @@ class GangActions:
                     job_id, JobState.CANCELLED, expect=JobState.CANCELLING, fields=fields
                 )
 
-    def _relaunch(self, rec: JobRecord, run: Run) -> None:
+    def relaunch(self, rec: JobRecord, run: Run) -> None:
         """A run stopped for a resize has ended and its job is placed on its new GPUs: go on
         there (from its checkpoint; a service from where its arrival stream is now)."""
         nodes = run.resize_to or ()
@@ -241,11 +273,11 @@ class GangActions:
                     stream["stopped_at"] = float(until)  # due since: dropped, not lost
         self._launch(fresh, nodes, run.launch.strategy, stream)
 
-    def _resize(self, d: Decision, free: dict[str, int]) -> None:
+    def resize(self, d: Decision, free: dict[str, int]) -> None:
         """Restart a running elastic job on the decision's GPUs (checkpoint, stop, start the new
         gang once the old one is gone), at a size that keeps its global batch; a service with
         an endpoint is resized in place (:meth:`_scale`)."""
-        run = self.runs.get(d.job_id)
+        run = self.state.runs.get(d.job_id)
         base = (self.facts.cached(d.job_id) or (None, ()))[0]
         if run is None or run.stop is not None or run.launch.kind == "tune" or base is None:
             return
@@ -271,7 +303,7 @@ class GangActions:
         note = f"resized from {len(run.nodes)} to {len(nodes)} GPUs; resumes"
         log.info("%s: resizing %d -> %d GPUs (%s)", d.job_id, len(run.nodes), len(nodes), d.reason)
         run.resize_to = nodes
-        self._stop(run, StopReason.RESIZE, note)
+        self.stop(run, StopReason.RESIZE, note)
         self.telemetry.resized()
         self.store.annotate(d.job_id, f"resizing to {len(nodes)} GPUs: {d.reason}")
 
@@ -279,7 +311,7 @@ class GangActions:
         """Resize a service with an endpoint in place (``Runtime.resize``): replicas are added
         on its new GPUs (each takes traffic once its model answered a first batch) and drained
         on those it gives back, while the others serve; its job stays running. Until the
-        runtime says it is done (``RESIZED``: reaped by ``ReapSteps._resized``) the run holds
+        runtime says it is done (``RESIZED``: reaped by ``Reaper``) the run holds
         its old and its new GPUs (``Run.resize_to``): a GPU it gives back is taken by another
         job only once its replica has drained and Ray has it back. Returns whether the
         runtime took the resize."""

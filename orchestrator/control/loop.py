@@ -5,7 +5,7 @@ Each round, after checking the lease:
 1. **reap**: the runtime's events since the last round become job transitions (a run's
    workers came up: running or tuning; a service's resize in place is done: it holds its new
    GPUs; a run ended: the pure table in
-   :mod:`~orchestrator.control.transitions` says where its job goes; the steps are in
+   :mod:`~orchestrator.control.transitions` says where its job goes; the reaper is
    :mod:`~orchestrator.control.reap`); cancellations users asked for reach their runs.
    Re-tunes a job's team asked for reach its run the same way.
 1b. **guard**: the SLA guard (:mod:`~orchestrator.control.sla_guard`) compares each running
@@ -29,6 +29,12 @@ Each round, after checking the lease:
 Only one loop drives a namespace (its lease); on start it reconciles: jobs the store says are
 placed, tuning or running but that no live loop runs are requeued and resume from their last
 checkpoint.
+
+The loop composes its collaborators and reads as its phases: what it keeps between rounds is
+one :class:`~orchestrator.control.state.LoopState`, handed to the gang actions
+(:class:`~orchestrator.control.gangs.GangActions`: place, launch, stop, resize) and the reaper
+(:class:`~orchestrator.control.reap.Reaper`: run events into transitions); the SLA guard, the
+admission desk, the dependency gate, the facts reader and the telemetry are its others.
 """
 
 from __future__ import annotations
@@ -49,23 +55,22 @@ import redis
 from orchestrator.config import Settings
 from orchestrator.control.dependencies import DependencyGate
 from orchestrator.control.facts import PROGRESS, JobFactsReader, running_views
-from orchestrator.control.gangs import is_bulk_run
+from orchestrator.control.gangs import GangActions, is_bulk_run
 from orchestrator.control.guard import GuardConfig
 from orchestrator.control.invariants import check_decisions, guarded
 from orchestrator.control.ledger import ACTIVE, Run, physically_free, policy_nodes
 from orchestrator.control.pool_view import pool_view
-from orchestrator.control.reap import ReapSteps
+from orchestrator.control.reap import Reaper
 from orchestrator.control.sla_guard import SLAGuard
 from orchestrator.control.snapshot import (
-    JobFacts,
     build_snapshot,
     queued_view,
 )
+from orchestrator.control.state import LoopState
 from orchestrator.control.telemetry import LoopTelemetry
 from orchestrator.control.transitions import StopReason
 from orchestrator.errors import IllegalTransition, JobNotFound
-from orchestrator.pool import NodeInfo
-from orchestrator.runtime.base import EventKind, Outcome, OutcomeKind, RunEvent, Runtime
+from orchestrator.runtime.base import EventKind, RunEvent, Runtime
 from orchestrator.store import JobStore, LeaseLost
 from orchestrator.store.states import JobState
 from policies import (
@@ -89,7 +94,7 @@ HISTORY_EVERY_S = 10.0
 """How often the pool's use is sampled for the dashboard's charts (a day kept: 8,640 samples)."""
 
 
-class ControlLoop(ReapSteps):
+class ControlLoop:
     """Drives one namespace's jobs on one runtime (see the module doc).
 
     Args:
@@ -118,17 +123,12 @@ class ControlLoop(ReapSteps):
         self.policy_name = SCHEDULING_POLICIES.name_of(policy)  # `shared`, as users type it
         self.restart_cost_s = restart_cost_s
         self.clock = clock
-        self.runs: dict[str, Run] = {}
+        self.state = LoopState()
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lease = store.lease(self.owner, settings.lease_ttl_ms)
         self.violations = 0  # decisions dropped for breaking the contract
-        self._serial = 0
         self._last_round = 0.0  # the previous round's clock
-        self._waits: dict[str, str] = {}
         self._sampled = -HISTORY_EVERY_S  # when the pool's use was last sampled (monotonic)
-        self._queued: dict[str, QueuedJob] = {}
-        self._facts: dict[str, JobFacts] = {}  # running jobs' facts, read when they started
-        self._nodes: list[NodeInfo] = []
         self._queue_ids: tuple[int, list[str]] = (-1, [])  # (queue version, ids) last read
         self._published: tuple[float, object] = (0.0, None)  # when, and what the pool view was
         self.facts = JobFactsReader(store)
@@ -140,6 +140,31 @@ class ControlLoop(ReapSteps):
             self.telemetry,
             GuardConfig(hold_s=settings.guard_hold_s, max_retunes=settings.guard_max_retunes),
         )
+        self.gangs = GangActions(
+            self.state,
+            store,
+            runtime,
+            facts=self.facts,
+            telemetry=self.telemetry,
+            sla_guard=self.sla_guard,
+            lease=self.lease,
+            checkpoint_dir=settings.checkpoint_dir,
+            clock=clock,
+        )
+        self.reaper = Reaper(
+            self.state,
+            store,
+            self.gangs,
+            facts=self.facts,
+            telemetry=self.telemetry,
+            sla_guard=self.sla_guard,
+            clock=clock,
+        )
+
+    @property
+    def runs(self) -> dict[str, Run]:
+        """The runs the loop launched and has not yet seen end, by job id."""
+        return self.state.runs
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -177,7 +202,7 @@ class ControlLoop(ReapSteps):
         runs twice) but their state is left to the new owner.
         """
         for run in self.runs.values():
-            self._stop(run, StopReason.SHUTDOWN, "the scheduler stopped")
+            self.gangs.stop(run, StopReason.SHUTDOWN, "the scheduler stopped")
         wait = self.settings.stop_grace_s + 10 if grace_s is None else grace_s
         deadline = time.monotonic() + wait
         while self.runs and time.monotonic() < deadline:
@@ -285,7 +310,7 @@ class ControlLoop(ReapSteps):
         self.guard()
         snapshot = self.admit(self.observe())
         decisions = self.decide(snapshot)
-        free = physically_free(self._nodes, self.runs.values())
+        free = physically_free(self.state.nodes, self.runs.values())
         for d in decisions:
             if d.kind is not DecisionKind.WAIT:  # a wait writes at most a note
                 self.lease.check()
@@ -298,31 +323,19 @@ class ControlLoop(ReapSteps):
 
     def reap(self, events: list[RunEvent]) -> None:
         """Turn the runtime's events into job transitions, in the order they happened (the
-        steps: :class:`~orchestrator.control.reap.ReapSteps`)."""
-        for event in events:
-            run = self.runs.get(event.job_id)
-            if run is None or run.launch.serial != event.launch:
-                continue  # an earlier run of the job, already settled
-            if event.kind is EventKind.STARTED:
-                self._started(run, event.at)
-            elif event.kind is EventKind.RESIZED:
-                self._resized(run, event.nodes, event.at)
-            elif event.kind is EventKind.REPLACED:
-                self._replaced(run, event.outcome)
-            else:
-                del self.runs[event.job_id]
-                self._ended(run, event.outcome or Outcome(OutcomeKind.LOST, "no outcome"), event.at)
+        reaper: :class:`~orchestrator.control.reap.Reaper`)."""
+        self.reaper.reap(events)
 
     def forward_cancels(self) -> None:
         """Cancellations users asked for (the store says cancelling) reach their runs."""
         for job_id in self.store.cancelling(self.runs):
-            self._stop(self.runs[job_id], StopReason.CANCEL, "cancelled")
+            self.gangs.stop(self.runs[job_id], StopReason.CANCEL, "cancelled")
 
     def forward_tune_requests(self) -> None:
         """Re-tunes a job's team asked for (``orch retune``, ``POST /v1/jobs/{id}/tune``)
         reach its run: stopped to be tuned again from its measured window."""
         for run, why in self.sla_guard.requested(self.runs):
-            self._stop(run, StopReason.RETUNE, why)
+            self.gangs.stop(run, StopReason.RETUNE, why)
 
     # ---- 1b. guard -------------------------------------------------------------------------
 
@@ -330,7 +343,7 @@ class ControlLoop(ReapSteps):
         """The SLA guard (:class:`~orchestrator.control.sla_guard.SLAGuard`): running jobs'
         measured windows against their SLA; a job it re-tunes is stopped here."""
         for run, why in self.sla_guard.check(self.runs, self.clock()):
-            self._stop(run, StopReason.RETUNE, why)
+            self.gangs.stop(run, StopReason.RETUNE, why)
 
     # ---- 2. observe ------------------------------------------------------------------------
 
@@ -338,7 +351,7 @@ class ControlLoop(ReapSteps):
         """The immutable view the policy decides on (see the module doc)."""
         # the runtime first: it may be slow (a node probe), and the store reads after it must
         # be close together, or a snapshot mixes an old team config with a newer queue
-        self._nodes = self.runtime.nodes()
+        self.state.nodes = self.runtime.nodes()
         config = self.store.teams()
         teams: tuple[TeamView, ...] = config.views() if config is not None else ()
         now = self.clock()
@@ -349,7 +362,7 @@ class ControlLoop(ReapSteps):
         queued = self._queue_views()
         held = self._hold(queued)
         return build_snapshot(
-            policy_nodes(self._nodes, self.runs.values()),
+            policy_nodes(self.state.nodes, self.runs.values()),
             [q for q in queued if q.job_id not in held] if held else queued,
             self._running_views(),
             now=now,
@@ -363,7 +376,7 @@ class ControlLoop(ReapSteps):
         one of whose dependencies will never finish fails, saying which."""
         held, waits, fails = self.dependencies.judge({q.job_id for q in queued}, self.store.states)
         for job_id, reason in waits.items():
-            self._wait(job_id, reason)
+            self.gangs.wait(job_id, reason)
         for job_id, reason in fails.items():
             with contextlib.suppress(JobNotFound, IllegalTransition):  # cancelled meanwhile
                 self.store.transition(
@@ -378,17 +391,17 @@ class ControlLoop(ReapSteps):
         if version != self._queue_ids[0]:  # most rounds nothing joined or left the queue
             ids = [j for c in ("interactive", "bulk") for j in self.store.queued(c)]
             self._queue_ids = (version, ids)
-            if len(self._queued) > 2 * len(ids) + 1000:  # forget jobs that left the queue
-                self._queued = {j: self._queued[j] for j in ids if j in self._queued}
+            if len(self.state.queued) > 2 * len(ids) + 1000:  # forget jobs that left the queue
+                self.state.queued = {j: self.state.queued[j] for j in ids if j in self.state.queued}
                 live = set(ids) | set(self.runs)
                 self.facts.keep_only(live)
         ids = self._queue_ids[1]
-        missing = [j for j in ids if j not in self._queued]
+        missing = [j for j in ids if j not in self.state.queued]
         for raw in self.store.queue_facts(missing):
             self.dependencies.note(raw["id"], raw.get("after"))
             facts = self.facts.queued(raw)
-            self._queued[facts.job_id] = queued_view(facts)
-        return [self._queued[j] for j in ids if j in self._queued]
+            self.state.queued[facts.job_id] = queued_view(facts)
+        return [self.state.queued[j] for j in ids if j in self.state.queued]
 
     def _running_views(self) -> list[RunningJob]:
         """Running jobs' views: their facts (read at start) and their current run's progress
@@ -399,7 +412,7 @@ class ControlLoop(ReapSteps):
         bulk = [r.job_id for r in staying if is_bulk_run(r)]
         progress = self.store.latest_metrics(bulk, PROGRESS) if bulk else {}
         return running_views(
-            staying, self._facts, progress, self.sla_guard.urgent, self.sla_guard.want
+            staying, self.state.facts, progress, self.sla_guard.urgent, self.sla_guard.want
         )
 
     def admit(self, snapshot: Snapshot) -> Snapshot:
@@ -432,18 +445,13 @@ class ControlLoop(ReapSteps):
         """Apply one decision: reserve its GPUs in the ledger (``free``), then act (the
         actions: :class:`~orchestrator.control.gangs.GangActions`)."""
         if d.kind is DecisionKind.PREEMPT:
-            run = self.runs.get(d.job_id)
-            if run is not None and not run.leaving:
-                log.info("%s: preempting (%s)", d.job_id, d.reason)
-                self._stop(run, StopReason.PREEMPT, d.reason)
-                self.telemetry.preempted()
-                self.store.annotate(d.job_id, f"preempting: {d.reason}")
+            self.gangs.preempt(d)
         elif d.kind is DecisionKind.START:
-            self._start(d, free)
+            self.gangs.start(d, free)
         elif d.kind is DecisionKind.WAIT:
-            self._wait(d.job_id, d.reason)
+            self.gangs.wait(d.job_id, d.reason)
         else:
-            self._resize(d, free)
+            self.gangs.resize(d, free)
 
     # ---- 5. publish ------------------------------------------------------------------------
 
@@ -452,7 +460,7 @@ class ControlLoop(ReapSteps):
         submission is judged on: when the jobs holding GPUs changed, else at most once a
         second (it is read by people, and costs a serialisation per round)."""
         holding = {
-            j: (self._facts[j].team if j in self._facts else "", r.nodes)
+            j: (self.state.facts[j].team if j in self.state.facts else "", r.nodes)
             for j, r in self.runs.items()
         }
         now = time.monotonic()
@@ -461,13 +469,13 @@ class ControlLoop(ReapSteps):
             teams: dict[str, int] = {}
             for team, nodes in holding.values():
                 teams[team] = teams.get(team, 0) + len(nodes)
-            total = sum(n.gpus for n in self._nodes)
+            total = sum(n.gpus for n in self.state.nodes)
             self.store.pool_history.append(self.clock(), total, sum(teams.values()), teams)
         if holding == self._published[1] and now - self._published[0] < 1.0:
             return
         self._published = (now, holding)
         view = pool_view(
-            self._nodes,
+            self.state.nodes,
             holding,
             snapshot,
             at=self.clock(),

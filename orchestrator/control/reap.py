@@ -5,8 +5,12 @@ follow), or a run ended (its job's next state from the pure table in
 service, restarts, remaining work, its result; a finished job's message says whether it met
 its SLA and how far the tuner's prediction was).
 
-:class:`ReapSteps` holds these steps for :class:`~orchestrator.control.loop.ControlLoop`;
-:func:`ended_fields` (what an ended run writes) is pure.
+:class:`Reaper` is a collaborator of :class:`~orchestrator.control.loop.ControlLoop` that turns
+the runtime's events into job transitions: it is handed the loop's
+:class:`~orchestrator.control.state.LoopState` (it removes a run that ended), the store, and
+the gang actions (:class:`~orchestrator.control.gangs.GangActions`), through which it stops a
+run whose job was cancelled meanwhile and relaunches a resized one. :func:`ended_fields` (what
+an ended run writes) is pure.
 """
 
 from __future__ import annotations
@@ -14,16 +18,21 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from orchestrator.control.facts import PROGRESS, remaining_s, tuned_of
+from orchestrator.control.facts import PROGRESS, JobFactsReader, remaining_s, tuned_of
 from orchestrator.control.gangs import GangActions, where
 from orchestrator.control.ledger import ACTIVE, Run
+from orchestrator.control.sla_guard import SLAGuard
+from orchestrator.control.state import LoopState
+from orchestrator.control.telemetry import LoopTelemetry
 from orchestrator.control.transitions import StopReason, Transition, run_ended
 from orchestrator.elastic import resized_spec
 from orchestrator.errors import IllegalTransition, JobNotFound
-from orchestrator.runtime.base import Outcome
+from orchestrator.runtime.base import EventKind, Outcome, OutcomeKind, RunEvent
 from orchestrator.sla import evaluate_sla
+from orchestrator.store import JobStore
 from orchestrator.store.history import history_fields
 from orchestrator.store.records import JobRecord
 from orchestrator.store.states import TERMINAL, JobState
@@ -31,11 +40,57 @@ from policies.history import RunEnd, advance
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReapSteps", "ended_fields", "metrics_of"]
+__all__ = ["Reaper", "ended_fields", "metrics_of"]
 
 
-class ReapSteps(GangActions):
-    """What the loop does with a run's events (see the module doc)."""
+class Reaper:
+    """What the loop does with a run's events (see the module doc).
+
+    Args:
+        state: the loop's runs (an ended one is removed) and its jobs' facts.
+        store: the job store (transitions, metrics, the profiles a prediction is checked on).
+        gangs: the gang actions (a stop, a relaunch).
+        facts: notes a run's measured throughput (the job's speedup curve).
+        telemetry: the loop's counters.
+        sla_guard: watches a resized service, forgets a job whose run ended.
+        clock: wall clock (seconds).
+    """
+
+    def __init__(
+        self,
+        state: LoopState,
+        store: JobStore,
+        gangs: GangActions,
+        *,
+        facts: JobFactsReader,
+        telemetry: LoopTelemetry,
+        sla_guard: SLAGuard,
+        clock: Callable[[], float],
+    ) -> None:
+        self.state = state
+        self.store = store
+        self.gangs = gangs
+        self.facts = facts
+        self.telemetry = telemetry
+        self.sla_guard = sla_guard
+        self.clock = clock
+
+    def reap(self, events: list[RunEvent]) -> None:
+        """Turn the runtime's events into job transitions, in the order they happened."""
+        runs = self.state.runs
+        for event in events:
+            run = runs.get(event.job_id)
+            if run is None or run.launch.serial != event.launch:
+                continue  # an earlier run of the job, already settled
+            if event.kind is EventKind.STARTED:
+                self._started(run, event.at)
+            elif event.kind is EventKind.RESIZED:
+                self._resized(run, event.nodes, event.at)
+            elif event.kind is EventKind.REPLACED:
+                self._replaced(run, event.outcome)
+            else:
+                del runs[event.job_id]
+                self._ended(run, event.outcome or Outcome(OutcomeKind.LOST, "no outcome"), event.at)
 
     def _started(self, run: Run, at: float) -> None:
         """A run's workers are up: the job is running (or tuning); a job cancelled meanwhile
@@ -49,7 +104,7 @@ class ReapSteps(GangActions):
                 run.job_id, target, expect=JobState.PLACED, fields={"started_at": at}
             )
         except (IllegalTransition, JobNotFound):  # cancelled (or deleted) meanwhile
-            self._stop(run, StopReason.CANCEL, "cancelled")
+            self.gangs.stop(run, StopReason.CANCEL, "cancelled")
             return
         if target is JobState.RUNNING:
             self.store.incr_attempts(run.job_id)
@@ -93,8 +148,9 @@ class ReapSteps(GangActions):
         curve = self.facts.note_throughput(job_id, outcome.result)
         if run.launch.kind == "tune":
             self.telemetry.tuned(outcome.result.get("trials"))
-        if curve is not None and job_id in self._facts:
-            self._facts[job_id] = dataclasses.replace(self._facts[job_id], speedup=curve)
+        running = self.state.facts
+        if curve is not None and job_id in running:
+            running[job_id] = dataclasses.replace(running[job_id], speedup=curve)
         if outcome.result:
             self.store.put_metrics(job_id, metrics_of(outcome.result))
         for _ in range(3):
@@ -125,11 +181,10 @@ class ReapSteps(GangActions):
                 continue  # the state moved (a cancel): decide again on the new one
             held = run.held_gpu_s(at)  # this run's GPU-seconds
             self.telemetry.used(rec.team, held)  # the team's account, kept past the job's gc
-            self._queued.pop(job_id, None)
-            self._facts.pop(job_id, None)
+            self.state.forget(job_id)
             self.sla_guard.forget(job_id)
             if t.relaunch and run.resize_to:
-                self._relaunch(rec, run)
+                self.gangs.relaunch(rec, run)
             return
         log.warning("%s: could not record its outcome %s", job_id, outcome.kind.value)
 

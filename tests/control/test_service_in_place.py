@@ -82,7 +82,7 @@ def test_an_endpoint_service_scales_in_place_and_the_ledger_follows_its_runtime(
         assert rt.stops == [] and [launch.job_id for launch in rt.launches] == [svc]
         run = loop.runs[svc]
         assert run.resize_to == ("n0", "n0", "n0") and len(run.nodes) == 1
-        assert physically_free(loop._nodes, loop.runs.values()) == {"n0": 0}
+        assert physically_free(loop.state.nodes, loop.runs.values()) == {"n0": 0}
         loop.round()  # not done yet: asked once, never twice
         assert len(rt.resizes) == 1
         assert store.get(svc).state is JobState.RUNNING
@@ -111,7 +111,7 @@ def test_an_endpoint_service_scales_in_place_and_the_ledger_follows_its_runtime(
         for _ in range(3):  # the replica is draining: its GPU is still held
             loop.round()
             assert store.get(bulk).state is JobState.QUEUED
-        assert physically_free(loop._nodes, loop.runs.values()) == {"n0": 0}
+        assert physically_free(loop.state.nodes, loop.runs.values()) == {"n0": 0}
         rt.resized(svc)
         loop.round()
         assert loop.runs[svc].nodes == ("n0", "n0")
@@ -145,7 +145,7 @@ def test_a_service_cancelled_while_it_scales_ends_with_the_gpus_it_held(
         loop.round()
         assert rt.stops == [svc]
         # stopping: its added replicas hold their GPUs until its end, as its first one does
-        assert physically_free(loop._nodes, loop.runs.values()) == {"n0": 0}
+        assert physically_free(loop.state.nodes, loop.runs.values()) == {"n0": 0}
         rt.end(svc, OutcomeKind.STOPPED, "stopped", {"status": "stopped"})
         loop.round()
         rec = store.get(svc)
