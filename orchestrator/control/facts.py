@@ -1,7 +1,7 @@
 """What the control loop knows about jobs beyond their records, for the snapshot.
 
-The stored fields of a job (``JobStore.queue_facts``) become :class:`JobFacts`; an elastic
-job's sizes and speedup curve come from its running settings and its profile (the tuner's
+The stored fields of a job (``JobStore.queue_facts``) become its facts (a :class:`QueuedJob`);
+an elastic job's sizes and speedup curve come from its running settings and its profile (the tuner's
 prediction, then what its runs measured on each size), read once and refreshed when a run
 reports a new throughput; a run's progress reports give its first step, last checkpoint and
 remaining work. Store reads only: nothing here writes job state.
@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from orchestrator import elastic
 from orchestrator.control.ledger import Run
-from orchestrator.control.snapshot import JobFacts, RunFacts, running_view
+from orchestrator.control.snapshot import RunFacts, job_facts, running_view
 from orchestrator.errors import JobNotFound
 from orchestrator.runtime.base import RunKind
 from orchestrator.runtime.harness_config import run_spec
@@ -27,7 +27,7 @@ from orchestrator.store import JobStore
 from orchestrator.store.history import read_history
 from orchestrator.store.records import JobRecord
 from orchestrator.tuner.replan import Replan, replanned_spec
-from policies import RunningJob
+from policies import QueuedJob, RunningJob
 
 __all__ = [
     "PROGRESS",
@@ -46,7 +46,8 @@ Elastic = tuple[JobSpec, tuple[float, ...]]
 
 
 class JobFactsReader:
-    """Builds :class:`JobFacts` from the store, caching each elastic job's spec and curve.
+    """Builds jobs' facts (:class:`QueuedJob`) from the store, caching each elastic job's spec
+    and curve.
 
     Args:
         store: the job store.
@@ -57,13 +58,13 @@ class JobFactsReader:
         self._elastic: dict[str, Elastic] = {}
         self._sizes: dict[str, list[int]] = {}
 
-    def queued(self, raw: dict[str, str]) -> JobFacts:
+    def queued(self, raw: dict[str, str]) -> QueuedJob:
         """A queued job's facts from its stored fields, an elastic one with its curve and
         the sizes it can run on (:meth:`sizes`), asking for its tuned size (the policy may
         give it more); an interactive job with a GPU range (a service) asks for the GPUs it
         runs on: its tuned replicas, within its range (its stored count is the one it was
         submitted with)."""
-        facts = job_facts(raw)
+        facts = stored_facts(raw)
         if facts.min_gpus != facts.max_gpus and facts.job_class == "bulk":
             info = self.elastic(facts.job_id)
             sizes = self.sizes(facts.job_id)
@@ -80,12 +81,12 @@ class JobFactsReader:
                 facts = dataclasses.replace(facts, gpus=gpus)
         return facts
 
-    def running(self, rec: JobRecord, kind: RunKind) -> JobFacts:
+    def running(self, rec: JobRecord, kind: RunKind) -> QueuedJob:
         """A job's facts while a run of it holds GPUs: an elastic job with the sizes its
         running settings can keep their global batch on and its curve; a tuning gang rigid,
         and a service too (its size moves only as the SLA guard asks: ``want_gpus``)."""
         (raw,) = self.store.queue_facts([rec.id]) or [_record_fields(rec)]
-        facts = job_facts(raw)
+        facts = stored_facts(raw)
         info = self.elastic(rec.id) if kind == "run" else None
         if info is None or facts.min_gpus == facts.max_gpus or facts.job_class != "bulk":
             return dataclasses.replace(facts, min_gpus=0, max_gpus=0, speedup=())
@@ -173,14 +174,15 @@ class JobFactsReader:
         return measured
 
 
-def job_facts(raw: dict[str, str]) -> JobFacts:
+def stored_facts(raw: dict[str, str]) -> QueuedJob:
     """A job's facts from its stored fields (see ``JobStore.queue_facts``)."""
 
     def num(name: str) -> float | None:
         v = raw.get(name)
         return float(v) if v not in (None, "") else None
 
-    facts = JobFacts(
+    wait = num("wait_target_s")
+    return job_facts(
         raw["id"],
         raw["class"],
         raw["team"],
@@ -192,9 +194,8 @@ def job_facts(raw: dict[str, str]) -> JobFacts:
         deadline_s=num("deadline_s"),
         gpu_memory_gb=num("gpu_memory_gb"),
         history=read_history(raw),
+        **({} if wait is None else {"wait_target_s": wait}),
     )
-    wait = num("wait_target_s")
-    return facts if wait is None else dataclasses.replace(facts, wait_target_s=wait)
 
 
 def _record_fields(rec: JobRecord) -> dict[str, str]:
@@ -250,7 +251,7 @@ def at_or_after(value: Any, start: float) -> float | None:
 
 def running_views(
     runs: list[Run],
-    facts: dict[str, JobFacts],
+    facts: dict[str, QueuedJob],
     progress: dict[str, dict[str, Any]],
     urgent: set[str],
     want: dict[str, int],
@@ -290,9 +291,8 @@ def running_views(
     return views
 
 
-def _with_remaining(facts: JobFacts, remaining: float | None) -> JobFacts:
+def _with_remaining(facts: QueuedJob, remaining: float | None) -> QueuedJob:
     """The facts with the work left that the run's progress measured (if it did)."""
-    if remaining is None or remaining == facts.history.remaining_work:
+    if remaining is None or remaining == facts.remaining_work:
         return facts
-    history = dataclasses.replace(facts.history, remaining_work=remaining)
-    return dataclasses.replace(facts, history=history)
+    return dataclasses.replace(facts, remaining_work=remaining)

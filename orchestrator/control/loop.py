@@ -64,7 +64,6 @@ from orchestrator.control.reap import Reaper
 from orchestrator.control.sla_guard import SLAGuard
 from orchestrator.control.snapshot import (
     build_snapshot,
-    queued_view,
 )
 from orchestrator.control.state import LoopState
 from orchestrator.control.telemetry import LoopTelemetry
@@ -400,7 +399,7 @@ class ControlLoop:
         for raw in self.store.queue_facts(missing):
             self.dependencies.note(raw["id"], raw.get("after"))
             facts = self.facts.queued(raw)
-            self.state.queued[facts.job_id] = queued_view(facts)
+            self.state.queued[facts.job_id] = facts
         return [self.state.queued[j] for j in ids if j in self.state.queued]
 
     def _running_views(self) -> list[RunningJob]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from orchestrator.control.ledger import Run
-from orchestrator.control.snapshot import JobFacts
 from orchestrator.pool import NodeInfo
 from policies import QueuedJob
 
@@ -38,7 +37,7 @@ class LoopState:
     runs: dict[str, Run] = field(default_factory=dict)
     waits: dict[str, str] = field(default_factory=dict)
     queued: dict[str, QueuedJob] = field(default_factory=dict)
-    facts: dict[str, JobFacts] = field(default_factory=dict)
+    facts: dict[str, QueuedJob] = field(default_factory=dict)
     nodes: list[NodeInfo] = field(default_factory=list)
 
     def forget(self, job_id: str) -> None:

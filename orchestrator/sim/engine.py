@@ -33,13 +33,7 @@ from dataclasses import replace
 from typing import cast
 
 from orchestrator.control.invariants import check_decisions, guarded
-from orchestrator.control.snapshot import (
-    JobFacts,
-    RunFacts,
-    build_snapshot,
-    queued_view,
-    running_view,
-)
+from orchestrator.control.snapshot import RunFacts, build_snapshot, job_facts, running_view
 from orchestrator.sim.apply import DecisionApplier
 from orchestrator.sim.config import SimConfig
 from orchestrator.sim.errors import PolicyViolation, StuckSimulation, UnplaceableJobs
@@ -418,7 +412,7 @@ class Simulator(DecisionApplier):
             # at the rate of the GPUs it holds (as the live loop measures it), else asked for
             remaining = (m.work - m.done) / m.rate(len(job.nodes) or s.gpus)
         running = job.state != QUEUED
-        facts = JobFacts(
+        facts = job_facts(
             s.name,
             s.job_class,
             s.team,
@@ -438,7 +432,7 @@ class Simulator(DecisionApplier):
         )
         view: QueuedJob | RunningJob
         if not running:
-            view = queued_view(facts)
+            view = facts
         else:
             run = RunFacts(
                 job.nodes,

@@ -12,7 +12,7 @@ import dataclasses
 
 import redis
 
-from orchestrator.control.snapshot import JobFacts, RunFacts, queued_view, running_view
+from orchestrator.control.snapshot import RunFacts, job_facts, running_view
 from orchestrator.sim.engine import Simulator, uniform_pool
 from orchestrator.store.history import STORED, history_fields, read_history
 from policies import QueuedJob, RunningJob, Snapshot
@@ -91,8 +91,8 @@ def test_the_snapshot_types_carry_the_record_under_its_names() -> None:
         assert set(HISTORY_FIELDS) <= names, cls
     h = JobHistory(attained_service=5.0, remaining_work=6.0, preempted_at=7.0, restarts=8)
     h = dataclasses.replace(h, most_gpus=9, retunes=1, losses=2)
-    facts = JobFacts("a", "bulk", "t", 2, 1, 0.0, history=h)
-    views = (queued_view(facts), running_view(facts, RunFacts(("n0",), started_at=1.0)))
+    facts = job_facts("a", "bulk", "t", 2, 1, 0.0, history=h)
+    views = (facts, running_view(facts, RunFacts(("n0",), started_at=1.0)))
     for view in views:
         assert {n: getattr(view, n) for n in HISTORY_FIELDS} == dataclasses.asdict(h)
 
