@@ -64,8 +64,12 @@ def test_the_serving_tuner_picks_a_config_for_a_users_model_in_its_sandbox(
         assert r.verdict.feasible == (m.p99_ms <= ceiling)
     best = result.best
     assert best is not None and best.verdict.feasible
-    # the fewest GPU-seconds per request: one replica serves the same requests at half the cost
-    assert best.config.gpus == 1 and best.config.quantize == "int8"
+    # the fewest GPU-seconds per request: one replica serves the same requests at half the cost,
+    # when it meets the ceiling; on a machine too slow for one, two (judged from the trials'
+    # own measurements, not from how fast this machine is)
+    one = next(r for r in records if r.config.gpus == 1)
+    assert best.config.gpus == (1 if one.verdict.feasible else 2)
+    assert best.config.quantize == "int8"
 
 
 def test_a_training_entry_is_refused_as_a_service_naming_the_field(
