@@ -90,8 +90,8 @@ class JobView(_Body):
     @classmethod
     def of(cls, rec: JobRecord, verdict: SLAVerdict) -> JobView:
         """The view of a stored record: every field of :class:`JobRecord`, by its name in the
-        API's JSON (:data:`_WIRE_NAMES`), so a field added to the record is a field of the view (or an
-        error, the view forbidding unknown fields: never silently dropped)."""
+        API's JSON (:data:`_WIRE_NAMES`), so a field added to the record is a field of the view
+        (or an error, the view forbidding unknown fields: never silently dropped)."""
         data = {
             _WIRE_NAMES.get(f.name, f.name): getattr(rec, f.name)
             for f in dataclasses.fields(JobRecord)
