@@ -105,7 +105,12 @@ def main() -> None:
     with torch.no_grad():
         loss = model(**{k: v.to(model.device) for k, v in probe.items()}).loss.item()
     if trainer.is_world_process_zero():
-        print(f"final loss {loss:.6f} at step {trainer.state.global_step}", flush=True)
+        a = trainer.args
+        print(
+            f"final loss {loss:.6f} at step {trainer.state.global_step} (batch "
+            f"{a.per_device_train_batch_size} x {a.gradient_accumulation_steps}, bf16 {a.bf16})",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

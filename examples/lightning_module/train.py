@@ -87,7 +87,11 @@ def main() -> None:
     with torch.no_grad():
         loss = model.loss([x[:64], y[:64]]).item()
     if trainer.is_global_zero:
-        print(f"final loss {loss:.6f} at step {trainer.global_step}", flush=True)
+        print(
+            f"final loss {loss:.6f} at step {trainer.global_step} (batch {model.batch_size} x "
+            f"{trainer.accumulate_grad_batches}, precision {trainer.precision})",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -52,7 +52,8 @@ def main() -> None:
                 break
         epoch += 1
     if rank == 0:
-        print(f"final loss {loss.item():.6f} at step {step}", flush=True)
+        world = dist.get_world_size()
+        print(f"final loss {loss.item():.6f} at step {step} ({world} ranks)", flush=True)
     dist.barrier()  # leave together: a rank gone mid-teardown can abort the other's gloo
     dist.destroy_process_group()
 
