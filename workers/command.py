@@ -11,10 +11,12 @@ submission; the runtime hands its archive to every rank of the gang (see
   ``entry:`` workload, and nothing it starts outlives the run);
 - runs the command there as that user, with the sandbox's scrubbed environment plus the job
   context (``ORCH_JOB_CONTEXT``, ``ORCH_JOB_FD``, ``ORCH_JOB_CONTROL_FD``: see
-  :mod:`workers.job`) and the variables ``torchrun`` gives a rank (:func:`torchrun_env`), so a
-  script written for ``torchrun`` runs unchanged; ``python`` is the worker's own interpreter
-  (torch, ``workers.job``), and ``python X ...`` runs through :mod:`workers.launch`, which
-  installs the step hook that measures a script that never calls ``job.report``;
+  :mod:`workers.job`), the variables ``torchrun`` gives a rank (:func:`torchrun_env`), so a
+  script written for ``torchrun`` runs unchanged, and ``ORCH_CHECKPOINT_DIR``, the job's
+  checkpoint folder, for such a script to keep its own checkpoints in; ``python`` is the
+  worker's own interpreter (torch, ``workers.job``), and ``python X ...`` runs through
+  :mod:`workers.launch`, which installs the step hook that measures a script that never calls
+  ``job.report``;
 - turns the script's step reports into the harness's reports (:mod:`workers.steps`), relays
   stop requests and a lost fence to it, and relays its output to the job's log; a script that
   never asks ``job.should_stop()`` (a torchrun script) cannot stop when asked, so a stop ends
@@ -62,7 +64,7 @@ from workers.workdir import unpack_verified
 if TYPE_CHECKING:
     from workers.sandbox import RunSandbox
 
-__all__ = ["run_command"]
+__all__ = ["CHECKPOINT_DIR_ENV", "run_command"]
 
 PYTHONS = ("python", "python3")
 TAIL_LINES = 20
@@ -71,6 +73,10 @@ _DRAIN_S = 3.0
 """How long the worker still reads the script's reports after it exited."""
 TERM_GRACE_S = 10.0
 """How long a script ended by a stop has between ``SIGTERM`` and ``SIGKILL``."""
+CHECKPOINT_DIR_ENV = "ORCH_CHECKPOINT_DIR"
+"""The job's checkpoint folder (``ctx.checkpoint_dir``) as a variable, for a script that never
+reads its job context (a torchrun script): kept across the job's runs, so a script that saves
+there and loads what it finds resumes after a preemption."""
 
 Report = Callable[[dict[str, Any]], None]
 
@@ -212,6 +218,7 @@ class _CommandRun:
             {CONTEXT_ENV: str(context_file), REPORT_FD_ENV: str(msg_w), CONTROL_FD_ENV: str(ctl_r)}
         )
         env.update(torchrun_env(self.rank, self.world_size, self.init_method))
+        env[CHECKPOINT_DIR_ENV] = str(self.ckpt)
         argv = _interpreted(self.argv)
         try:
             child = subprocess.Popen(

@@ -5,10 +5,12 @@ its throughput counted by the step hook, and a stop ends every rank as "stopped"
 from __future__ import annotations
 
 import math
+import re
 import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from orchestrator.spec import parse_spec
@@ -133,3 +135,49 @@ def test_a_stop_ends_every_rank_of_a_script_that_cannot_checkpoint(job_root: Pat
     assert 5 <= results[0]["steps_done"] < 100000
     assert results[0]["checkpoint_path"] is None  # nothing of its own told orch
     assert math.isfinite(results[0]["samples_per_s"])
+
+
+RESUMING = """
+import os, sys, time, torch
+path = os.path.join(os.environ["ORCH_CHECKPOINT_DIR"], "state.pt")
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+step = 0
+if os.path.exists(path):
+    state = torch.load(path)
+    model.load_state_dict(state["model"])
+    step = state["step"]
+    print(f"resumed from step {step}", flush=True)
+while step < int(sys.argv[1]):
+    loss = model(torch.ones(8, 4)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    step += 1
+    torch.save({"model": model.state_dict(), "step": step}, path + ".tmp")
+    os.replace(path + ".tmp", path)
+    time.sleep(0.05)
+print(f"done at step {step}", flush=True)
+"""
+
+
+def test_a_script_that_never_calls_orch_resumes_from_the_folder_its_variable_names(
+    job_root: Path,  # noqa: F811
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """``ORCH_CHECKPOINT_DIR`` is the job's checkpoint folder, kept across its runs: a torchrun
+    script stopped (ended by a signal: it never asks) finds there what it saved."""
+    folder = tmp_path / "script"
+    folder.mkdir()
+    (folder / "train.py").write_text(RESUMING)
+    cfg = config(["python", "train.py", "60"], micro_batch=8, steps=60)
+    first, _ = ranks(cfg, folder, job_root / "job", stop_at=5, world=1)
+    assert first[0]["status"] == "stopped" and 5 <= first[0]["steps_done"] < 60, first
+    assert (job_root / "job" / "state.pt").is_file()
+    capfd.readouterr()
+    again, _ = ranks(cfg, folder, job_root / "job", world=1)
+    assert again[0]["status"] == "finished", again
+    out = capfd.readouterr().out
+    resumed = int(re.search(r"resumed from step (\d+)", out)[1])  # type: ignore[index]
+    assert resumed >= first[0]["steps_done"] and "done at step 60" in out, out
