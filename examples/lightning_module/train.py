@@ -75,7 +75,7 @@ def main() -> None:
     y = ids[1 : n * SEQ_LEN + 1].view(n, SEQ_LEN)
     torch.manual_seed(0)
     model = CharLM(TensorDataset(x, y), vocab=len(chars))
-    trainer = orch.trainer(  # orch: was pl.Trainer(
+    trainer = orch.trainer(  # orch: was trainer = pl.Trainer(
         seq_len=SEQ_LEN,  # orch: tokens per sample, for the tokens/s floor
         max_steps=cli.steps,
         logger=False,

@@ -1,4 +1,5 @@
-"""A plain PyTorch loop that `orch` tunes: one line added (`job.prepare`), two with the import.
+"""A plain PyTorch loop that `orch` tunes: one line added (`job.prepare`), two with the import
+(bench/command/lines_changed.py counts them).
 
 `job.prepare` applies the run's micro-batch, accumulation, ranks (DDP, or FSDP), precision,
 activation checkpointing, compile and loader settings, checkpoints on preemption and resumes,
@@ -11,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from workers import job  # added for orch
+from workers import job  # orch
 
 
 class Net(torch.nn.Module):

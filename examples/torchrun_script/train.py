@@ -53,7 +53,7 @@ def main() -> None:
         epoch += 1
     if rank == 0:
         world = dist.get_world_size()
-        print(f"final loss {loss.item():.6f} at step {step} ({world} ranks)", flush=True)
+        print(f"final loss {loss.item():.6f} at step {step} (world size {world})", flush=True)
     dist.barrier()  # leave together: a rank gone mid-teardown can abort the other's gloo
     dist.destroy_process_group()
 

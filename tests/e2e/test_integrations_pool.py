@@ -63,7 +63,7 @@ JOBS: dict[str, dict[str, Any]] = {
     },
 }
 PRINTED = {
-    "torchrun_script": r"\(2 ranks\)",
+    "torchrun_script": r"\(world size 2\)",
     "prepared_loop": r"\(DistributedDataParallel, batch 8\)",
     "hf_causal_lm": r"\(batch 8 x 2, bf16 True\)",
     "lightning_module": r"\(batch 8 x 2, precision bf16-mixed\)",
