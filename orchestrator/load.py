@@ -14,8 +14,12 @@ client that cannot keep up says so rather than quietly offering less.
   :data:`MAX_REQUESTS`.
 * :func:`make_bodies`: random inputs of the shape and dtype the service advertises (seeded),
   made and encoded before the first request, so making them is not measured.
-* :func:`run_load`: the requests on an asyncio loop with ``httpx.AsyncClient``; returns a
-  :class:`LoadReport` (answers by status, latency percentiles of the answered ones, the send lag).
+* :func:`run_schedule`: the requests at their times on an asyncio loop, each carried by a
+  :data:`Send`; returns a :class:`LoadReport` (answers by status, latency percentiles of the
+  answered ones, the send lag). :func:`run_load` carries them over HTTP with
+  ``httpx.AsyncClient`` (``orch load``, the benchmarks); a service's tuning trial carries them
+  into the ingress's producer side (``orchestrator.tuner.evaluators.serve``): one engine, so a
+  trial's load and a client's are the same schedule measured the same way.
 
 Standard library, httpx and pydantic only: it runs in the light client.
 """
@@ -29,7 +33,7 @@ import random
 import statistics
 from array import array
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
@@ -48,11 +52,13 @@ __all__ = [
     "TIMEOUT",
     "LoadReport",
     "Schedule",
+    "Send",
     "ServiceInput",
     "Spread",
     "make_bodies",
     "poisson_schedule",
     "run_load",
+    "run_schedule",
     "trace_schedule",
 ]
 
@@ -279,6 +285,61 @@ class _Tally:
     last_s: float = 0.0
 
 
+Send = Callable[[int], Awaitable[tuple[str, float | None]]]
+"""How one request goes out: ``send(i)`` sends request ``i`` and returns its outcome (an HTTP
+status as text, or :data:`CONNECTION_ERROR`) and the loop time it left (``None``: unknown). It
+is called at the request's intended time, and cancelled at its timeout."""
+
+
+async def run_schedule(schedule: Schedule, send: Send, *, timeout_s: float) -> LoadReport:
+    """Send request ``i`` with ``send(i)`` at each of the schedule's times, open loop, and
+    measure: the engine of :func:`run_load`, apart from what carries a request (HTTP there;
+    a service's tuning trial enters at the ingress's producer side,
+    ``orchestrator.tuner.evaluators.serve``).
+
+    Each request is a task started at its intended time (the loop sleeps until then; it never
+    waits for an answer); its latency runs from that time to its answer. A request unanswered
+    ``timeout_s`` after its intended time counts as :data:`TIMEOUT`.
+    """
+    loop = asyncio.get_running_loop()
+    tally = _Tally()
+    running: set[asyncio.Task[None]] = set()
+    start = loop.time()
+    for i, offset in enumerate(schedule.offsets):
+        await asyncio.sleep(max(0.0, start + offset - loop.time()))  # 0: still yields
+        task = loop.create_task(_one(send, i, start + offset, timeout_s, tally))
+        running.add(task)
+        task.add_done_callback(running.discard)
+    if running:
+        await asyncio.gather(*running)
+    return LoadReport(
+        requests=len(schedule.offsets),
+        span_s=schedule.span_s,
+        elapsed_s=max(0.0, tally.last_s - start),
+        statuses=dict(sorted(tally.statuses.items())),
+        latency=Spread.of(tally.latency_s),
+        send_lag=Spread.of(tally.lag_s),
+    )
+
+
+async def _one(send: Send, i: int, due: float, timeout_s: float, tally: _Tally) -> None:
+    """Send request ``i``, due at loop time ``due``; tally its outcome, latency and send lag."""
+    loop = asyncio.get_running_loop()
+    left: float | None = None
+    try:
+        async with asyncio.timeout(timeout_s):
+            outcome, left = await send(i)
+    except (TimeoutError, httpx.TimeoutException):
+        outcome = TIMEOUT
+    ended = loop.time()
+    tally.statuses[outcome] += 1
+    tally.last_s = max(tally.last_s, ended)
+    if outcome == "200":
+        tally.latency_s.append(ended - due)
+    if left is not None:
+        tally.lag_s.append(max(0.0, left - due))
+
+
 async def run_load(
     client: Client,
     path: str,
@@ -288,13 +349,12 @@ async def run_load(
     timeout_s: float,
     connections: int,
 ) -> LoadReport:
-    """POST ``bodies`` (in turn) to ``path`` at the schedule's times, open loop, and measure.
+    """POST ``bodies`` (in turn) to ``path`` at the schedule's times, open loop, and measure
+    (:func:`run_schedule`).
 
-    Each request is a task started at its intended time (the loop sleeps until then; it never
-    waits for an answer). At most ``connections`` are in flight, each on a connection of its
-    own (:class:`_Connections`); the others wait their turn in order, and the wait counts in
-    their latency. A request unanswered ``timeout_s`` after it started counts as
-    :data:`TIMEOUT`.
+    At most ``connections`` requests are in flight, each on a connection of its own
+    (:class:`_Connections`); the others wait their turn in order, and the wait counts in
+    their latency.
 
     Args:
         client: the SDK client (its server and token).
@@ -304,33 +364,14 @@ async def run_load(
         timeout_s: how long a request may take.
         connections: how many requests may be in flight at once.
     """
-    loop = asyncio.get_running_loop()
-    tally = _Tally()
     tls = httpx.create_ssl_context()  # once: each session would load the CA bundle again
     pool = _Connections(
         lambda: client.async_http(timeout_s=timeout_s, connections=1, tls=tls), most=connections
     )
-    running: set[asyncio.Task[None]] = set()
     try:
-        start = loop.time()
-        for i, offset in enumerate(schedule.offsets):
-            await asyncio.sleep(max(0.0, start + offset - loop.time()))  # 0: still yields
-            request = _Request(path, bodies[i % len(bodies)], start + offset, timeout_s)
-            task = loop.create_task(request.send(pool, tally))
-            running.add(task)
-            task.add_done_callback(running.discard)
-        if running:
-            await asyncio.gather(*running)
+        return await run_schedule(schedule, _http_send(pool, path, bodies), timeout_s=timeout_s)
     finally:
         await pool.aclose()
-    return LoadReport(
-        requests=len(schedule.offsets),
-        span_s=schedule.span_s,
-        elapsed_s=max(0.0, tally.last_s - start),
-        statuses=dict(sorted(tally.statuses.items())),
-        latency=Spread.of(tally.latency_s),
-        send_lag=Spread.of(tally.lag_s),
-    )
 
 
 class _Connections:
@@ -366,17 +407,10 @@ class _Connections:
         await asyncio.gather(*(session.aclose() for session in self.made))
 
 
-@dataclass(frozen=True)
-class _Request:
-    """One request: where it goes, what it carries, when it is due (loop time)."""
+def _http_send(pool: _Connections, path: str, bodies: Sequence[bytes]) -> Send:
+    """POST request ``i``'s body (``bodies[i % len]``) on a free connection of ``pool``."""
 
-    path: str
-    body: bytes
-    due: float
-    timeout_s: float
-
-    async def send(self, pool: _Connections, tally: _Tally) -> None:
-        """Send it on a free connection; tally its outcome, latency and send lag."""
+    async def send(i: int) -> tuple[str, float | None]:
         loop = asyncio.get_running_loop()
         sent: list[float] = []
 
@@ -386,23 +420,18 @@ class _Request:
                 sent.append(loop.time())
 
         try:
-            async with asyncio.timeout(self.timeout_s):
-                http = await pool.take()
-                try:
-                    reply = await http.post(
-                        self.path, content=self.body, headers=JSON, extensions={"trace": trace}
-                    )
-                finally:
-                    pool.give(http)
+            http = await pool.take()
+            try:
+                reply = await http.post(
+                    path, content=bodies[i % len(bodies)], headers=JSON, extensions={"trace": trace}
+                )
+            finally:
+                pool.give(http)
             outcome = str(reply.status_code)
-        except (TimeoutError, httpx.TimeoutException):
-            outcome = TIMEOUT
+        except httpx.TimeoutException:
+            raise
         except httpx.HTTPError:
             outcome = CONNECTION_ERROR
-        ended = loop.time()
-        tally.statuses[outcome] += 1
-        tally.last_s = max(tally.last_s, ended)
-        if outcome == "200":
-            tally.latency_s.append(ended - self.due)
-        if sent:
-            tally.lag_s.append(max(0.0, sent[0] - self.due))
+        return outcome, (sent[0] if sent else None)
+
+    return send

@@ -68,9 +68,7 @@ class HarnessConfig:
             ``quant_tolerance``, ``start_at`` (the stream's time 0 on the wall clock: a
             resized service goes on where its stream is) and ``stopped_at`` (when the run
             before stopped serving: what was due since counts as dropped); ``micro_batch``
-            is its largest batch. With ``load_test`` (``{"streams": k, "replicas": g}``) it
-            is a tuning trial instead: ``k`` seeded streams of ``duration_s`` seconds served
-            on the virtual clock by ``g`` replicas (:func:`workers.serve_run.load_test_run`).
+            is its largest batch.
         base_global_batch: the global batch ``lr`` is set for (``None``: this run's own).
         loader: the data loader's knobs for a workload that gives a dataset
             (:class:`workers.loader_settings.LoaderSettings` as a dict; empty: its defaults);
@@ -228,7 +226,6 @@ def _serve_problems(serve: dict[str, Any], duration_s: float | None) -> list[str
         "timeout_s",
         "quantize",
         "quant_tolerance",
-        "load_test",
         "start_at",
         "stopped_at",
         "endpoint",
@@ -266,13 +263,4 @@ def _serve_problems(serve: dict[str, Any], duration_s: float | None) -> list[str
         p.append(f"serve.quant_tolerance must be a finite number > 0, got {tol!r}")
     if duration_s is None:
         p.append("a service runs for duration_s (not steps or work_tokens)")
-    trial = serve.get("load_test")
-    if trial is not None:
-        if not isinstance(trial, dict) or set(trial) != {"streams", "replicas"}:
-            p.append(f"serve.load_test must be a mapping of streams and replicas, got {trial!r}")
-        else:
-            for key in ("streams", "replicas"):
-                v = trial[key]
-                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                    p.append(f"serve.load_test.{key} must be an integer >= 1, got {v!r}")
     return p

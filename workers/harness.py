@@ -186,10 +186,8 @@ class Harness:
             raise RuntimeError("Harness.run() can be called once; build a new Harness to resume")
         self._ran = True
         if self.config.serve is not None:
-            from workers.serve_run import ServeRun, load_test_run
+            from workers.serve_run import ServeRun
 
-            if self.config.serve.get("load_test") is not None:  # a tuning trial
-                return load_test_run(self)
             if self.config.serve.get("endpoint"):
                 from workers.serve_endpoint import EndpointServe
 

@@ -125,6 +125,7 @@ class EndpointServe(ServeRun):
         super().__init__(h)
         self.requests = requests
         self.facts: dict[str, Any] = {}
+        self.paired = True
 
     def execute(self) -> RunResult:
         """Serve the endpoint's requests (see the class doc)."""
@@ -132,8 +133,11 @@ class EndpointServe(ServeRun):
         self.peak.reset()
         model = (h.model if self.quant_error is None else self.model).eval()
         mb = h.config.micro_batch
-        x0, _ = h.workload.make_batch(0, 1)
-        self.facts = sample_facts(model, x0)
+        first = h.workload.make_batch(0, 1)
+        # a batch is the inputs alone (a team's model, as examples/own_model's) or an
+        # (inputs, targets) pair (the built-in workloads): requests are batched the same way
+        self.paired = isinstance(first, tuple | list)
+        self.facts = sample_facts(model, first[0] if self.paired else first)
         warm = {n: to_device(h.workload.make_batch(0, n), h.device) for n in range(1, mb + 1)}
         for n in range(1, mb + 1):  # a first batch at every size before taking traffic
             with torch.inference_mode(), h._autocast():
@@ -214,7 +218,7 @@ class EndpointServe(ServeRun):
                 with torch.inference_mode(), h._autocast():
                     # the workload's own forward (a forward-only workload's loss is its
                     # output): a team's model may wrap it
-                    out = h.workload.loss(model, (x, None))
+                    out = h.workload.loss(model, (x, None) if self.paired else x)
                 _sync(h.device)
             except Exception as err:  # the model failed on these inputs: each is told
                 answers += [(r, {"error": f"{type(err).__name__}: {err}"}) for r in good]

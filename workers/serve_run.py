@@ -62,7 +62,7 @@ class Replica(Protocol):
     def model(self) -> torch.nn.Module: ...
 
 
-__all__ = ["LOAD_WINDOW_S", "Replica", "ServeRun", "load_test", "load_test_run", "serve_arrivals"]
+__all__ = ["LOAD_WINDOW_S", "Replica", "ServeRun", "load_test", "serve_arrivals"]
 
 log = logging.getLogger(__name__)
 
@@ -137,79 +137,6 @@ def load_test(
     )
     trace.quant_error = error
     return trace
-
-
-def load_test_run(h: Replica) -> RunResult:
-    """A service's tuning trial as a harness run (``HarnessConfig.serve["load_test"]``): the
-    job's arrivals for ``duration_s`` seconds, ``streams`` seeded streams (seeds ``seed``,
-    ``seed + 1``, ...), each load-tested (:func:`load_test`) on ``replicas`` copies of this
-    rank's server under the config's batcher, precision, quantization and compile.
-
-    It runs where the harness runs: for a team's model, in the sandboxed child
-    (``workers.sandbox``), so a tuner never imports the team's code. The figures are the worst
-    of the streams (the highest percentiles, the lowest requests/s, the requests offered and
-    dropped added up): a config must meet the ceiling on each. A quantization over the
-    tolerance is not load-tested: the result's status is ``refused``, with its ``quant_error``.
-    """
-    from workers.quantize import QuantizationRefused
-
-    cfg = h.config
-    settings = dict(cfg.serve or {})
-    trial = settings["load_test"]
-    duration = float(cfg.duration_s or 0.0)
-    started = time.perf_counter()
-    traces: list[ServeTrace] = []
-    refused: float | None = None
-    try:
-        for k in range(int(trial["streams"])):
-            traces.append(
-                load_test(
-                    h.workload,
-                    serve_arrivals(settings, duration, cfg.seed + k),
-                    max_batch=cfg.micro_batch,
-                    max_delay_s=settings.get("max_delay_s"),
-                    replicas=int(trial["replicas"]),
-                    timeout_s=settings.get("timeout_s"),
-                    device=h.device,
-                    precision=cfg.precision,
-                    quantize=str(settings.get("quantize") or "none"),
-                    tolerance=float(settings.get("quant_tolerance") or DEFAULT_TOLERANCE),
-                    compile=cfg.compile,
-                    seed=cfg.seed,
-                )
-            )
-    except QuantizationRefused as err:
-        refused = err.error
-    s = [t.summary() for t in traces]
-
-    def extreme(key: str, pick: Callable[[list[float]], float]) -> float | None:
-        values = [x[key] for x in s]
-        numbers = [float(v) for v in values if v is not None]
-        return pick(numbers) if numbers and len(numbers) == len(values) else None
-
-    return RunResult(
-        status="finished" if refused is None else "refused",
-        steps_done=sum(len(t.batches) for t in traces),
-        resumed_from_step=None,
-        loss=None,
-        p50_ms=extreme("request_p50_ms", max),
-        p95_ms=extreme("request_p95_ms", max),
-        p99_ms=extreme("request_p99_ms", max),
-        samples_per_s=extreme("served_rps", min),
-        tokens_per_s=None,
-        peak_mem_mb=0.0,
-        measured_steps=sum(len(t.latency_ms) for t in traces),
-        warmup_steps=0,
-        elapsed_s=time.perf_counter() - started,
-        device=str(h.device),
-        world_size=h.world_size,
-        global_batch=cfg.micro_batch,
-        param_fingerprint=0.0,
-        forward_only=True,
-        quant_error=refused if refused is not None else (traces[0].quant_error if traces else None),
-        offered=sum(t.offered for t in traces),
-        dropped=sum(t.dropped for t in traces),
-    )
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, Any]) -> str:

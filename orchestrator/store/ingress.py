@@ -72,7 +72,9 @@ __all__ = [
     "ServiceFigures",
     "bucket_of",
     "figures_of",
+    "forget_service",
     "quantile",
+    "read_figures",
     "service_keys",
     "with_service_figures",
 ]
@@ -515,6 +517,14 @@ class ReplicaQueue:
             self._client = None
 
 
+def forget_service(client: redis.Redis, keys: Mapping[str, str]) -> None:
+    """Delete every key of a service's endpoint (a tuning trial's, once measured): its
+    stream, ready set, figures and windows (its answers' lists expire on their own)."""
+    numbers = cast(list[Any], client.zrange(keys["wins"], 0, -1))
+    wins = [f"{keys['win']}{k.decode() if isinstance(k, bytes) else k}" for k in numbers]
+    client.delete(keys["req"], keys["ready"], keys["life"], keys["wins"], *wins)
+
+
 def _until(raw: str) -> float:
     """Until when a ``ready`` entry holds (0: unreadable)."""
     try:
@@ -635,6 +645,23 @@ class IngressStore:
         finally:
             self._waiting.pop(rid, None)
         return answer if isinstance(answer, dict) else None
+
+    async def call(self, job_id: str, payload: dict[str, Any], timeout_s: float) -> str:
+        """One checked request through the producer side, as the HTTP router takes it once its
+        checks pass (queued, answered, counted in the service's figures): its HTTP status,
+        ``"200"`` answered, ``"500"`` failed at the replica, ``"504"`` no answer within
+        ``timeout_s``. A service's tuning trial sends its requests here
+        (``orchestrator.tuner.evaluators.serve``)."""
+        arrived = time.time()
+        answer = await self.ask(job_id, payload, arrived, timeout_s)
+        if answer is None:
+            await self.record(job_id, "timeout", None)
+            return "504"
+        if answer.get("error"):
+            await self.record(job_id, "error", None)
+            return "500"
+        await self.record(job_id, "ok", (time.time() - arrived) * 1000.0)
+        return "200"
 
     async def record(self, job_id: str, outcome: str, latency_ms: float | None) -> None:
         """Count one request's outcome (and its latency) in the service's figures."""

@@ -73,7 +73,9 @@ def tune_job(
             job=job_id,
             # a service's trials are load tests run here, on this task's device (one at a
             # time); running them in the gang's actors, on its GPUs, is still to do
-            evaluator=default_evaluator(spec, job=job_id) if spec.serve is not None else evaluator,
+            evaluator=default_evaluator(spec, job=job_id, store=(redis_url, namespace))
+            if spec.serve is not None
+            else evaluator,
             free_gpus=evaluator.size if spec.serve is None else 1,
             retune=retune is not None,
             measured=[] if retune is None or retune[1] is None else [(retune[0], retune[1])],

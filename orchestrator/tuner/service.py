@@ -139,17 +139,26 @@ def _reads_dataset(evaluator: Evaluator) -> bool:
 
 
 def default_evaluator(
-    spec: JobSpec, caps: DeviceCaps | None = None, *, job: str | None = None
+    spec: JobSpec,
+    caps: DeviceCaps | None = None,
+    *,
+    job: str | None = None,
+    store: tuple[str, str] | None = None,
 ) -> Evaluator:
-    """In-process trials: a service's load tests (``ServeEvaluator``: a team's model in a
-    sandboxed child), else harness runs (3 warm-up + 10 measured steps); one CPU thread."""
+    """In-process trials: a service's load tests (``ServeEvaluator``: replicas answering
+    through ``store``'s ingress, ``(redis_url, namespace)``; a team's model in a sandboxed
+    child), else harness runs (3 warm-up + 10 measured steps); one CPU thread."""
     if spec.serve is not None:
         from orchestrator.tuner.evaluators.serve import ServeEvaluator
 
+        if store is None:
+            raise ValueError("a service's trials go through the store's ingress: give store")
         return ServeEvaluator(
             spec.workload.ref,
             dict(spec.workload.args),
             spec.serve.harness(),
+            redis_url=store[0],
+            namespace=store[1],
             caps=caps,
             seed=spec.run.seed,
             job_id=_sandbox_key(spec, job),
@@ -208,7 +217,7 @@ def tune_spec(
         evaluator = command_evaluator(spec, stored_working_dir(store, spec), caps=caps, job=job)
         return _tune(spec, store, redis_url, job, evaluator, evaluator.caps, options)
     if evaluator is None:
-        evaluator = default_evaluator(spec, caps, job=job)
+        evaluator = default_evaluator(spec, caps, job=job, store=(redis_url, store.namespace))
     return _tune(spec, store, redis_url, job, evaluator, caps or evaluator.caps, options)
 
 

@@ -1,6 +1,7 @@
 """Tuning a service against its SLA: trials are load tests of its own model (real forward
-passes) at its offered load; the goal is the fewest GPU-seconds per request among configs whose
-request p99 meets the ceiling; an accuracy or latency miss is an Optuna constraint."""
+passes) at its offered load, through the ingress as a live service's requests go; the goal is
+the fewest GPU-seconds per request among configs whose request p99 meets the ceiling; an
+accuracy or latency miss is an Optuna constraint."""
 
 from __future__ import annotations
 
@@ -17,23 +18,30 @@ from orchestrator.tuner.evaluators.serve import ServeEvaluator
 from orchestrator.tuner.objective import Goal
 from orchestrator.tuner.service import tune_spec
 from orchestrator.tuner.serving import service_space, service_warm_start
-from orchestrator.tuner.space import DeviceCaps
+from orchestrator.tuner.space import Config, DeviceCaps
 from orchestrator.tuner.study import study_name
-from workers.serve_run import load_test, serve_arrivals
-from workers.workloads.registry import build_workload
+from workers.serve_run import serve_arrivals
 
 CPU = DeviceCaps(precisions=("fp32",))
 CEILING_MS = 50.0
+TUNED_CEILING_MS = 200.0
+"""The ceiling of the tuning below: its trials run on the wall clock through Redis on a shared
+machine, so it leaves a no-window trial's p99 (10-60 ms at load 8 on 2 cores) far below it, and a
+500 ms window's (about 500 ms at 20 req/s) far above."""
 
 
-def _spec(bounds: dict[str, Any] | None = None, serve: dict[str, Any] | None = None) -> JobSpec:
+def _spec(
+    bounds: dict[str, Any] | None = None,
+    serve: dict[str, Any] | None = None,
+    ceiling_ms: float = CEILING_MS,
+) -> JobSpec:
     return parse_spec(
         {
             "name": "svc",
             "team": "t",
             "class": "interactive",
             "workload": {"name": "infer", "args": {"model": "mlp"}},
-            "sla": {"latency": {"percentile": 99, "max_ms": CEILING_MS}},
+            "sla": {"latency": {"percentile": 99, "max_ms": ceiling_ms}},
             "resources": {"gpus": {"min": 1, "max": 2}},
             "run": {"micro_batch": 8, "duration_s": 60},
             "serve": {"rate_rps": 100, **(serve or {})},
@@ -53,35 +61,44 @@ def _spec(bounds: dict[str, Any] | None = None, serve: dict[str, Any] | None = N
     )
 
 
-def _evaluator(spec: JobSpec, trial_s: float) -> ServeEvaluator:
+def _evaluator(spec: JobSpec, trial_s: float, store: JobStore, redis_url: str) -> ServeEvaluator:
     assert spec.serve is not None
     return ServeEvaluator(
-        "infer", {"model": "mlp"}, spec.serve.harness(), trial_s=trial_s, caps=CPU
+        "infer",
+        {"model": "mlp"},
+        spec.serve.harness(),
+        redis_url=redis_url,
+        namespace=store.namespace,
+        trial_s=trial_s,
+        caps=CPU,
     )
 
 
 def test_a_service_is_tuned_by_load_tests_to_the_fewest_gpu_seconds_meeting_p99(
     store: JobStore, redis_url: str
 ) -> None:
-    spec = _spec()
-    evaluator = _evaluator(spec, trial_s=1.0)
+    # at 20 requests/s a batch of 8 fills in 350 ms on average: a 500 ms window misses a
+    # 200 ms p99 (it waits), no window meets it (an MLP's forward pass is under a millisecond)
+    bounds = {"micro_batch": {"min": 8, "max": 8}, "max_delay_ms": [0, 500]}
+    spec = _spec(bounds, serve={"rate_rps": 20}, ceiling_ms=TUNED_CEILING_MS)
+    evaluator = _evaluator(spec, 2.0, store, redis_url)
     report = tune_spec(spec, store, redis_url, strategy="grid", evaluator=evaluator, patience=None)
     result = report.result
     space = service_space(spec, evaluator.caps)
-    assert space.size == 2 * 2 * 2 * 2  # batch x window x int8 x replicas, all load-tested
+    assert space.size == 2 * 2 * 2  # window x int8 x replicas, all load-tested
     assert result.trials == space.size and result.status == "feasible" and report.run
     records = list(result.history.points())
-    missed = [r for r in records if r.measurement.ok and r.measurement.p99_ms > CEILING_MS]
+    missed = [r for r in records if r.measurement.ok and r.measurement.p99_ms > TUNED_CEILING_MS]
     assert missed and all(not r.verdict.feasible for r in missed)
-    assert all(r in missed for r in records if r.config.max_delay_ms == 500)  # all 8 wait
+    assert all(r in missed for r in records if r.config.max_delay_ms == 500)  # all 4 wait
     best = result.best
     assert best is not None and best.verdict.feasible and best not in missed
     # the fewest GPU-seconds per request: one replica, no window (two replicas cost twice)
     assert best.config.gpus == 1 and best.config.max_delay_ms == 0
     m = best.measurement
-    assert m.p99_ms is not None and m.p99_ms <= CEILING_MS and m.dropped == 0
+    assert m.p99_ms is not None and m.p99_ms <= TUNED_CEILING_MS and m.dropped == 0
     # each trial served two seeded streams (its figures are the worse of the two)
-    assert m.offered == sum(len(serve_arrivals(spec.serve.harness(), 1.0, k)) for k in (0, 1))
+    assert m.offered == sum(len(serve_arrivals(spec.serve.harness(), 2.0, k)) for k in (0, 1))
     assert best.verdict.value == pytest.approx(1 / m.samples_per_s)  # GPU-s per request
     feasible = [r for r in records if r.verdict.feasible]
     assert all(best.verdict.value <= r.verdict.value for r in feasible)
@@ -96,20 +113,49 @@ def test_a_service_is_tuned_by_load_tests_to_the_fewest_gpu_seconds_meeting_p99(
     by_number = {t.number: t for t in study.trials}
     for r in missed:
         assert by_number[r.number].constraints["latency"] > 0
-    # the chosen config, run again as the job would run it (a fresh seed), meets the ceiling
+    # the chosen config, as the job would run it, served again (a fresh seed) meets the ceiling
     run = tuned_spec(spec, best.config)
     assert run.serve is not None and run.serve.max_delay_ms == best.config.max_delay_ms
     assert run.serve.quantize == best.config.quantize and run.gpus == best.config.gpus
-    hc = job_harness_config(run)
-    again = load_test(
-        build_workload("infer", {"model": "mlp"}, 0),
-        serve_arrivals(hc["serve"], 2.0, seed=5),
-        max_batch=hc["micro_batch"],
-        max_delay_s=hc["serve"]["max_delay_s"],
-        replicas=run.gpus,
-        quantize=hc["serve"]["quantize"],
-    ).summary()
-    assert again["dropped"] == 0 and again["request_p99_ms"] <= CEILING_MS
+    assert job_harness_config(run)["micro_batch"] == best.config.micro_batch
+    again = ServeEvaluator(
+        "infer",
+        {"model": "mlp"},
+        run.serve.harness(),
+        redis_url=redis_url,
+        namespace=store.namespace,
+        trial_s=2.0,
+        streams=1,
+        caps=CPU,
+        seed=5,
+    ).evaluate(best.config)
+    assert again.dropped == 0 and again.p99_ms is not None and again.p99_ms <= TUNED_CEILING_MS
+
+
+def test_a_trial_s_requests_go_through_its_own_ingress_stream_and_leave_no_keys(
+    store: JobStore, redis_url: str
+) -> None:
+    spec = _spec(serve={"rate_rps": 50})
+    assert spec.serve is not None
+    evaluator = ServeEvaluator(
+        "infer",
+        {"model": "mlp"},
+        spec.serve.harness(),
+        redis_url=redis_url,
+        namespace=store.namespace,
+        trial_s=2.0,
+        streams=1,  # the ingress's figures are the trial's whole life: one stream's here
+        caps=CPU,
+    )
+    m = evaluator.evaluate(Config(micro_batch=8, gpus=2, max_delay_ms=1.0))
+    assert m.ok and m.offered and m.dropped == 0
+    assert m.offered == len(serve_arrivals(spec.serve.harness(), 2.0, 0))
+    # every request reached the trial's ingress and was answered by a replica taking it from
+    # the stream (a request the replicas did not answer would be counted a timeout there)
+    seen = evaluator.last_ingress
+    assert seen is not None and seen.requests == m.offered and seen.counts["ok"] == m.offered
+    # the trial's stream, ready set and figures are gone: nothing of it mixes with a service
+    assert list(store.client.scan_iter(match=f"{store.namespace}:svc:*")) == []
 
 
 def test_a_quantization_over_the_tolerance_is_an_infeasible_trial(
@@ -117,9 +163,10 @@ def test_a_quantization_over_the_tolerance_is_an_infeasible_trial(
 ) -> None:
     spec = _spec(
         {"micro_batch": {"min": 8, "max": 8}, "max_delay_ms": [0], "gpus": {"min": 1, "max": 1}},
-        serve={"quant_tolerance": 1e-6},
+        serve={"quant_tolerance": 1e-6, "rate_rps": 20},
+        ceiling_ms=TUNED_CEILING_MS,
     )
-    evaluator = _evaluator(spec, trial_s=0.5)
+    evaluator = _evaluator(spec, 0.5, store, redis_url)
     report = tune_spec(spec, store, redis_url, strategy="grid", evaluator=evaluator)
     by_quant = {r.config.quantize: r for r in report.result.history.points()}
     refused = by_quant["int8"]
