@@ -19,16 +19,18 @@ recorded, and the goal's ``accuracy`` constraint marks it infeasible.
 
 Where the requests enter: at the ingress's producer side (``IngressStore.call``: the
 append, the wait for the answer and the count, what the HTTP router does once its checks
-pass), not over HTTP, measured both ways on the 2-core VM at load 9 (``bench/serving/
-README.md``, "A tuning trial against its run"). Over HTTP a trial needs an API serving its
-service: the router serves only a job in the store, running, to a token's holder, so a trial
-would make a job record and a token in a namespace of its own (5-150 ms) and serve the API on a
-loopback port. In this process, beside the trial's replicas, that API answered one request at a
-time in 32 ms at p50, and at 100 req/s open loop its queue grew to a 2.4-3.3 s p50: every
-config would be judged infeasible. An API in a process of its own would cost a process start
-per evaluator (seconds); not done. What entering here leaves out is the API's share of a
-request (HTTP, routing, the token and body checks); ``bench/serving/trial_vs_run.py``
-measures a trial's p99 against ``orch load``'s on the run at the same load.
+pass), not over HTTP. This leaves out the API's share of a request (HTTP, routing, the token
+and body checks), and on a loaded 2-core VM that share is most of a live request's time:
+``bench/serving/trial_vs_run.py`` measured this trial's p99 at 0.17x (0.08-0.75) the run's
+under ``orch load`` at 25 req/s (``bench/serving/README.md``, "A tuning trial against its
+run"). Over HTTP a trial needs an API serving its service: the router serves only a job in the
+store, running, to a token's holder. So a trial makes a job record and a member token in a
+namespace of its own (5-150 ms), serves the API on a loopback port, and sends with ``orch
+load``. Measured that way in the same bench, the trial's p99 was 0.39-1.06x the run's. It is
+not done yet: with 2 s streams, its trials' p99 went past the tuning tests' ceilings (its API,
+beside the replicas in this process, answered one request at a time in 32 ms), and ``orch
+load``'s process start per stream tripled the tests' time. Until then, a trial's p99 is a lower
+bound of the run's.
 
 A replica runs where a job's replica would: a built-in model in a thread of this process
 (``workers.harness.Harness``), a team's model (an ``entry:``) in a sandboxed child
