@@ -27,10 +27,11 @@ run"). Over HTTP a trial needs an API serving its service: the router serves onl
 store, running, to a token's holder. So a trial makes a job record and a member token in a
 namespace of its own (5-150 ms), serves the API on a loopback port, and sends with ``orch
 load``. Measured that way in the same bench, the trial's p99 was 0.39-1.06x the run's. It is
-not done yet: with 2 s streams, its trials' p99 went past the tuning tests' ceilings (its API,
-beside the replicas in this process, answered one request at a time in 32 ms), and ``orch
-load``'s process start per stream tripled the tests' time. Until then, a trial's p99 is a lower
-bound of the run's.
+not done yet: with 2 s streams, its trials' p99 went past the tuning tests' ceilings, because a
+fresh ``orch load`` process sent its first second's requests up to 160 ms late (the ingress
+measured p99 42-92 ms for the same requests), and that process's start per stream tripled the
+tests' time. A client kept warm across a trial's streams would fix both. Until then, a trial's
+p99 is a lower bound of the run's.
 
 A replica runs where a job's replica would: a built-in model in a thread of this process
 (``workers.harness.Harness``), a team's model (an ``entry:``) in a sandboxed child
