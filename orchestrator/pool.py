@@ -20,6 +20,7 @@ from typing import Any
 
 from orchestrator.config import Settings
 from orchestrator.errors import PoolError
+from orchestrator.kinds import VIRTUAL, node_kind
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,9 @@ class NodeInfo:
         gpu_memory_gb: memory of each GPU slot in GB (10^9 bytes; the smallest GPU's), which
             placement holds jobs' ``resources.gpu_memory_gb`` to (see
             :func:`gpu_memory_gb`); ``None``: unknown, which holds back no job.
+        kind: the kind of its GPUs (``orchestrator.kinds.node_kind``), which placement holds
+            jobs' ``resources.gpu_kinds`` and ``exclude_gpu_kinds`` to.
+        speed: the kind's speed per GPU (an A100 is 1.0; ``orchestrator.kinds``).
     """
 
     node_id: str
@@ -64,13 +68,16 @@ class NodeInfo:
     virtual: bool
     models: tuple[GPUInfo, ...] = field(default_factory=tuple)
     gpu_memory_gb: float | None = None
+    kind: str = VIRTUAL
+    speed: float = 1.0
 
     def label(self) -> str:
         """A short description for tables, saying plainly when slots are virtual."""
         if self.virtual or not self.models:
-            return f"{self.gpus} virtual GPU slot(s) (CPU-backed)"
+            kind = "" if self.kind == VIRTUAL else f" of kind {self.kind}"
+            return f"{self.gpus} virtual GPU slot(s) (CPU-backed){kind}"
         names = sorted({g.model for g in self.models})
-        return f"{self.gpus} x {', '.join(names)}"
+        return f"{self.gpus} x {', '.join(names)} ({self.kind})"
 
 
 def gpu_memory_gb(models: Sequence[GPUInfo], declared: float | None, virtual_gb: float) -> float:
@@ -199,6 +206,7 @@ class GPUPool:
             models = tuple(GPUInfo(**g) for g in probe)
             declared = n["Resources"].get(MEMORY_RESOURCE)
             memory = gpu_memory_gb(models, declared, self.settings.virtual_gpu_memory_gb)
+            kind = node_kind(n["Resources"], [g.model for g in models])
             out.append(
                 NodeInfo(
                     node_id=n["NodeID"],
@@ -207,6 +215,8 @@ class GPUPool:
                     virtual=not probe,
                     models=models,
                     gpu_memory_gb=memory,
+                    kind=kind.name,
+                    speed=kind.speed,
                 )
             )
         return out

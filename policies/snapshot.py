@@ -8,8 +8,9 @@ first fields (node ids, job class, team, GPUs, order) still builds a valid snaps
 is rigid (``min_gpus == max_gpus == gpus``), scales linearly, has no deadline and no service, a
 running job counts as having made progress (``first_step_at=0.0``), a queued job as never
 preempted (``preempted_at=None``), the rounds' interval as unknown (``interval_s=0.0``), and GPU
-memory as unknown on a node and not asked for by a job (``gpu_memory_gb=None``), which turns off
-the rules that read these fields.
+memory as unknown on a node and not asked for by a job (``gpu_memory_gb=None``), and GPU kinds as
+one unlabelled kind that every job allows (``kind=""``), which turns off the rules that read these
+fields.
 """
 
 from __future__ import annotations
@@ -36,12 +37,21 @@ class NodeView:
         gpu_memory_gb: memory of each GPU slot (the node's smallest GPU), in GB of 10^9 bytes
             as GPU makers count them; ``None``: unknown, which limits no job (see
             :meth:`holds`).
+        kind: the kind of the node's GPUs (``"A100-80GB"``, ``"L4"``; ``orchestrator.kinds``
+            names them); ``""``: unlabelled. A gang runs on one kind (see
+            :mod:`policies.eligibility`).
+        speed: the kind's relative speed per GPU, the same for every node of a kind: what a job
+            whose own speed on the kind is not known yet is assumed to get (its
+            ``kind_speed``), and the kind's cost when the policy looks for the cheapest kind
+            that meets an interactive job's latency.
     """
 
     node_id: str
     total_gpus: int
     free_gpus: int
     gpu_memory_gb: float | None = None
+    kind: str = ""
+    speed: float = 1.0
 
     def holds(self, gpu_memory_gb: float | None) -> bool:
         """Whether a job needing ``gpu_memory_gb`` per GPU may run here: the one rule by
@@ -105,9 +115,32 @@ class _JobSizes:
         """Whether the job is interactive (starts at once, never preempted)."""
         return self.job_class == INTERACTIVE
 
+    gpu_memory_gb: float | None
+    gpu_kinds: tuple[str, ...]
+    exclude_kinds: tuple[str, ...]
+    kind_speed: tuple[tuple[str, float], ...]
+
     def rate(self, gpus: int) -> float:
         """Relative goodput on ``gpus`` GPUs (from ``speedup``; linear when unknown)."""
         return _speedup_at(self.speedup, gpus)
+
+    @property
+    def restricted(self) -> bool:
+        """Whether the job may not run on every node: it needs GPU memory or names kinds."""
+        return self.gpu_memory_gb is not None or bool(self.gpu_kinds or self.exclude_kinds)
+
+    def allows(self, kind: str) -> bool:
+        """Whether the job may run on GPUs of ``kind`` (``gpu_kinds``, ``exclude_kinds``)."""
+        required = self.gpu_kinds
+        return (not required or kind in required) and kind not in self.exclude_kinds
+
+    def speed_on(self, kind: str, prior: float) -> float:
+        """The job's speed per GPU on ``kind``: its own (``kind_speed``), else ``prior``, the
+        kind's speed (:attr:`NodeView.speed`)."""
+        for name, speed in self.kind_speed:
+            if name == kind:
+                return speed
+        return prior
 
 
 @dataclass(frozen=True)
@@ -133,6 +166,16 @@ class QueuedJob(_JobSizes, JobHistory):
         gpu_memory_gb: memory each of its GPUs must have (``resources.gpu_memory_gb``);
             ``None``: any GPU will do. A policy places it only on nodes that
             :meth:`NodeView.holds` it (see :meth:`Snapshot.too_small`).
+        gpu_kinds: the GPU kinds it may run on (``resources.gpu_kinds``); empty: any.
+        exclude_kinds: the kinds it must not run on (``resources.exclude_gpu_kinds``).
+        kind_speed: its own speed per GPU on each kind, ``(kind, speed)`` in the unit of
+            :attr:`NodeView.speed` (measured where it ran, else predicted from one
+            measurement scaled by the kinds' speeds: ``orchestrator.kinds``); a kind not in
+            it: the kind's own speed. The policy places the job on the kind where it is
+            fastest (bulk) or on the cheapest kind it meets its latency on (interactive,
+            ``min_speed``): :func:`policies.eligibility.kind_order`.
+        min_speed: an interactive job's slowest speed per GPU that still meets its latency
+            ceiling (in the same unit); ``0.0``: unknown, which places it on the fastest kind.
 
     Only a recent ``preempted_at`` matters: ``shared`` holds a bulk job preempted within the
     restart cost, then gives it only the GPUs no other job wants until the longer of the
@@ -154,6 +197,10 @@ class QueuedJob(_JobSizes, JobHistory):
     wait_target_s: float = DEFAULT_WAIT_TARGET_S
     speedup: tuple[float, ...] = ()
     gpu_memory_gb: float | None = None
+    gpu_kinds: tuple[str, ...] = ()
+    exclude_kinds: tuple[str, ...] = ()
+    kind_speed: tuple[tuple[str, float], ...] = ()
+    min_speed: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -173,7 +220,8 @@ class RunningJob(_JobSizes, JobHistory):
         checkpoint_at: when it last saved a checkpoint; work since then is lost on preemption
             (``math.inf``: a stop loses nothing, as for the simulator's jobs that checkpoint
             continuously; see :func:`policies.preemption.lost_work`).
-        min_gpus, max_gpus, deadline, speedup: as for :class:`QueuedJob`.
+        min_gpus, max_gpus, deadline, speedup, gpu_kinds, exclude_kinds, kind_speed,
+            min_speed: as for :class:`QueuedJob`.
         first_step_at: when the current run (since ``started_at``: its start, resume or
             resize) did its first training step, or a time after ``now`` when that step is
             still to come; ``None``: it has done no step yet. The default ``0.0`` reads as
@@ -205,6 +253,11 @@ class RunningJob(_JobSizes, JobHistory):
     gpu_memory_gb: float | None = None  # as for QueuedJob: a grow takes only such nodes
     urgent: bool = False
     want_gpus: int = 0
+    # as for QueuedJob; a grow stays on the kind it runs on (Snapshot.barred)
+    gpu_kinds: tuple[str, ...] = ()
+    exclude_kinds: tuple[str, ...] = ()
+    kind_speed: tuple[tuple[str, float], ...] = ()
+    min_speed: float = 0.0
 
     @property
     def gpus(self) -> int:
@@ -248,14 +301,29 @@ class Snapshot:
     declined: frozenset[str] = frozenset()
     total_gpus: int = field(init=False)
 
+    kinds: dict[str, float] = field(init=False, repr=False, compare=False)
+
     _free: dict[str, int] = field(init=False, repr=False, compare=False)
-    # too_small's answers, per requirement: asked once per job needing memory, every round
+    # too_small's and barred's answers, per requirement: asked once per job, every round
     _small: dict[float, frozenset[str]] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
+    _barred: dict[tuple[object, ...], frozenset[str]] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
+    _kind_of: dict[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "total_gpus", sum(n.total_gpus for n in self.nodes))
+        # the pool's GPU kinds and their speeds, fastest first (one entry, often ""; a pool
+        # of one kind places as a pool without kinds)
+        kinds: dict[str, float] = {}
+        for n in self.nodes:
+            kinds.setdefault(n.kind, n.speed)
+        object.__setattr__(
+            self, "kinds", dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+        )
+        object.__setattr__(self, "_kind_of", {n.node_id: n.kind for n in self.nodes})
         # read by the policy and by the decision check every round: built once per snapshot
         # (a comparison, not ``max(0, free)``: the call took most of a simulated round's
         # snapshot, for the 250 nodes of a 2,000-GPU pool)
@@ -277,3 +345,28 @@ class Snapshot:
             small = frozenset(n.node_id for n in self.nodes if not n.holds(gpu_memory_gb))
             self._small[gpu_memory_gb] = small
         return small
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the pool has GPUs of more than one kind (then a gang takes one kind)."""
+        return len(self.kinds) > 1
+
+    def kind_of(self, node_id: str) -> str:
+        """The kind of a node's GPUs (``""``: unlabelled or not in the pool)."""
+        return self._kind_of.get(node_id, "")
+
+    def barred(self, job: QueuedJob | RunningJob) -> frozenset[str]:
+        """Nodes none of the job's GPUs may be placed on: too small for its
+        ``gpu_memory_gb`` (:meth:`too_small`) or of a kind it does not allow
+        (:meth:`QueuedJob.allows`). Empty for a job that any node takes."""
+        if not job.gpu_kinds and not job.exclude_kinds:
+            return self.too_small(job.gpu_memory_gb)
+        key = (job.gpu_memory_gb, job.gpu_kinds, job.exclude_kinds)
+        out = self._barred.get(key)
+        if out is None:
+            small = self.too_small(job.gpu_memory_gb)
+            out = frozenset(
+                n.node_id for n in self.nodes if n.node_id in small or not job.allows(n.kind)
+            )
+            self._barred[key] = out
+        return out

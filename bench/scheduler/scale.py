@@ -18,6 +18,11 @@ Two measurements, on one machine, in one run:
    process held before the snapshot is frozen out of the cyclic collector's reach
    (``gc.freeze``), as the live loop does once started.
 
+``--kinds K`` (issue 40) splits the nodes into ``K`` GPU kinds (``A`` speed 1, ``B`` 2, ``C``
+0.5 ...), in blocks of consecutive nodes, for both measurements; one job in three has its own
+measured speed on each kind (random, around the kind's), the rest the kinds' own: every gang
+then takes one kind, chosen per job (``policies.eligibility``).
+
 Prints the tables, writes ``bench/scheduler/results/scale[-smoke].json`` (or ``--out NAME``:
 ``NAME.json``) and, when matplotlib is installed, ``scale-decision.png`` (``NAME-decision.png``;
 decision time vs queue length, log-log) beside it.
@@ -58,12 +63,39 @@ def make_policy(name: str) -> SchedulingPolicy:
     return variants.create(name)  # a registered policy, or a variant of one
 
 
+KIND_SPEEDS = (1.0, 2.0, 0.5, 1.5, 0.75)
+
+
+def node_kinds(nodes: int, kinds: int) -> dict[str, tuple[str, float]]:
+    """Node ``n{i}``'s kind and speed: ``kinds`` blocks of consecutive nodes (none: one kind)."""
+    if kinds <= 1:
+        return {}
+    return {
+        f"n{i}": (chr(ord("A") + i * kinds // nodes), KIND_SPEEDS[i * kinds // nodes])
+        for i in range(nodes)
+    }
+
+
+def own_speeds(rng: random.Random, kinds: int) -> tuple[tuple[str, float], ...]:
+    """One job in three: its own speed on each kind (0.5 to 1.5 times the kind's); else none."""
+    if kinds <= 1 or rng.random() >= 1 / 3:
+        return ()
+    return tuple((chr(ord("A") + k), KIND_SPEEDS[k] * rng.uniform(0.5, 1.5)) for k in range(kinds))
+
+
 def simulate(
-    name: str, jobs: int, nodes: int, speed: float, deadlines: bool = False
+    name: str, jobs: int, nodes: int, speed: float, deadlines: bool = False, kinds: int = 1
 ) -> dict[str, float | str]:
     """Simulate ``jobs`` Philly jobs under one policy; return wall time and counters
-    (``deadlines``: each due 1.2 times its run time after submission, issue 26)."""
+    (``deadlines``: each due 1.2 times its run time after submission, issue 26; ``kinds``:
+    GPU kinds, see the module doc)."""
     trace = philly_jobs(jobs, seed=0)
+    if kinds > 1:
+        rng = random.Random(1)
+        trace = [
+            replace(j, kind_speed=" ".join(f"{k}:{v:.3f}" for k, v in own_speeds(rng, kinds)))
+            for j in trace
+        ]
     if speed != 1.0 or deadlines:
         trace = [
             replace(
@@ -75,7 +107,11 @@ def simulate(
         ]
     t0, c0 = time.perf_counter(), time.process_time()
     sim = Simulator(
-        trace, make_policy(name), uniform_pool(nodes, 8), config=SimConfig(every_round=False)
+        trace,
+        make_policy(name),
+        uniform_pool(nodes, 8),
+        config=SimConfig(every_round=False),
+        kinds=node_kinds(nodes, kinds),
     )
     result = sim.run()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -90,10 +126,13 @@ def simulate(
         "simulated_days": result.end_time / 86400,
         "bulk_mean_jct": s["bulk_mean_jct"],
         "utilisation": s["utilisation"],
+        "kinds": kinds,
     }
 
 
-def decision_snapshot(queued: int, nodes: int, seed: int = 0, deadlines: bool = False) -> Snapshot:
+def decision_snapshot(
+    queued: int, nodes: int, seed: int = 0, deadlines: bool = False, kinds: int = 1
+) -> Snapshot:
     """A full pool of running Philly jobs plus ``queued`` waiting ones (1 in 10 interactive);
     ``deadlines``: every bulk job has its remaining work and a deadline of 1.2 times it from
     now (issue 26: the deadline class in every decision)."""
@@ -131,6 +170,7 @@ def decision_snapshot(queued: int, nodes: int, seed: int = 0, deadlines: bool = 
                 deadline=1.2 * job.duration if deadlines else None,
                 remaining_work=job.duration if deadlines else None,
                 checkpoint_at=-rng.uniform(0, 1800),
+                kind_speed=own_speeds(rng, kinds),
             )
         )
         seq += 1
@@ -154,13 +194,15 @@ def decision_snapshot(queued: int, nodes: int, seed: int = 0, deadlines: bool = 
                 speedup=() if inter else tuple(amdahl(n, 0.05) for n in range(1, job.hi + 1)),
                 deadline=1.2 * job.duration if deadlines and not inter else None,
                 remaining_work=job.duration if deadlines and not inter else None,
+                kind_speed=own_speeds(rng, kinds),
             )
         )
         seq += 1
     share = nodes * 8 // (2 * len(teams))
     views = tuple(TeamView(t, 1.0, share) for t in teams)
+    of = node_kinds(nodes, kinds)
     return Snapshot(
-        tuple(NodeView(n, 8, free[n]) for n in order),
+        tuple(NodeView(n, 8, free[n], None, *of.get(n, ("", 1.0))) for n in order),
         tuple(queue),
         tuple(running),
         now=0.0,
@@ -169,7 +211,7 @@ def decision_snapshot(queued: int, nodes: int, seed: int = 0, deadlines: bool = 
 
 
 def decision_times(
-    name: str, queued: int, nodes: int, reps: int, deadlines: bool = False
+    name: str, queued: int, nodes: int, reps: int, deadlines: bool = False, kinds: int = 1
 ) -> dict[str, float | str]:
     """p50/p99 CPU time of one ``decide`` call at ``queued`` waiting jobs.
 
@@ -181,7 +223,7 @@ def decision_times(
     gc.collect()
     gc.freeze()
     try:
-        snap = decision_snapshot(queued, nodes, deadlines=deadlines)
+        snap = decision_snapshot(queued, nodes, deadlines=deadlines, kinds=kinds)
         policy = make_policy(name)
         policy.decide(snap)  # warm-up (caches, imports)
         times = []
@@ -198,6 +240,7 @@ def decision_times(
         "reps": reps,
         "p50_ms": 1e3 * percentile(times, 50),
         "p99_ms": 1e3 * percentile(times, 99),
+        "kinds": kinds,
     }
 
 
@@ -245,12 +288,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="every bulk job due 1.2x its run time after submission (issue 26)",
     )
+    ap.add_argument("--kinds", type=int, default=1, help="GPU kinds in the pool (issue 40)")
     ap.add_argument("--out", default="", help="results file name under results/, no .json")
     args = ap.parse_args(argv)
     if args.smoke:
         args.jobs, args.nodes, args.queues, args.reps = 1000, 25, "10,100", 3
     sims = [
-        simulate(p, args.jobs, args.nodes, args.speed, args.deadlines)
+        simulate(p, args.jobs, args.nodes, args.speed, args.deadlines, args.kinds)
         for p in args.sim_policies.split(",")
         if p
     ]
@@ -268,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for p in args.policies.split(","):
         for q in queues:
-            r = decision_times(p, q, args.nodes, args.reps, args.deadlines)
+            r = decision_times(p, q, args.nodes, args.reps, args.deadlines, args.kinds)
             rows.append(r)
             print(
                 f"{r['policy']:<17} {r['queued']:>7} {r['running']:>7} {r['p50_ms']:>8.2f} "

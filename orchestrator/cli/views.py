@@ -235,6 +235,9 @@ def job_panel(
         from orchestrator.tuner.replan import describe_applied
 
         head.add_row("applied", f"{describe_applied(applied)} ({applied.get('source', '?')})")
+    kinds = _kinds_cell(rec.fields.get("gpu_kinds", ""), rec.fields.get("exclude_gpu_kinds", ""))
+    if kinds:
+        head.add_row("GPU kinds", kinds)
     head.add_row("attempts", str(rec.attempts))
     if rec.fields.get("after"):
         head.add_row("after", rec.fields["after"].replace(",", ", "))
@@ -270,6 +273,16 @@ def _metric(key: str, value: Any) -> str:
     return _fnum(value, "{:,.3f}") if isinstance(value, float) else str(value)
 
 
+def _kinds_cell(required: str, excluded: str) -> str:
+    """The GPU kinds a job may run on, as ``orch show`` says it ("": any)."""
+    parts = []
+    if required:
+        parts.append("only " + " or ".join(required.split()))
+    if excluded:
+        parts.append("never " + ", ".join(excluded.split()))
+    return "; ".join(parts)
+
+
 def pool_table(view: dict[str, Any]) -> Table:
     """The pool as the scheduler last published it."""
     table = Table(
@@ -280,11 +293,14 @@ def pool_table(view: dict[str, Any]) -> Table:
     for n in view.get("nodes", []):
         memory = n.get("gpu_memory_gb")
         models = n.get("models") or []
+        name = n.get("kind") or "virtual"
         kind = (
-            "virtual (CPU-backed)"
+            f"{name} (CPU-backed)"
             if n.get("virtual") or not models
-            else ", ".join(sorted({m["model"] for m in models}))
+            else f"{name}: " + ", ".join(sorted({m["model"] for m in models}))
         )
+        if n.get("speed", 1.0) != 1.0:
+            kind += f", speed {n['speed']:g}"
         table.add_row(
             n["node_id"][:12],
             n.get("address", "?"),

@@ -19,6 +19,7 @@ from orchestrator import elastic
 from orchestrator.control.ledger import Run
 from orchestrator.control.snapshot import RunFacts, job_facts, running_view
 from orchestrator.errors import JobNotFound
+from orchestrator.kinds import job_speeds, min_speed, predicted
 from orchestrator.runtime.base import RunKind
 from orchestrator.runtime.harness_config import run_spec
 from orchestrator.sla import profile_points
@@ -57,6 +58,67 @@ class JobFactsReader:
         self.store = store
         self._elastic: dict[str, Elastic] = {}
         self._sizes: dict[str, list[int]] = {}
+        # GPU kinds: the pool's kinds and their speeds (the loop sets them each round), and
+        # each job's measured throughput per GPU per kind, read once (then on a new one)
+        self.priors: dict[str, float] = {}
+        self._kinds: dict[str, tuple[dict[str, float], dict[str, dict[int, float]]]] = {}
+
+    def _measured_kinds(self, job_id: str) -> tuple[dict[str, float], dict[str, dict[int, float]]]:
+        measured = self._kinds.get(job_id)
+        if measured is None:
+            measured = self._kinds[job_id] = self.store.scaling.kinds(job_id)
+        return measured
+
+    def with_kinds(self, facts: QueuedJob, ceiling: str) -> QueuedJob:
+        """``facts`` with the job's speed per kind its runs measured (``kind_speed``,
+        ``orchestrator.kinds.job_speeds``) and, for an interactive job with a latency
+        ``ceiling`` (``"PERCENTILE MS"``), the slowest speed that meets it (``min_speed``);
+        unchanged in a pool of one kind."""
+        if len(self.priors) < 2:
+            return facts
+        rates, lats = self._measured_kinds(facts.job_id)
+        if not rates and not lats:
+            return facts
+        speeds = job_speeds(rates, self.priors)
+        need = 0.0
+        if ceiling and lats:
+            pct, ms = ceiling.split()
+            need = min_speed(lats, {**self.priors, **speeds}, int(pct), float(ms))
+        return dataclasses.replace(facts, kind_speed=tuple(sorted(speeds.items())), min_speed=need)
+
+    def kind_speed(self, job_id: str) -> tuple[tuple[str, float], ...]:
+        """The job's speed per GPU on each kind its runs were measured on, in the kinds' unit
+        (``orchestrator.kinds.job_speeds``); empty in a pool of one kind."""
+        if len(self.priors) < 2:
+            return ()
+        rates, _ = self._measured_kinds(job_id)
+        return tuple(sorted(job_speeds(rates, self.priors).items()))
+
+    def note_kind(self, job_id: str, kind: str, result: dict[str, Any]) -> str:
+        """Keep the throughput per GPU (and the step time percentiles) a run showed on GPUs
+        of ``kind``; returns what the prediction for that kind was against it (``""``: nothing
+        predicted or measured), the first time the job is measured there: from then on the
+        measurement is used."""
+        sps, world = result.get("samples_per_s"), result.get("world_size")
+        lat = {p: float(v) for p in (50, 95, 99) if (v := result.get(f"p{p}_ms"))}
+        if not kind or (not lat and (not sps or not world)):
+            return ""
+        per_gpu = float(sps) / int(world) if sps and world else 0.0
+        rates, lats = self._measured_kinds(job_id)
+        before = predicted(kind, rates, self.priors) if kind not in rates else None
+        self.store.scaling.record_kind(job_id, kind, per_gpu, lat)
+        self._kinds[job_id] = (
+            {**rates, kind: per_gpu} if per_gpu > 0 else rates,
+            {**lats, kind: lat} if lat else lats,
+        )
+        if before is None or per_gpu <= 0:
+            return ""
+        error = before / per_gpu - 1
+        return (
+            f"on {kind}: predicted {before:,.1f} samples/s per GPU from "
+            f"{', '.join(sorted(rates))} by the kinds' speeds, measured {per_gpu:,.1f} "
+            f"(prediction error {error:+.0%}); measured from now on"
+        )
 
     def queued(self, raw: dict[str, str]) -> QueuedJob:
         """A queued job's facts from its stored fields, an elastic one with its curve and
@@ -64,7 +126,7 @@ class JobFactsReader:
         give it more); an interactive job with a GPU range (a service) asks for the GPUs it
         runs on: its tuned replicas, within its range (its stored count is the one it was
         submitted with)."""
-        facts = stored_facts(raw)
+        facts = self.with_kinds(stored_facts(raw), raw.get("latency_ceiling", ""))
         if facts.min_gpus != facts.max_gpus and facts.job_class == "bulk":
             info = self.elastic(facts.job_id)
             sizes = self.sizes(facts.job_id)
@@ -86,7 +148,7 @@ class JobFactsReader:
         running settings can keep their global batch on and its curve; a tuning gang rigid,
         and a service too (its size moves only as the SLA guard asks: ``want_gpus``)."""
         (raw,) = self.store.queue_facts([rec.id]) or [_record_fields(rec)]
-        facts = stored_facts(raw)
+        facts = self.with_kinds(stored_facts(raw), raw.get("latency_ceiling", ""))
         info = self.elastic(rec.id) if kind == "run" else None
         if info is None or facts.min_gpus == facts.max_gpus or facts.job_class != "bulk":
             return dataclasses.replace(facts, min_gpus=0, max_gpus=0, speedup=())
@@ -152,6 +214,7 @@ class JobFactsReader:
         """Forget every job not in ``job_ids`` (those that left the queue and the pool)."""
         self._elastic = {j: v for j, v in self._elastic.items() if j in job_ids}
         self._sizes = {j: v for j, v in self._sizes.items() if j in job_ids}
+        self._kinds = {j: v for j, v in self._kinds.items() if j in job_ids}
 
     def note_throughput(self, job_id: str, result: dict[str, Any]) -> tuple[float, ...] | None:
         """Keep the throughput a run of an elastic job showed on its GPU count; returns its
@@ -193,6 +256,8 @@ def stored_facts(raw: dict[str, str]) -> QueuedJob:
         max_gpus=int(raw.get("gpus_max") or 0),
         deadline_s=num("deadline_s"),
         gpu_memory_gb=num("gpu_memory_gb"),
+        gpu_kinds=tuple((raw.get("gpu_kinds") or "").split()),
+        exclude_kinds=tuple((raw.get("exclude_gpu_kinds") or "").split()),
         history=read_history(raw),
         **({} if wait is None else {"wait_target_s": wait}),
     )

@@ -33,7 +33,8 @@ def check_decisions(
     yet, a ``PREEMPT`` or ``RESIZE`` for a running job, sizes within the job's range (or
     between a service's size and its ``want_gpus``), every GPU taken is free after the
     releases before it, and no GPU is newly taken on a node whose GPUs have less memory than
-    the job needs (``Snapshot.too_small``; a resize keeps what it holds).
+    the job needs or are of a kind it does not allow (``Snapshot.barred``; a resize keeps what
+    it holds).
 
     Returns:
         ``(kept, broken)``, ``broken`` pairing each bad decision with what is wrong with it.
@@ -100,14 +101,19 @@ def _problem(
         return f"{kind.value} {d.job_id} on {len(d.nodes)} GPUs; it runs on {job.lo}..{job.hi}"
     old = Counter(holding.get(d.job_id, ())) if kind is DecisionKind.RESIZE else Counter()
     need = Counter(d.nodes)
-    small = snapshot.too_small(job.gpu_memory_gb)
+    barred = snapshot.barred(job)
     for node, n in need.items():
         if free[node] + old[node] < n:
             return f"{kind.value} {d.job_id}: {n} GPUs on {node}, {free[node] + old[node]} free"
-        if n > old[node] and node in small:
+        if n > old[node] and node in barred:
+            if node in snapshot.too_small(job.gpu_memory_gb):
+                return (
+                    f"{kind.value} {d.job_id}: GPUs on {node}, whose GPUs have less memory than "
+                    f"its gpu_memory_gb ({job.gpu_memory_gb:g} GB)"
+                )
             return (
-                f"{kind.value} {d.job_id}: GPUs on {node}, whose GPUs have less memory than its "
-                f"gpu_memory_gb ({job.gpu_memory_gb:g} GB)"
+                f"{kind.value} {d.job_id}: GPUs on {node}, of kind "
+                f"{snapshot.kind_of(node) or '(unlabelled)'}, which it does not allow"
             )
     free.update(old)
     free.subtract(need)

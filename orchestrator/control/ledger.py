@@ -110,7 +110,10 @@ def policy_nodes(nodes: Sequence[NodeInfo], runs: Iterable[Run]) -> tuple[NodeVi
     """The pool as the policy sees it: runs that are leaving hold nothing."""
     held = Counter(n for run in runs if not run.leaving for n in run.policy_nodes)
     return tuple(
-        NodeView(n.node_id, n.gpus, n.gpus - held.get(n.node_id, 0), n.gpu_memory_gb) for n in nodes
+        NodeView(
+            n.node_id, n.gpus, n.gpus - held.get(n.node_id, 0), n.gpu_memory_gb, n.kind, n.speed
+        )
+        for n in nodes
     )
 
 

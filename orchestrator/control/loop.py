@@ -351,6 +351,7 @@ class ControlLoop:
         # the runtime first: it may be slow (a node probe), and the store reads after it must
         # be close together, or a snapshot mixes an old team config with a newer queue
         self.state.nodes = self.runtime.nodes()
+        self.facts.priors = {n.kind: n.speed for n in self.state.nodes}
         config = self.store.teams()
         teams: tuple[TeamView, ...] = config.views() if config is not None else ()
         now = self.clock()

@@ -146,6 +146,12 @@ class Reaper:
         its attained service, metrics and measured throughput; a resized run goes on."""
         job_id = run.job_id
         curve = self.facts.note_throughput(job_id, outcome.result)
+        if run.launch.kind == "run" and len(self.facts.priors) > 1:  # a pool of several kinds
+            kinds = {n.node_id: n.kind for n in self.state.nodes}
+            on = {kinds.get(n, "") for n in run.launch.nodes}
+            if len(on) == 1 and (note := self.facts.note_kind(job_id, on.pop(), outcome.result)):
+                with contextlib.suppress(JobNotFound):
+                    self.store.note_event(job_id, "kind-profile", note, as_message=False)
         if run.launch.kind == "tune":
             self.telemetry.tuned(outcome.result.get("trials"))
         running = self.state.facts

@@ -48,13 +48,16 @@ class LocalRuntime:
 
     def __init__(
         self,
-        nodes: Sequence[tuple[str, int]],
+        nodes: Sequence[tuple[str, int] | NodeInfo],
         *,
         auto_start: bool = True,
         stop_ends: bool = True,
         resize_ends: bool = True,
     ) -> None:
-        self._nodes = [NodeInfo(n, "127.0.0.1", g, virtual=True) for n, g in nodes]
+        self._nodes = [
+            n if isinstance(n, NodeInfo) else NodeInfo(n[0], "127.0.0.1", n[1], virtual=True)
+            for n in nodes
+        ]
         self.auto_start = auto_start
         self.stop_ends = stop_ends
         self.resize_ends = resize_ends

@@ -28,6 +28,20 @@ class DecisionApplier:
     _changed: set[str]
     _team_gpus: dict[str, int]
     _demand: dict[str, list[int]]
+    kinds: dict[str, tuple[str, float]]
+
+    def _speed_on(self, job: SimJob) -> float:
+        """The job's speed on the GPUs it holds: its own on their kind (``kind_speed``), else
+        the kind's; the slowest kind's when its gang spans several (it steps as one)."""
+        kinds = self.kinds
+        if not kinds:
+            return 1.0
+        own = dict(job.kind_speed)
+        speeds = []
+        for node in set(job.nodes):
+            kind, prior = kinds.get(node, ("", 1.0))
+            speeds.append(own.get(kind, prior))
+        return min(speeds, default=1.0)
 
     def _apply(self, d: Decision) -> None:
         job = self.by_id.get(d.job_id)
@@ -101,6 +115,7 @@ class DecisionApplier:
         self._team_gpus[job.team] = self._team_gpus.get(job.team, 0) + gpus
         self._ask(job, gpus if gpus >= job.lo else job.lo, 1)
         job.placement = placement_of(job.nodes)
+        job.speed = self._speed_on(job)
         model = job.model
         job.start_s = (
             model.start_s(self.config.restart_s)

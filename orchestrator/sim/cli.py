@@ -52,6 +52,11 @@ class NodeSpec(BaseModel):
     gpus: int = Field(ge=1, le=1024)
     gpu_memory_gb: float | None = Field(default=None, gt=0, le=1 << 20)
     """Memory of each of its GPUs (GB); jobs' ``gpu_memory_gb`` is held to it."""
+    kind: str = Field(default="", max_length=64, pattern=r"^[A-Za-z0-9._-]*$")
+    """The kind of its GPUs (jobs' ``gpu_kinds``/``exclude_kinds`` are held to it)."""
+    speed: float = Field(default=1.0, gt=0, le=1e6)
+    """The kind's speed per GPU, in the unit of the trace's ``duration`` (every node of a kind
+    must give the same)."""
 
 
 def parse_pool(text: str) -> list[tuple[str, int]]:
@@ -67,8 +72,8 @@ def parse_pool(text: str) -> list[tuple[str, int]]:
 
 
 def load_nodes(path: Path) -> list[NodeSpec]:
-    """Read a nodes file: a YAML or JSON list of ``{name, gpus, gpu_memory_gb}`` (the last
-    optional), in the pool's order.
+    """Read a nodes file: a YAML or JSON list of ``{name, gpus, gpu_memory_gb, kind, speed}``
+    (the last three optional), in the pool's order.
 
     Raises:
         SpecError: unreadable file, invalid entries or repeated names, one line per problem.
@@ -86,6 +91,17 @@ def load_nodes(path: Path) -> list[NodeSpec]:
     if not nodes or dupes:
         why = f"node names must be unique; repeated: {', '.join(dupes)}" if dupes else "no nodes"
         raise SpecError(str(path), [why])
+    speeds: dict[str, set[float]] = {}
+    for n in nodes:
+        speeds.setdefault(n.kind, set()).add(n.speed)
+    mixed = [
+        f"kind {k or '(unlabelled)'}: every node of a kind has one speed; got "
+        + ", ".join(f"{v:g}" for v in sorted(s))
+        for k, s in speeds.items()
+        if len(s) > 1
+    ]
+    if mixed:
+        raise SpecError(str(path), mixed)
     return nodes
 
 
@@ -160,6 +176,7 @@ def simulate(
     specs = load_nodes(nodes) if nodes is not None else []
     pool_nodes = [(n.name, n.gpus) for n in specs] or parse_pool(pool or DEFAULT_POOL)
     memory = {n.name: n.gpu_memory_gb for n in specs if n.gpu_memory_gb is not None}
+    kinds = {n.name: (n.kind, n.speed) for n in specs if n.kind or n.speed != 1.0}
     total = sum(g for _, g in pool_nodes)
     views: tuple[TeamView, ...] = ()
     jobs = read_trace(trace)
@@ -174,7 +191,14 @@ def simulate(
     stuck: dict[str, StuckSimulation] = {}
     for name, policy in chosen.items():
         sim = Simulator(
-            jobs, policy, pool_nodes, views, config, traces_root=root, gpu_memory_gb=memory
+            jobs,
+            policy,
+            pool_nodes,
+            views,
+            config,
+            traces_root=root,
+            gpu_memory_gb=memory,
+            kinds=kinds,
         )
         if not runs and not stuck:  # the first constructor has refused unplaceable jobs
             inter = sum(j.job_class == "interactive" for j in jobs)
@@ -191,7 +215,7 @@ def simulate(
             err_console.print(f"[red]error:[/] {name}: {escape(str(err))}", highlight=False)
     if runs:
         console.print(comparison_table(runs))
-    body = results_json(trace, pool_nodes, config, runs, stuck, memory)
+    body = results_json(trace, pool_nodes, config, runs, stuck, memory, kinds)
     _write(out or default_out(trace), body, runs, total, console)
     return 1 if stuck else 0
 
@@ -231,6 +255,7 @@ def results_json(
     runs: Mapping[str, SimResult],
     stuck: Mapping[str, StuckSimulation],
     gpu_memory_gb: Mapping[str, float] | None = None,
+    kinds: Mapping[str, tuple[str, float]] | None = None,
 ) -> dict[str, Any]:
     """The ``results.json`` document: inputs, then per policy its summary and job records."""
     policies: dict[str, Any] = {}
@@ -250,6 +275,7 @@ def results_json(
         "pool": [
             {"name": n, "gpus": g}
             | ({"gpu_memory_gb": gpu_memory_gb[n]} if gpu_memory_gb and n in gpu_memory_gb else {})
+            | (dict(zip(("kind", "speed"), kinds[n], strict=True)) if kinds and n in kinds else {})
             for n, g in nodes
         ],
         "config": asdict(config),

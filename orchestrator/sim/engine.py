@@ -43,6 +43,7 @@ from orchestrator.sim.services import Services, ServiceSpec
 from orchestrator.sim.simjob import DONE, QUEUED, SimJob, record_of
 from orchestrator.sim.trace import TraceJob
 from policies import Decision, DecisionKind, NodeView, QueuedJob, RunningJob, Snapshot
+from policies.eligibility import capacity, why_barred
 from policies.scheduling import SchedulingPolicy
 from policies.scheduling.admission import AdmissionDesk
 from policies.scheduling.plan import Verdict
@@ -63,6 +64,10 @@ class Simulator(DecisionApplier):
             :class:`~orchestrator.sim.wallclock.WallClockJobModel` to replay a live run).
         gpu_memory_gb: the memory of each node's GPUs (GB) by node id, which jobs'
             ``gpu_memory_gb`` is held to as live; a node not in it: unknown (any job fits).
+        kinds: the kind of each node's GPUs and the kind's speed per GPU, ``(kind, speed)``
+            by node id (a node not in it: unlabelled, speed 1). A job runs at its own speed on
+            the kind it holds (its trace row's ``kind_speed``, else the kind's), the slowest
+            when a gang spans kinds: ``duration`` is its work at speed 1.
         services: a :class:`~orchestrator.sim.services.ServiceSpec` per interactive job name
             that is a service (its load, latency and scaling: :mod:`orchestrator.sim.services`;
             its figures in :attr:`services` after the run). While one runs, every round runs.
@@ -79,6 +84,7 @@ class Simulator(DecisionApplier):
         models: Mapping[str, ParametricJobModel] | None = None,
         gpu_memory_gb: Mapping[str, float] | None = None,
         services: Mapping[str, ServiceSpec] | None = None,
+        kinds: Mapping[str, tuple[str, float]] | None = None,
     ) -> None:
         self.config = config or SimConfig()
         self.services = Services(services or {})
@@ -89,6 +95,7 @@ class Simulator(DecisionApplier):
         self.total_gpus = sum(self.capacity.values())
         self.teams = tuple(teams)
         self.memory = dict(gpu_memory_gb or {})
+        self.kinds = dict(kinds or {})
         never = {
             s.name: f"needs {'at least ' if s.lo < s.hi else ''}{s.lo} GPUs; "
             f"the pool has {self.total_gpus}"
@@ -109,6 +116,7 @@ class Simulator(DecisionApplier):
                 model = ProfileJobModel(spec.app, spec.batch_size, traces_root)
             else:
                 model = ParametricJobModel(spec.duration, spec.gpus, self.config.sigma)
+            required, excluded = spec.kinds()
             job = SimJob(
                 spec,
                 seq,
@@ -117,6 +125,9 @@ class Simulator(DecisionApplier):
                 lo=spec.lo,
                 team=spec.team,
                 checkpoint_s=spec.checkpoint,
+                gpu_kinds=required,
+                exclude_kinds=excluded,
+                kind_speed=spec.speeds(),
             )
             self.jobs.append(job)
         self.by_id = {j.spec.name: j for j in self.jobs}
@@ -147,23 +158,41 @@ class Simulator(DecisionApplier):
         self._demand: dict[str, list[int]] = {}
 
     def _node_view(self, node_id: str) -> NodeView:
+        kind, speed = self.kinds.get(node_id, ("", 1.0))
         return NodeView(
-            node_id, self.capacity[node_id], self.free[node_id], self.memory.get(node_id)
+            node_id,
+            self.capacity[node_id],
+            self.free[node_id],
+            self.memory.get(node_id),
+            kind,
+            speed,
         )
 
     def _too_small(self, jobs: Sequence[TraceJob]) -> dict[str, str]:
-        """Jobs whose ``gpu_memory_gb`` too few GPUs of the pool have (by the live rule,
-        :meth:`NodeView.holds`), with why: they could start under no policy."""
-        views = [self._node_view(n) for n in self.node_ids]
+        """Jobs that too few GPUs of the pool may take (their ``gpu_memory_gb`` and kinds, by
+        the live rules: :func:`policies.eligibility.capacity`), with why: they could start
+        under no policy."""
+        views = Snapshot(tuple(self._node_view(n) for n in self.node_ids))
         out = {}
         for s in jobs:
-            if s.gpu_memory_gb is None:
+            required, excluded = s.kinds()
+            if s.gpu_memory_gb is None and not required and not excluded and not views.mixed:
                 continue
-            fit = sum(v.total_gpus for v in views if v.holds(s.gpu_memory_gb))
+            probe = QueuedJob(
+                s.name,
+                s.job_class,
+                s.team,
+                s.gpus,
+                0,
+                0.0,
+                gpu_memory_gb=s.gpu_memory_gb,
+                gpu_kinds=required,
+                exclude_kinds=excluded,
+            )
+            fit = capacity(views, probe)
             if s.lo > fit:
-                out[s.name] = (
-                    f"needs {s.lo} GPUs with gpu_memory_gb {s.gpu_memory_gb:g}; the pool has {fit}"
-                )
+                note = why_barred(views, probe) or f"the pool's largest kind has {fit}"
+                out[s.name] = f"needs {s.lo} GPUs; {note}"
         return out
 
     # ---- main loop -------------------------------------------------------------------------
@@ -243,7 +272,8 @@ class Simulator(DecisionApplier):
         if nxt == math.inf or self._gap_to(nxt) > step:
             now = self.now
             for job in self.running.values():
-                done_at = now + job.restart_left + job.model.remaining_time(job.placement)
+                left = job.model.remaining_time(job.placement) / job.speed
+                done_at = now + job.restart_left + left
                 if done_at < nxt:
                     nxt = done_at
         return self.now + self._gap_to(nxt)
@@ -281,18 +311,19 @@ class Simulator(DecisionApplier):
                 continue
             progressed = True
             ckpt = job.checkpoint_s
+            speed = job.speed  # its speed on its GPUs' kind (work per second at speed 1)
             if ckpt <= 0:  # the usual case: one step, no checkpoint to take
-                used = job.model.advance(job.placement, left)
+                used = job.model.advance(job.placement, left * speed)
                 if used is not None:
-                    job.completed_at = now + (dt - left) + used
+                    job.completed_at = now + (dt - left) + used / speed
                     completed.append(job)
                 continue
             elapsed = dt - left
             while left > 0:
                 chunk = min(left, ckpt - job.since_ckpt) if ckpt > 0 else left
-                used = job.model.advance(job.placement, chunk)
+                used = job.model.advance(job.placement, chunk * speed)
                 if used is not None:
-                    job.completed_at = now + elapsed + used
+                    job.completed_at = now + elapsed + used / speed
                     completed.append(job)
                     break
                 elapsed += chunk
@@ -410,7 +441,8 @@ class Simulator(DecisionApplier):
             m = job.model
             assert isinstance(m, ParametricJobModel)
             # at the rate of the GPUs it holds (as the live loop measures it), else asked for
-            remaining = (m.work - m.done) / m.rate(len(job.nodes) or s.gpus)
+            speed = job.speed if job.nodes else 1.0
+            remaining = (m.work - m.done) / (m.rate(len(job.nodes) or s.gpus) * speed)
         running = job.state != QUEUED
         facts = job_facts(
             s.name,
@@ -425,6 +457,9 @@ class Simulator(DecisionApplier):
             wait_target_s=s.wait_target,
             speedup=speedup,
             gpu_memory_gb=s.gpu_memory_gb,
+            gpu_kinds=job.gpu_kinds,
+            exclude_kinds=job.exclude_kinds,
+            kind_speed=job.kind_speed,
             # its ended runs' (as live), with the work left its model knows exactly
             history=job.history
             if remaining is None

@@ -46,6 +46,12 @@ class SimJob:
     lo: int = 0  # ``spec.lo``, ``spec.team`` and ``spec.checkpoint``, read every round
     team: str = ""
     checkpoint_s: float = 0.0
+    # ``spec``'s kinds as the policy's fields, and the speed on the GPUs it holds (work per
+    # second at speed 1; set with its nodes, see ``DecisionApplier``)
+    gpu_kinds: tuple[str, ...] = ()
+    exclude_kinds: tuple[str, ...] = ()
+    kind_speed: tuple[tuple[str, float], ...] = ()
+    speed: float = 1.0
 
 
 def placement_of(nodes: tuple[str, ...]) -> tuple[int, ...]:

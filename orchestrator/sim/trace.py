@@ -18,6 +18,11 @@ wait_target    interactive: start-wait target in seconds (default 60)
 latency_ms     interactive: p95 latency ceiling of the session (recorded, see README)
 checkpoint     seconds between checkpoints (0: continuous, no work lost on preemption)
 gpu_memory_gb  memory each of its GPUs must have, GB (empty: any; see ``orch sim --nodes``)
+gpu_kinds      GPU kinds it may run on, space-separated (empty: any; nodes' ``kind``)
+exclude_kinds  GPU kinds it must not run on, space-separated
+kind_speed     its speed per GPU on each kind against the unit ``duration`` is counted in,
+               ``KIND:SPEED`` space-separated (``A100:1 H100:2.1``); a kind not named: the
+               kind's own ``speed`` (``orch sim --nodes``)
 ============== ======================================================================
 
 Either ``duration`` or ``app`` gives the job's work.
@@ -55,6 +60,9 @@ COLUMNS = (
     "latency_ms",
     "checkpoint",
     "gpu_memory_gb",
+    "gpu_kinds",
+    "exclude_kinds",
+    "kind_speed",
 )
 MAX_TRACE_BYTES = 256 << 20
 """Largest trace file read (about two million jobs as CSV)."""
@@ -79,9 +87,16 @@ class TraceJob:
     latency_ms: float | None = None
     checkpoint: float = 0.0
     gpu_memory_gb: float | None = None
+    gpu_kinds: str = ""
+    exclude_kinds: str = ""
+    kind_speed: str = ""
 
     def __post_init__(self) -> None:
         problems = []
+        try:
+            self.speeds()
+        except ValueError as err:
+            problems.append(str(err))
         if self.job_class not in ("bulk", "interactive"):
             problems.append(f"job_class must be bulk or interactive, got {self.job_class!r}")
         if self.gpus < 1:
@@ -107,6 +122,30 @@ class TraceJob:
     def hi(self) -> int:
         """Most GPUs."""
         return self.max_gpus or self.gpus
+
+    def kinds(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """``(gpu_kinds, exclude_kinds)`` as the policy's fields."""
+        return tuple(self.gpu_kinds.split()), tuple(self.exclude_kinds.split())
+
+    def speeds(self) -> tuple[tuple[str, float], ...]:
+        """``kind_speed`` as the policy's field, ``((kind, speed), ...)``.
+
+        Raises:
+            ValueError: not ``KIND:SPEED`` pairs with a finite speed > 0.
+        """
+        out = []
+        for item in self.kind_speed.split():
+            kind, _, raw = item.rpartition(":")
+            try:
+                speed = float(raw)
+            except ValueError:
+                speed = math.nan
+            if not kind or not math.isfinite(speed) or speed <= 0:
+                raise ValueError(
+                    f"kind_speed must be KIND:SPEED pairs with a speed > 0, got {item!r}"
+                )
+            out.append((kind, speed))
+        return tuple(out)
 
 
 _INT = {"gpus", "min_gpus", "max_gpus", "batch_size"}

@@ -3,10 +3,11 @@ parallel plan included)."""
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
+from orchestrator.kinds import KIND_NAME
 from orchestrator.loader_spec import LoaderSpec
 from orchestrator.spec.base import (
     MAX_SECONDS,
@@ -64,6 +65,16 @@ class Resources(SpecModel):
     # kills one and the run fails "out of memory". Unset: the operator's ORCH_SANDBOX_MEMORY,
     # else the node's memory shared by its GPU slots (workers.contain).
     memory_gb: float | None = Field(default=None, gt=0, le=1 << 20)
+    # GPU kinds (`orch pool` lists the pool's: "H100", "L4", "virtual"...): the job runs only
+    # on one of `gpu_kinds` (empty: any) and never on `exclude_gpu_kinds`, each gang on one
+    # kind; submission refuses a job no kind of the pool allows.
+    gpu_kinds: list[Annotated[str, Field(pattern=KIND_NAME)]] = Field(
+        default_factory=list, max_length=16
+    )
+    # GPU kinds the job must never run on (each also not in gpu_kinds).
+    exclude_gpu_kinds: list[Annotated[str, Field(pattern=KIND_NAME)]] = Field(
+        default_factory=list, max_length=16
+    )
     # A team's code runs with no network (a namespace of its own) unless the job says so; the
     # ranks of a multi-GPU job always keep it, they meet over TCP.
     network: bool = False
@@ -75,6 +86,20 @@ class Resources(SpecModel):
         if isinstance(v, int) and not isinstance(v, bool):
             return {"min": v, "max": v}
         return v
+
+    @model_validator(mode="after")
+    def _kinds_apart(self) -> Self:
+        both = sorted(set(self.gpu_kinds) & set(self.exclude_gpu_kinds))
+        if both:
+            raise ValueError(
+                f"resources.gpu_kinds and resources.exclude_gpu_kinds both name {', '.join(both)}"
+            )
+        return self
+
+    @property
+    def restricted(self) -> bool:
+        """Whether some GPUs of a pool may not take the job (memory or kinds)."""
+        return self.gpu_memory_gb is not None or bool(self.gpu_kinds or self.exclude_gpu_kinds)
 
 
 class PlanSettings(SpecModel):

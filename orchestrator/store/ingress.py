@@ -687,3 +687,38 @@ class IngressStore:
             await self._client.aclose()
             await self._reader_client.aclose()
         self._client = self._reader_client = self._reader = self._loop = None
+
+
+class TrialEndpoint:
+    """A tuning trial's own endpoint (``orchestrator.tuner.evaluators.serve``): a service of its
+    own in the namespace (``service``, never a live one's), opened from the store's URL: its
+    replicas' readiness, an ingress over it, and its figures, read once the trial is over, when
+    its keys are deleted.
+
+    Raises:
+        StoreError: the URL is invalid or the server does not answer.
+    """
+
+    def __init__(self, url: str, namespace: str, service: str) -> None:
+        from orchestrator.store.connection import open_url
+
+        self._client = open_url(url)
+        self.namespace = namespace
+        self.keys = service_keys(namespace, service)
+
+    def ready(self) -> dict[str, str]:
+        """The replicas' readiness records as stored (``ready_facts`` reads them)."""
+        return _text(cast(dict[Any, Any], self._client.hgetall(self.keys["ready"])))
+
+    def ingress(self) -> IngressStore:
+        """An ingress over the trial's server (made on the loop that uses it)."""
+        return IngressStore(self._client, self.namespace)
+
+    def close(self) -> ServiceFigures:
+        """The trial's whole-life figures (:func:`read_figures`); its keys deleted."""
+        try:
+            figures = read_figures(self._client, self.keys, None)
+            forget_service(self._client, self.keys)
+            return figures
+        finally:
+            self._client.close()

@@ -71,6 +71,9 @@ QUEUE_FACTS = (
     "deadline_s",
     "wait_target_s",
     "gpu_memory_gb",
+    "gpu_kinds",
+    "exclude_gpu_kinds",
+    "latency_ceiling",
     "after",
     *STORED.values(),
 )

@@ -178,6 +178,10 @@ class Keys:
         """Throughput per GPU count that runs of a job showed."""
         return self.key("scaling", job_id)
 
+    def kinds(self, job_id: str) -> str:
+        """Throughput per GPU that runs of a job showed on each GPU kind."""
+        return self.key("kinds", job_id)
+
     def profile(self, job: str) -> str:
         """The tuner's performance profile of a job."""
         return self.key("profile", job)

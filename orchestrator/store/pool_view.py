@@ -13,7 +13,8 @@ from typing import Any, cast
 
 from orchestrator.spec import JobSpec
 from orchestrator.store.keys import KeyFamily
-from policies import NodeView
+from policies import NodeView, QueuedJob, Snapshot
+from policies.eligibility import capacity
 
 __all__ = ["HISTORY_LEN", "PoolHistoryStore", "PoolViewStore", "memory_problem"]
 
@@ -66,24 +67,60 @@ class PoolHistoryStore(KeyFamily):
 
 
 def memory_problem(spec: JobSpec, nodes: Sequence[Mapping[str, Any]]) -> str:
-    """Why the published pool's ``nodes`` can never run ``spec`` for its GPU memory
-    (``""``: they can, it needs none, or the pool is not known), by the placement rule
-    itself (:meth:`policies.NodeView.holds`)."""
-    need = spec.resources.gpu_memory_gb
-    if need is None or not nodes:
+    """Why the published pool's ``nodes`` can never run ``spec`` for its GPU memory or kinds
+    (``""``: they can, it asks for neither, or the pool is not known), by the placement rules
+    themselves (:meth:`policies.Snapshot.barred`, :func:`policies.eligibility.capacity`)."""
+    res = spec.resources
+    if not res.restricted or not nodes:
         return ""
-    views = [NodeView(n["node_id"], int(n["gpus"]), 0, n.get("gpu_memory_gb")) for n in nodes]
-    fit = sum(v.total_gpus for v in views if v.holds(need))
-    gpus = spec.resources.gpus.min
+    views = tuple(
+        NodeView(
+            n["node_id"],
+            int(n["gpus"]),
+            0,
+            n.get("gpu_memory_gb"),
+            str(n.get("kind") or ""),
+            float(n.get("speed") or 1.0),
+        )
+        for n in nodes
+    )
+    job = QueuedJob(
+        spec.name,
+        spec.job_class,
+        spec.team,
+        res.gpus.min,
+        0,
+        0.0,
+        gpu_memory_gb=res.gpu_memory_gb,
+        gpu_kinds=tuple(res.gpu_kinds),
+        exclude_kinds=tuple(res.exclude_gpu_kinds),
+    )
+    snapshot = Snapshot(views)
+    fit = capacity(snapshot, job)
+    gpus = res.gpus.min
     if fit >= gpus:
         return ""
-    largest = max(v.gpu_memory_gb or 0.0 for v in views)
-    if fit == 0:
+    need = res.gpu_memory_gb
+    kinds = ", ".join(sorted(snapshot.kinds))
+    if fit == 0 and not res.gpu_kinds and not res.exclude_gpu_kinds and need is not None:
+        largest = max(v.gpu_memory_gb or 0.0 for v in views)
         return (
             f"resources.gpu_memory_gb must be at most {largest:g} (the pool's largest GPUs), "
             f"got {need:g}"
         )
+    if fit == 0:
+        return (
+            "resources.gpu_kinds / exclude_gpu_kinds"
+            + ("" if need is None else " with resources.gpu_memory_gb")
+            + f" leave no GPU of the pool; its kinds: {kinds}"
+        )
+    if need is not None and not snapshot.mixed:
+        return (
+            f"resources.gpu_memory_gb is {need:g}, which {fit} GPU(s) of the pool have; "
+            f"the job needs at least {gpus}"
+        )
+    what = "resources.gpu_memory_gb" if need is not None else "resources.gpu_kinds"
     return (
-        f"resources.gpu_memory_gb is {need:g}, which {fit} GPU(s) of the pool have; "
+        f"{what} leaves {fit} GPU(s) of one kind for the job (the pool's kinds: {kinds}); "
         f"the job needs at least {gpus}"
     )

@@ -71,6 +71,7 @@ def job_keys(keys: Keys, job_id: str) -> list[str]:
         keys.metrics(job_id),
         keys.metrics_stream(job_id),
         keys.scaling(job_id),
+        keys.kinds(job_id),
         keys.profile(job_id),
         keys.tune_report(job_id),
         *(  # a service's endpoint (its windows expire on their own)

@@ -121,7 +121,7 @@ class JobSubmission:
             ]
         if problems:
             raise SpecError("team config", problems)
-        if any(spec.resources.gpu_memory_gb is not None for spec in specs):
+        if any(spec.resources.restricted for spec in specs):
             view = self.pool_view.read() or {}
             problems = [
                 f"job {spec.name!r}: {problem}"
@@ -271,6 +271,9 @@ class JobSubmission:
                 _gpu_memory(spec),
                 after,
                 "" if work is None else repr(work),
+                " ".join(spec.resources.gpu_kinds),
+                " ".join(spec.resources.exclude_gpu_kinds),
+                _ceiling(spec),
             ],
         }
 
@@ -281,6 +284,15 @@ def _targets(spec: JobSpec) -> tuple[str, str]:
     deadline = tp.deadline_s if tp is not None and spec.job_class == "bulk" else None
     wait = lat.start_within_s if lat is not None and spec.job_class == "interactive" else None
     return ("" if deadline is None else f"{deadline:g}", "" if wait is None else f"{wait:g}")
+
+
+def _ceiling(spec: JobSpec) -> str:
+    """An interactive job's latency ceiling as ``"PERCENTILE MS"`` ("": none), which the
+    kind it needs is judged by (``orchestrator.kinds.min_speed``)."""
+    lat = spec.sla.latency
+    if lat is None or spec.job_class != "interactive":
+        return ""
+    return f"{lat.percentile} {lat.max_ms!r}"
 
 
 def _gpu_memory(spec: JobSpec) -> str:

@@ -13,6 +13,9 @@
 -- ARGV[15] the ids of the jobs it starts after, comma-separated ("" if none)
 -- ARGV[16] seconds of work on its requested GPUs, estimated from its spec and profile ("" if
 --          unknown): its remaining work until a run measures it
+-- ARGV[17] the GPU kinds it may run on, space-separated ("" if any)
+-- ARGV[18] the GPU kinds it must not run on, space-separated ("" if none)
+-- ARGV[19] an interactive job's latency ceiling, "PERCENTILE MS" ("" if none)
 --
 -- Returns {"exists"} when the id is taken (the caller draws another), else {"ok", job hash}.
 
@@ -30,7 +33,8 @@ redis.call("HSET", KEYS[2],
   "spec", ARGV[5], "submitted_at", ts, "updated_at", ts, "seq", seq, "gpus", ARGV[6],
   "attempts", 0, "message", "", "by", ARGV[7], "gpus_min", ARGV[9], "gpus_max", ARGV[10],
   "deadline_s", ARGV[11], "wait_target_s", ARGV[12], "gpu_memory_gb", ARGV[14],
-  "after", ARGV[15], "remaining_s", ARGV[16])
+  "after", ARGV[15], "remaining_s", ARGV[16], "gpu_kinds", ARGV[17],
+  "exclude_gpu_kinds", ARGV[18], "latency_ceiling", ARGV[19])
 redis.call("ZADD", KEYS[3], seq, id)
 redis.call("ZADD", KEYS[4], seq, id)
 redis.call("INCR", KEYS[7])

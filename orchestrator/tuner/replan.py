@@ -20,6 +20,13 @@ trials, ``orchestrator.tuner.profile``), keeping its global batch, in this order
    (:func:`orchestrator.elastic.resized_spec`: keep tp and pp, or without a plan the
    micro-batch, and re-derive the replicas and the accumulation).
 
+**Per GPU kind** (issue 40): on its requested size a job runs its tuned config unless that
+config's own trial peaked (``Measurement.peak_mem_mb``: CUDA's peak, on CPU slots the worker's
+RSS) above the memory of the GPUs it gets (a job tuned on an 80 GB kind placed on a 24 GB one):
+then the best measured config that fits them runs, and the job's message says why. A trial that
+did not read its peak fits anywhere. On another kind a measured config's throughput scales by
+the kinds' speeds alike, so the SLA's ranking among those that fit is the measured one.
+
 A job that runs no parallel plan is chosen among data-parallel configs only (its own sharding,
 DDP, and FSDP where its bounds allow it; a command job's script only its own); a trial counts
 only at the settings the job runs (precision, checkpointing, compile, the loader's, a script's
@@ -123,7 +130,9 @@ def replanned_spec(
             are left out).
     """
     if gpus == spec.gpus:
-        return Replan(spec, "requested", "the requested size: the plan as tuned")
+        return _fitting(spec, gpus, profile, memory_bytes) or Replan(
+            spec, "requested", "the requested size: the plan as tuned"
+        )
     lo, hi = spec.resources.gpus.min, spec.resources.gpus.upper
     if not lo <= gpus <= hi:
         return Replan(None, "rule", f"{gpus} GPUs is outside the job's range {lo}-{hi}")
@@ -148,6 +157,40 @@ def replanned_spec(
         f"no plan valid on {gpus} GPUs uses only what the trials measured: {kept}, "
         "the replicas follow the size",
     )
+
+
+def _holds(m: Measurement, memory_bytes: float | None) -> bool:
+    """Whether the trial's peak memory fits GPUs of ``memory_bytes`` (unknown: it does)."""
+    peak = m.peak_mem_mb
+    return memory_bytes is None or peak is None or peak * 2**20 <= memory_bytes
+
+
+def _fitting(
+    spec: JobSpec, gpus: int, profile: Mapping[str, Any] | None, memory_bytes: float | None
+) -> Replan | None:
+    """On the requested size: the best measured config that fits ``memory_bytes`` when the
+    tuned config's own trial needed more (``None``: the tuned config holds, or nothing
+    measured fits either)."""
+    if memory_bytes is None:
+        return None
+    points = [(c, m) for c, m in _points(spec, profile) if c.gpus == gpus]
+    run = spec.run
+    own = [
+        m for c, m in points if (c.micro_batch, c.grad_accum) == (run.micro_batch, run.grad_accum)
+    ]
+    if not own or all(_holds(m, memory_bytes) for m in own):
+        return None
+    fit = [(c, m) for c, m in points if _holds(m, memory_bytes)]
+    if not fit:
+        return None
+    goal = dataclasses.replace(Goal.from_spec(spec), cost="gpu_seconds")
+    config, m = _best(goal, fit)
+    need = max(m.peak_mem_mb or 0.0 for m in own)
+    why = (
+        f"the tuned micro-batch {run.micro_batch} x {run.grad_accum} peaked at {need:,.0f} MB, "
+        f"over these GPUs' {memory_bytes / 2**20:,.0f} MB: measured {_says(goal, config, m)}"
+    )
+    return _chosen(spec, config, "measured", why)
 
 
 def _by_model(

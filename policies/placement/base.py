@@ -36,7 +36,7 @@ PLACEMENTS: Registry[Placement] = Registry("placement")
 
 def without(free: Mapping[str, int], nodes: Collection[str]) -> Mapping[str, int]:
     """``free`` less ``nodes``: what a placement may take for a job that must not go there
-    (``Snapshot.too_small`` of its GPU memory). ``free`` itself when ``nodes`` is empty, so
+    (``Snapshot.barred``: its GPU memory and kinds). ``free`` itself when ``nodes`` is empty, so
     callers take the GPUs a placement returns from ``free``, never from this."""
     if not nodes:
         return free

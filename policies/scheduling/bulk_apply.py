@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from policies.decisions import Decision, DecisionKind
-from policies.gpu_memory import memory_note, usable
+from policies.eligibility import grow_barred, place, why_barred
 from policies.placement import FreeIndex, Placement
 from policies.scheduling.churn import unused_preemptions
 from policies.scheduling.resize import drop_gpus, grow_gpus
@@ -82,7 +82,7 @@ def apply_sizes(
                 if q.job_id in late
                 else "waiting for GPUs"
             )
-            note = memory_note(snapshot, q) if q.gpu_memory_gb is not None else ""
+            note = why_barred(snapshot, q) if q.restricted else ""
             reason = f"{reason}; {note}" if note else reason
             waits.append(Decision(DecisionKind.WAIT, q.job_id, reason=reason))
     preempts = [Decision(DecisionKind.PREEMPT, job_id, reason="gives way") for job_id in preempted]
@@ -152,8 +152,7 @@ def place_growth(
         have = hold.get(j.job_id, ())
         extra = sizes[j.job_id] - len(have)
         if isinstance(j, RunningJob):
-            small = snapshot.too_small(j.gpu_memory_gb)
-            added = grow_gpus(have, extra, free, placement, small)
+            added = grow_gpus(have, extra, free, placement, grow_barred(snapshot, j))
             if added is None:
                 continue
             grows.append(
@@ -166,8 +165,7 @@ def place_growth(
                 )
             )
         else:
-            mine = free if j.gpu_memory_gb is None else usable(free, snapshot, j)
-            nodes = placement.place(extra, mine)
+            nodes = place(placement, extra, free, snapshot, j)
             if nodes is None:
                 continue
             for n in nodes:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from policies.decisions import Decision, DecisionKind
-from policies.gpu_memory import capacity as gpus_that_fit
-from policies.gpu_memory import memory_note, usable
+from policies.eligibility import capacity as gpus_that_fit
+from policies.eligibility import place, why_barred
 from policies.placement import Placement
 from policies.snapshot import QueuedJob, Snapshot
 
@@ -45,7 +45,7 @@ def place_in_order(
             reason = f"needs {job.gpus} GPUs; {where} has {capacity}"
             decisions.append(Decision(DecisionKind.WAIT, job.job_id, reason=reason))
             continue
-        note = memory_note(snapshot, job)
+        note = why_barred(snapshot, job)
         if note and job.gpus > gpus_that_fit(snapshot, job):
             decisions.append(Decision(DecisionKind.WAIT, job.job_id, reason=note))
             continue
@@ -53,7 +53,7 @@ def place_in_order(
             reason = f"queued behind {blocked_by}"
             decisions.append(Decision(DecisionKind.WAIT, job.job_id, reason=reason))
             continue
-        nodes = placement.place(job.gpus, usable(free, snapshot, job))
+        nodes = place(placement, job.gpus, free, snapshot, job)
         if nodes is None:
             blocked_by = job.job_id
             reason = f"needs {job.gpus} GPUs; {sum(free.values())} free"

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 
 from policies.decisions import Decision, DecisionKind
-from policies.gpu_memory import capacity
+from policies.eligibility import capacity
 from policies.placement import PLACEMENTS, Placement, without
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
 from policies.scheduling.pollux_search import CountProblem, genetic_search, power_cost
@@ -196,7 +196,7 @@ def place_counts(
         if len(set(have)) > 1:
             spread.subtract(set(have))
         floor = max(len(have), j.lo - 1)  # never below what it holds, nor its minimum
-        small = snapshot.too_small(j.gpu_memory_gb)
+        small = snapshot.barred(j)
         nodes = _place(sizes[j.job_id], floor, have, free, spread, placement, small)
         if nodes is None:
             if len(set(have)) > 1:

@@ -6,7 +6,7 @@ import heapq
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from policies.gpu_memory import capacity
+from policies.eligibility import capacity
 from policies.preemption import Preemption, VictimIndex
 from policies.scheduling.resize import drop_gpus
 from policies.snapshot import INTERACTIVE, QueuedJob, RunningJob, Snapshot

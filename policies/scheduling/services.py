@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from policies.decisions import Decision, DecisionKind
+from policies.eligibility import grow_barred
 from policies.placement import Placement, without
 from policies.scheduling.resize import drop_gpus, grow_gpus
 from policies.scheduling.room import Room
@@ -53,7 +54,7 @@ def resize_services(
             for n in drop_gpus(have, -extra):
                 free[n] += 1
         else:
-            small = snapshot.too_small(r.gpu_memory_gb)
+            small = grow_barred(snapshot, r)
             short = extra - sum(without(free, small).values())
             if short > 0 and not small:  # nodes too small for it: no preemption for nothing
                 room.make(short, r.team, extra)

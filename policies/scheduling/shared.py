@@ -9,7 +9,7 @@ from operator import itemgetter
 
 from policies.decisions import Decision, DecisionKind
 from policies.elastic import ELASTIC, ElasticAllocation
-from policies.gpu_memory import capacity, memory_note
+from policies.eligibility import capacity, off_kind, place, why_barred
 from policies.placement import PLACEMENTS, Placement, without
 from policies.preemption import PREEMPTIONS, Preemption, lost_work
 from policies.queue.las import las_level
@@ -238,17 +238,19 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             )
             free_total = sum(free.values())
         for q in inter:
-            small = snapshot.too_small(q.gpu_memory_gb)  # nodes without the memory it needs
+            # nodes without the memory, of a kind it may not use, or (several kinds) of
+            # another kind than the one it is to start on
+            small = off_kind(snapshot, q, free)
             mine = without(free, small)
             short = q.gpus - (sum(mine.values()) if small else free_total)
             # the room is made wherever bulk GPUs are: with nodes too small for the job, only
             # when no bulk job is on those and it can fit at all (never a preemption for nothing)
             if short > 0 and (not small or room.may_make(q, small)):
                 free_total += room.make(short, q.team, q.gpus)
-                mine = without(free, small)
-            nodes = self.placement.place(q.gpus, mine) if q.gpus <= free_total else None
+            fits = q.gpus <= free_total
+            nodes = place(self.placement, q.gpus, free, snapshot, q) if fits else None
             if nodes is None:
-                why = memory_note(snapshot, q) if small else "interactive jobs hold the pool"
+                why = why_barred(snapshot, q) or "interactive jobs hold the pool"
                 rnd.waits.append(Decision(DecisionKind.WAIT, q.job_id, reason=why))
                 continue
             for n in nodes:
@@ -277,13 +279,15 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         queued: list[tuple[QueuedJob, int, int]] = []
         for row in rnd.queued_bulk:
             # GPUs it could ever have: the pool, less the nodes too small for its memory
-            most = total if row[0].gpu_memory_gb is None else capacity(snapshot, row[0])
+            most = capacity(snapshot, row[0])
             if row[1] <= most:
                 queued.append(row)
             else:
                 reason = f"needs {row[1]} GPUs; the pool has {total}"
-                if most < total:
-                    reason = f"needs {row[1]} GPUs; {memory_note(snapshot, row[0])}"
+                if most < total and (note := why_barred(snapshot, row[0])):
+                    reason = f"needs {row[1]} GPUs; {note}"
+                elif most < total:
+                    reason = f"needs {row[1]} GPUs; the pool's largest kind has {most}"
                 rnd.waits.append(Decision(DecisionKind.WAIT, row[0].job_id, reason=reason))
         gone = rnd.gone
         kept = (

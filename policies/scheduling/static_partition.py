@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from policies.decisions import Decision, DecisionKind
-from policies.gpu_memory import memory_note, usable
+from policies.eligibility import place, why_barred
 from policies.placement import PLACEMENTS, Placement
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
 from policies.scheduling.in_order import place_in_order
@@ -70,11 +70,11 @@ class StaticPartitionSchedulingPolicy(SchedulingPolicy):
         )
         for q in inter:
             fits = q.gpus <= size_i
-            nodes = self.placement.place(q.gpus, usable(free_i, snapshot, q)) if fits else None
+            nodes = place(self.placement, q.gpus, free_i, snapshot, q) if fits else None
             if nodes is None:
                 why = "interactive partition full" if fits else "partition too small"
                 why = f"{why} ({size_i} GPUs)"
-                note = memory_note(snapshot, q)
+                note = why_barred(snapshot, q)
                 decisions.append(
                     Decision(DecisionKind.WAIT, q.job_id, reason=f"{why}; {note}" if note else why)
                 )

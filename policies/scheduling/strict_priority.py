@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from policies.decisions import Decision, DecisionKind
-from policies.gpu_memory import capacity, memory_note, usable
+from policies.eligibility import capacity, place, usable, why_barred
 from policies.placement import PLACEMENTS, Placement
 from policies.preemption import PREEMPTIONS, Preemption, VictimIndex
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
@@ -61,7 +61,7 @@ class StrictPrioritySchedulingPolicy(SchedulingPolicy):
             key=lambda q: (q.submitted_at + q.wait_target_s, q.seq, q.job_id),
         )
         for q in inter:
-            note = memory_note(snapshot, q)  # "" unless nodes are too small for it
+            note = why_barred(snapshot, q)  # "" unless nodes are too small for it
             if note and q.gpus > capacity(snapshot, q):
                 starts.append(Decision(DecisionKind.WAIT, q.job_id, reason=note))
                 continue  # it can never start: it holds back nobody
@@ -79,7 +79,7 @@ class StrictPrioritySchedulingPolicy(SchedulingPolicy):
                     for v in victims:
                         for n in v.nodes:
                             trial[n] += 1
-                    if self.placement.place(q.gpus, usable(trial, snapshot, q)) is None:
+                    if place(self.placement, q.gpus, trial, snapshot, q) is None:
                         victims = None
                 if victims is None:
                     blocked = blocked or q.job_id
@@ -98,7 +98,7 @@ class StrictPrioritySchedulingPolicy(SchedulingPolicy):
                     preempts.append(
                         Decision(DecisionKind.PREEMPT, v.job_id, reason=f"gives way to {q.job_id}")
                     )
-            nodes = self.placement.place(q.gpus, usable(free, snapshot, q))
+            nodes = place(self.placement, q.gpus, free, snapshot, q)
             if nodes is None:  # cannot happen: the count fits, and placements span nodes
                 starts.append(Decision(DecisionKind.WAIT, q.job_id, reason="fragmented"))
                 continue

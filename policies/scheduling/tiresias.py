@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from policies.decisions import Decision, DecisionKind
-from policies.gpu_memory import capacity, memory_note, usable
+from policies.eligibility import capacity, place, why_barred
 from policies.placement import PLACEMENTS, Placement
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
 from policies.snapshot import QueuedJob, RunningJob, Snapshot
@@ -86,13 +86,13 @@ class TiresiasSchedulingPolicy(SchedulingPolicy):
             if j.job_id not in queued:
                 continue
             if j.job_id not in runs:
-                why, note = "waiting for GPUs (Tiresias)", memory_note(snapshot, j)
+                why, note = "waiting for GPUs (Tiresias)", why_barred(snapshot, j)
                 why = f"{why}; {note}" if note else why
                 decisions.append(Decision(DecisionKind.WAIT, j.job_id, reason=why))
                 continue
-            nodes = self.placement.place(j.gpus, usable(free, snapshot, j))
+            nodes = place(self.placement, j.gpus, free, snapshot, j)
             if nodes is None:  # only for want of nodes with its memory: the count fits
-                why = memory_note(snapshot, j) or "fragmented"
+                why = why_barred(snapshot, j) or "fragmented"
                 decisions.append(Decision(DecisionKind.WAIT, j.job_id, reason=why))
                 continue
             for node in nodes:

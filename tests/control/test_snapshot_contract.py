@@ -13,6 +13,7 @@ from typing import Any
 
 from orchestrator.config import Settings
 from orchestrator.control.loop import ControlLoop
+from orchestrator.pool import NodeInfo
 from orchestrator.runtime.local import LocalRuntime
 from orchestrator.services import make_policy
 from orchestrator.spec import JobSpec, parse_spec
@@ -46,8 +47,8 @@ def _report(store: JobStore, job_id: str) -> None:
 
 
 def _specs() -> tuple[JobSpec, JobSpec, JobSpec]:
-    """An elastic deadline job (with a memory need), an interactive one with a start-wait
-    target, and a scalable service: between them every fact a policy reads."""
+    """An elastic deadline job (with a memory need and GPU kinds), an interactive one with a
+    start-wait target, and a scalable service: between them every fact a policy reads."""
     bulk = parse_spec(
         {
             "name": "deadline",
@@ -55,7 +56,12 @@ def _specs() -> tuple[JobSpec, JobSpec, JobSpec]:
             "class": "bulk",
             "workload": "mlp",
             "sla": {"throughput": {"work_samples": 1000, "deadline_s": 3600}},
-            "resources": {"gpus": {"min": 1, "max": 2}, "gpu_memory_gb": 16},
+            "resources": {
+                "gpus": {"min": 1, "max": 2},
+                "gpu_memory_gb": 16,
+                "gpu_kinds": ["A100"],
+                "exclude_gpu_kinds": ["L4"],
+            },
             "run": {"micro_batch": 8},
         }
     )
@@ -91,7 +97,14 @@ def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
     settings = Settings(
         redis_url="unused", namespace=store.namespace, data_dir=tmp_path, guard_hold_s=0.01
     )
-    rt = LocalRuntime([("n0", 4)])
+    # a pool of two kinds: the kind facts (the job's own speed per kind, an interactive job's
+    # slowest sufficient speed) are read in a pool of several kinds only
+    rt = LocalRuntime(
+        [
+            NodeInfo("n0", "127.0.0.1", 4, virtual=True, kind="A100", speed=1.0),
+            NodeInfo("n1", "127.0.0.1", 1, virtual=True, kind="L4", speed=0.4),
+        ]
+    )
     # no restart cost: the preempted job is not held after its preemption (issue 28), so the
     # next rounds place it again on the free pool
     loop = ControlLoop(settings, store, rt, make_policy("shared"), restart_cost_s=0.0)
@@ -108,11 +121,16 @@ def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
         # (the history's other facts, which this scenario does not make)
         store.client.hset(store.keys.job(job_id), mapping={"retunes": 1, "losses": 1})
         inter_id = store.submit(inter).id
+        # what runs on the A100 kind measured (as the reaper notes a run's end): the bulk job's
+        # throughput, the interactive job's p95
+        loop.facts.note_kind(job_id, "A100", {"samples_per_s": 80.0, "world_size": 1})
+        loop.facts.note_kind(inter_id, "A100", {"p95_ms": 10.0})
         snap = loop.observe()
         queued = {q.job_id: q for q in snap.queue}
         # every defaulted field of a queued job: filled for the job that has the fact
-        facts = {"wait_target_s": queued[inter_id]} | {
-            f: queued[job_id] for f in _defaults(QueuedJob) if f != "wait_target_s"
+        of_inter = {"wait_target_s", "min_speed"}
+        facts = {f: queued[inter_id] for f in of_inter} | {
+            f: queued[job_id] for f in _defaults(QueuedJob) if f not in of_inter
         }
         for name, default in _defaults(QueuedJob).items():
             assert getattr(facts[name], name) != default, f"queued {name} left at {default!r}"
@@ -138,6 +156,8 @@ def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
         (running,) = [r for r in snap.running if r.job_id == job_id]
         (served,) = [r for r in snap.running if r.job_id == svc_id]
         for name, default in _defaults(RunningJob).items():
+            if name == "min_speed":  # the interactive session's, checked queued above
+                continue
             has = served if name == "want_gpus" else running
             assert getattr(has, name) != default, f"running {name} left at {default!r}"
         assert running.attained_service > 0 and running.checkpoint_at >= running.started_at

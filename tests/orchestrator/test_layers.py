@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "orchestrator.workdir",
         "orchestrator.loader_spec",
         "orchestrator.run_config",
+        "orchestrator.kinds",
     ),
     ("orchestrator.spec", "orchestrator.teams", "orchestrator.pool"),
     ("orchestrator.sla", "orchestrator.elastic"),

@@ -67,7 +67,7 @@ from orchestrator.tuner.space import Config, DeviceCaps
 
 if TYPE_CHECKING:
     from orchestrator.load import LoadReport
-    from orchestrator.store.ingress import ServiceFigures
+    from orchestrator.store.ingress import ServiceFigures, TrialEndpoint
 
 __all__ = ["ServeEvaluator"]
 
@@ -224,19 +224,11 @@ class ServeEvaluator(Evaluator):
     def _trial(self, config: Config) -> tuple[list[LoadReport], list[dict[str, Any]]]:
         """Start the replicas, load them once ready, stop them: the streams' reports and the
         replicas' results."""
-        import redis
-
-        from orchestrator.store.ingress import (
-            ReplicaQueue,
-            forget_service,
-            read_figures,
-            service_keys,
-        )
+        from orchestrator.store.ingress import ReplicaQueue, TrialEndpoint
 
         ns = self.namespace
         service = f"trial:{self.job_id}:{secrets.token_hex(6)}"
-        keys = service_keys(ns, service)
-        client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=5.0)
+        endpoint = TrialEndpoint(self.redis_url, ns, service)
         hc = self.trial_config(config)
         stop = threading.Event()
         replicas = [
@@ -250,26 +242,23 @@ class ServeEvaluator(Evaluator):
         try:
             for r in replicas:
                 r.start()
-            facts = _await_ready(client, keys["ready"], replicas)
-            reports = self._load(client, service, facts)
+            facts = _await_ready(endpoint, replicas)
+            reports = self._load(endpoint, service, facts)
         finally:
             stop.set()
             for r in replicas:
                 r.join(STOP_WAIT_S)
-            try:
-                self.last_ingress = read_figures(client, keys, None)
-                forget_service(client, keys)
-            finally:
-                client.close()
+            self.last_ingress = endpoint.close()
         return reports, [r.outcome() for r in replicas]
 
-    def _load(self, client: Any, service: str, facts: dict[str, Any]) -> list[LoadReport]:
+    def _load(
+        self, endpoint: TrialEndpoint, service: str, facts: dict[str, Any]
+    ) -> list[LoadReport]:
         """The streams, one after the other, through the ingress (see the module doc)."""
         import asyncio
         import json
 
         from orchestrator.load import ServiceInput, make_bodies, poisson_schedule, trace_schedule
-        from orchestrator.store.ingress import IngressStore
 
         spec = ServiceInput.model_validate(facts["input"])
         wait = self._wait_s()
@@ -277,7 +266,7 @@ class ServeEvaluator(Evaluator):
         async def streams() -> list[LoadReport]:
             from orchestrator.load import run_schedule
 
-            ingress = IngressStore(client, self.namespace)
+            ingress = endpoint.ingress()
             reports: list[LoadReport] = []
             try:
                 for k in range(self.streams):
@@ -370,7 +359,7 @@ class _Replica(threading.Thread):
         return self.result
 
 
-def _await_ready(client: Any, ready_key: str, replicas: list[_Replica]) -> dict[str, Any]:
+def _await_ready(endpoint: TrialEndpoint, replicas: list[_Replica]) -> dict[str, Any]:
     """Wait until every replica is ready at the ingress; what one of them said of itself.
 
     Raises:
@@ -381,9 +370,7 @@ def _await_ready(client: Any, ready_key: str, replicas: list[_Replica]) -> dict[
 
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
-        raw = client.hgetall(ready_key)
-        text = {_str(k): _str(v) for k, v in raw.items()}
-        ready = ready_facts(text, time.time())
+        ready = ready_facts(endpoint.ready(), time.time())
         if len(ready) >= len(replicas):
             return next(iter(ready.values()))
         for r in replicas:
@@ -395,10 +382,6 @@ def _await_ready(client: Any, ready_key: str, replicas: list[_Replica]) -> dict[
                 f"{len(ready)} of {len(replicas)} trial replicas ready after {READY_TIMEOUT_S:g} s"
             )
         time.sleep(0.05)
-
-
-def _str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _ingress_send(

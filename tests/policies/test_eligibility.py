@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies import SCHEDULING_POLICIES, DecisionKind, NodeView, QueuedJob, RunningJob, Snapshot
-from policies.gpu_memory import capacity, memory_note, usable
+from policies.eligibility import capacity, usable, why_barred
 from policies.scheduling import SchedulingPolicy
 from tests.policies.test_scheduling_contract import apply, snapshots
 
@@ -113,7 +113,7 @@ def test_the_helpers_see_the_pool_through_the_rule() -> None:
     assert dict(usable(free, snap, job)) == {"n80": 3, "n?": 2}
     assert usable(free, snap, dataclasses.replace(job, gpu_memory_gb=None)) is free
     assert capacity(snap, job) == 6
-    assert "resources.gpu_memory_gb" in memory_note(snap, job)
+    assert "resources.gpu_memory_gb" in why_barred(snap, job)
 
 
 @st.composite

@@ -1,0 +1,151 @@
+"""Which nodes a job may use: its GPU memory and GPU kinds, its reachable pool, why it waits,
+and on which kind its gang goes.
+
+The rules themselves are :meth:`~policies.snapshot.NodeView.holds` (memory) and
+:meth:`~policies.snapshot.QueuedJob.allows` (``gpu_kinds``, ``exclude_kinds``), applied to a
+round's nodes by :meth:`~policies.snapshot.Snapshot.barred`. Every policy that chooses nodes
+goes through :func:`usable` or :func:`place` (or passes ``barred`` to
+:func:`~policies.scheduling.resize.grow_gpus`), and sizes a job against :func:`capacity` rather
+than the whole pool, so a job never counts on, nor takes, GPUs it may not use. A job that needs
+no memory and names no kind sees a pool of one kind unchanged.
+
+**A gang runs on one kind** (its step is as slow as its slowest GPU, and a config is tuned per
+kind): in a pool of several kinds :func:`place` tries the job's kinds in :func:`kind_order`, each
+alone. A bulk job takes the kind on which it is fastest per GPU (its own measured or predicted
+``kind_speed``, else the kind's ``speed``), the cheaper kind among equals; an interactive job
+whose slowest sufficient speed is known (``min_speed``) takes the cheapest kind that meets it
+(a kind's ``speed`` is its cost), else the fastest. Jobs choose in the policy's order (a bulk
+job admitted first picks first), which is greedy: no exchange between jobs (Sia's
+cluster-wide assignment) is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from policies.placement import Placement, without
+from policies.snapshot import QueuedJob, RunningJob, Snapshot
+
+__all__ = [
+    "capacity",
+    "grow_barred",
+    "kind_order",
+    "off_kind",
+    "place",
+    "usable",
+    "why_barred",
+]
+
+
+def usable(
+    free: Mapping[str, int], snapshot: Snapshot, job: QueuedJob | RunningJob
+) -> Mapping[str, int]:
+    """``free`` on the nodes the job may use (``free`` itself when that is every node): what a
+    placement may take for it. Take the GPUs it returns from ``free``."""
+    return without(free, snapshot.barred(job))
+
+
+def grow_barred(snapshot: Snapshot, job: RunningJob) -> frozenset[str]:
+    """Nodes a running job's grow may not take: :meth:`Snapshot.barred`, and in a pool of
+    several kinds every node of another kind than those it runs on (its gang stays on one)."""
+    barred = snapshot.barred(job)
+    if not snapshot.mixed:
+        return barred
+    kind_of = snapshot.kind_of
+    held = {kind_of(n) for n in job.nodes}
+    return barred | {n.node_id for n in snapshot.nodes if n.kind not in held}
+
+
+def off_kind(
+    snapshot: Snapshot, job: QueuedJob | RunningJob, free: Mapping[str, int]
+) -> frozenset[str]:
+    """:meth:`Snapshot.barred`, and in a pool of several kinds every node of another kind than
+    the one the job is to start on: the first in :func:`kind_order` with room for its gang
+    free now, else the first with room for it at all. Where room is made for an interactive
+    start (bulk GPUs freed), it is made on that kind only."""
+    barred = snapshot.barred(job)
+    if not snapshot.mixed:
+        return barred
+    kind_of = snapshot.kind_of
+    order = kind_order(snapshot, job)
+    free_on: dict[str, int] = dict.fromkeys(order, 0)
+    total_on: dict[str, int] = dict.fromkeys(order, 0)
+    for n in snapshot.nodes:
+        k = n.kind
+        if k in total_on and n.node_id not in barred:
+            total_on[k] += n.total_gpus
+            free_on[k] += max(0, free.get(n.node_id, 0))
+    target = next((k for k in order if free_on[k] >= job.gpus), None)
+    if target is None:
+        target = next((k for k in order if total_on[k] >= job.gpus), None)
+    return barred | {n.node_id for n in snapshot.nodes if kind_of(n.node_id) != target}
+
+
+def capacity(snapshot: Snapshot, job: QueuedJob | RunningJob) -> int:
+    """GPUs in the pool the job could ever run on at once: every GPU it may use, of its
+    largest kind when the pool has several (a gang takes one kind)."""
+    barred = snapshot.barred(job)
+    if not barred and not snapshot.mixed:
+        return snapshot.total_gpus
+    per_kind: dict[str, int] = {}
+    for n in snapshot.nodes:
+        if n.node_id not in barred:
+            per_kind[n.kind] = per_kind.get(n.kind, 0) + n.total_gpus
+    return max(per_kind.values(), default=0)
+
+
+def kind_order(snapshot: Snapshot, job: QueuedJob | RunningJob) -> list[str]:
+    """The kinds the job allows, in the order it takes them (see the module doc)."""
+    kinds = snapshot.kinds
+    allowed = [k for k in kinds if job.allows(k)]
+    speed = {k: job.speed_on(k, kinds[k]) for k in allowed}
+    if job.interactive and job.min_speed > 0:
+        meets = sorted((k for k in allowed if speed[k] >= job.min_speed), key=kinds.__getitem__)
+        rest = sorted((k for k in allowed if speed[k] < job.min_speed), key=lambda k: -speed[k])
+        return meets + rest
+    # fastest for the job first; among equals the cheaper kind (``kinds`` is fastest first)
+    return sorted(allowed, key=lambda k: (-speed[k], kinds[k]))
+
+
+def place(
+    placement: Placement,
+    gpus: int,
+    free: Mapping[str, int],
+    snapshot: Snapshot,
+    job: QueuedJob | RunningJob,
+) -> tuple[str, ...] | None:
+    """A gang of ``gpus`` for ``job`` on the nodes it may use, on one kind, by ``placement``
+    (``None``: it fits on no kind now). Take the GPUs it returns from ``free``."""
+    mine = usable(free, snapshot, job)
+    if not snapshot.mixed:
+        return placement.place(gpus, mine)
+    kind_of = snapshot.kind_of
+    for kind in kind_order(snapshot, job):
+        part = {n: f for n, f in mine.items() if f > 0 and kind_of(n) == kind}
+        if sum(part.values()) >= gpus:
+            nodes = placement.place(gpus, part)
+            if nodes is not None:
+                return nodes
+    return None
+
+
+def why_barred(snapshot: Snapshot, job: QueuedJob | RunningJob) -> str:
+    """What the job's GPU memory and kinds rule out, for its WAIT reason (``""``: nothing)."""
+    barred = snapshot.barred(job)
+    if not barred:
+        return ""
+    need = job.gpu_memory_gb
+    parts = []
+    if need is not None:
+        parts.append(f"GPUs with {need:g} GB each (resources.gpu_memory_gb)")
+    if job.gpu_kinds:
+        parts.append(f"GPUs of kind {' or '.join(job.gpu_kinds)} (resources.gpu_kinds)")
+    if job.exclude_kinds:
+        parts.append(f"no {', '.join(job.exclude_kinds)} (resources.exclude_gpu_kinds)")
+    what = " and ".join(parts) or "GPUs of the kind it runs on"
+    if len(barred) == len(snapshot.nodes):
+        if need is not None and not job.gpu_kinds and not job.exclude_kinds:
+            largest = max((n.gpu_memory_gb or 0.0) for n in snapshot.nodes)
+            return f"needs {what}; the largest in the pool have {largest:g} GB"
+        return f"needs {what}; the pool has none"
+    return f"needs {what}: {capacity(snapshot, job)} of the pool's {snapshot.total_gpus} do"

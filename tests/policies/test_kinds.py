@@ -1,0 +1,214 @@
+"""GPU kinds in the policies: required and excluded kinds, one kind per gang, and the kind
+``shared`` chooses (bulk: where the job is fastest; interactive: the cheapest that meets it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from policies import SCHEDULING_POLICIES, DecisionKind, NodeView, QueuedJob, RunningJob, Snapshot
+from policies.eligibility import capacity, kind_order, place, why_barred
+from policies.placement import PLACEMENTS
+from tests.policies.test_eligibility import PLACING, _policy
+from tests.policies.test_scheduling_contract import apply, snapshots
+
+# two kinds, the slower first in the pool's order (a placement blind to kinds would take it)
+L4 = (NodeView("l0", 4, 4, 24.0, "L4", 0.5), NodeView("l1", 4, 4, 24.0, "L4", 0.5))
+H100 = (NodeView("h0", 4, 4, 80.0, "H100", 2.0), NodeView("h1", 4, 4, 80.0, "H100", 2.0))
+POOL = (*L4, *H100)
+
+
+def _bulk(name: str, gpus: int, **kw: object) -> QueuedJob:
+    return QueuedJob(name, "bulk", "t", gpus, 0, 0.0, **kw)  # type: ignore[arg-type]
+
+
+def _kinds_of(snap: Snapshot, nodes: tuple[str, ...]) -> set[str]:
+    return {snap.kind_of(n) for n in nodes}
+
+
+@pytest.mark.parametrize("name", sorted(PLACING))
+def test_a_job_that_requires_a_kind_waits_for_it(name: str) -> None:
+    busy = tuple(dataclasses.replace(n, free_gpus=0) for n in H100)
+    job = _bulk("needs-h100", 2, gpu_kinds=("H100",))
+    running = (RunningJob("other", "interactive", "u", ("h0",) * 4 + ("h1",) * 4),)
+    snap = Snapshot((*L4, *busy), (job,), running, now=100.0)
+    decisions = _policy(name).decide(snap)
+    (mine,) = [d for d in decisions if d.job_id == "needs-h100"]
+    assert mine.kind is DecisionKind.WAIT, mine
+    # once its kind is free, it starts there and only there
+    snap = Snapshot(POOL, (job,), now=100.0)
+    (start,) = [d for d in _policy(name).decide(snap) if d.job_id == "needs-h100"]
+    assert start.kind is DecisionKind.START
+    assert _kinds_of(snap, start.nodes) == {"H100"}
+
+
+@pytest.mark.parametrize("name", sorted(PLACING))
+def test_an_excluded_kind_is_never_taken(name: str) -> None:
+    job = _bulk("no-h100", 2, exclude_kinds=("H100",), kind_speed=(("H100", 9.0),))
+    snap = Snapshot(POOL, (job,), now=100.0)
+    (start,) = [d for d in _policy(name).decide(snap) if d.job_id == "no-h100"]
+    assert start.kind is DecisionKind.START
+    assert _kinds_of(snap, start.nodes) == {"L4"}
+
+
+def test_a_job_no_kind_of_the_pool_allows_waits_naming_the_field() -> None:
+    job = _bulk("a100", 1, gpu_kinds=("A100",))
+    snap = Snapshot(POOL, (job,), now=100.0)
+    (wait,) = SCHEDULING_POLICIES.create("shared").decide(snap)
+    assert wait.kind is DecisionKind.WAIT
+    assert "resources.gpu_kinds" in wait.reason and "A100" in wait.reason
+    assert why_barred(snap, job) == (
+        "needs GPUs of kind A100 (resources.gpu_kinds); the pool has none"
+    )
+
+
+def test_a_gang_larger_than_any_kind_waits_and_says_so() -> None:
+    # 8 GPUs of each kind: a 12-GPU gang fits the pool's 16 but no one kind
+    snap = Snapshot(POOL, (_bulk("wide", 12),), now=100.0)
+    assert capacity(snap, snap.queue[0]) == 8
+    (wait,) = SCHEDULING_POLICIES.create("shared").decide(snap)
+    assert wait.kind is DecisionKind.WAIT and "largest kind has 8" in wait.reason
+
+
+def test_bulk_takes_the_kind_it_is_fastest_on() -> None:
+    # the kinds' speeds say H100; this job's own measured speeds say L4 (memory-bound, say)
+    fast_on_l4 = _bulk("j", 2, kind_speed=(("L4", 1.5), ("H100", 1.2)))
+    plain = _bulk("k", 2)
+    snap = Snapshot(POOL, (fast_on_l4, plain), now=100.0)
+    starts = {d.job_id: d for d in SCHEDULING_POLICIES.create("shared").decide(snap)}
+    assert _kinds_of(snap, starts["j"].nodes) == {"L4"}
+    assert _kinds_of(snap, starts["k"].nodes) == {"H100"}  # unknown: the kinds' own speeds
+
+
+def test_interactive_takes_the_cheapest_kind_that_meets_its_latency() -> None:
+    meets_on_l4 = QueuedJob("svc", "interactive", "t", 1, 0, 0.0, min_speed=0.4)
+    needs_h100 = QueuedJob("svc2", "interactive", "t", 1, 1, 0.0, min_speed=1.0)
+    unknown = QueuedJob("svc3", "interactive", "t", 1, 2, 0.0)
+    snap = Snapshot(POOL, (meets_on_l4, needs_h100, unknown), now=100.0)
+    starts = {d.job_id: d for d in SCHEDULING_POLICIES.create("shared").decide(snap)}
+    assert _kinds_of(snap, starts["svc"].nodes) == {"L4"}
+    assert _kinds_of(snap, starts["svc2"].nodes) == {"H100"}
+    assert _kinds_of(snap, starts["svc3"].nodes) == {"H100"}  # unknown: the fastest
+
+
+def test_a_grow_stays_on_the_kind_the_job_runs_on() -> None:
+    # an elastic job on 2 L4 GPUs with H100s idle: it grows on L4 only
+    running = RunningJob("el", "bulk", "t", ("l0", "l0"), min_gpus=1, max_gpus=8)
+    nodes = (dataclasses.replace(L4[0], free_gpus=2), L4[1], *H100)
+    snap = Snapshot(nodes, (), (running,), now=1000.0)
+    decisions = SCHEDULING_POLICIES.create("shared").decide(snap)
+    (grow,) = [d for d in decisions if d.job_id == "el"]
+    assert grow.kind is DecisionKind.RESIZE and len(grow.nodes) > 2
+    assert _kinds_of(snap, grow.nodes) == {"L4"}
+
+
+def test_a_pool_of_one_labelled_kind_places_as_a_pool_without_kinds() -> None:
+    plain = tuple(dataclasses.replace(n, kind="", speed=1.0) for n in H100)
+    job = _bulk("j", 6)
+    a = SCHEDULING_POLICIES.create("shared").decide(Snapshot(H100, (job,), now=1.0))
+    b = SCHEDULING_POLICIES.create("shared").decide(Snapshot(plain, (job,), now=1.0))
+    assert a == b
+
+
+# ---- the kind choice against brute force ------------------------------------------------
+
+
+@st.composite
+def kind_snapshots(draw: st.DrawFn) -> Snapshot:
+    """Two or three kinds of random speeds and free GPUs; one queued bulk job of random
+    per-kind speeds, allowed kinds and size."""
+    kinds = draw(st.integers(2, 3))
+    nodes = []
+    for k in range(kinds):
+        speed = draw(st.sampled_from([0.5, 1.0, 2.0, 3.0]))
+        for i in range(draw(st.integers(1, 2))):
+            cap = draw(st.integers(1, 4))
+            nodes.append(
+                NodeView(f"k{k}n{i}", cap, draw(st.integers(0, cap)), None, f"K{k}", speed)
+            )
+    names = [f"K{k}" for k in range(kinds)]
+    own = tuple((k, draw(st.sampled_from([0.25, 1.0, 2.5]))) for k in names if draw(st.booleans()))
+    excluded = tuple(k for k in names if draw(st.integers(0, 3)) == 0)
+    job = _bulk("j", draw(st.integers(1, 4)), kind_speed=own, exclude_kinds=excluded)
+    return Snapshot(tuple(nodes), (job,), now=100.0)
+
+
+@settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=150, deadline=None)
+@given(snap=kind_snapshots())
+def test_the_kind_chosen_is_the_brute_force_best(snap: Snapshot) -> None:
+    """Every (kind, placement) a gang of the job could take now, by brute force: ``shared``
+    starts it iff one exists, on a kind where it is fastest among those (the cheaper on ties)."""
+    (job,) = snap.queue
+    free = snap.free()
+    feasible = []
+    for kind in snap.kinds:
+        if not job.allows(kind):
+            continue
+        room = sum(f for n, f in free.items() if snap.kind_of(n) == kind)
+        if room >= job.gpus:
+            feasible.append((job.speed_on(kind, snap.kinds[kind]), -snap.kinds[kind], kind))
+    decisions = SCHEDULING_POLICIES.create("shared").decide(snap)
+    (d,) = [d for d in decisions if d.job_id == "j"]
+    if not feasible:
+        assert d.kind is DecisionKind.WAIT
+        return
+    assert d.kind is DecisionKind.START, d
+    (kind,) = _kinds_of(snap, d.nodes)
+    best = max(feasible)
+    assert (job.speed_on(kind, snap.kinds[kind]), -snap.kinds[kind]) == best[:2]
+
+
+def test_place_tries_every_kind_in_order() -> None:
+    snap = Snapshot(POOL, (), now=0.0)
+    job = _bulk("j", 4)
+    assert kind_order(snap, job) == ["H100", "L4"]
+    free = {"l0": 4, "l1": 4, "h0": 2, "h1": 1}  # H100 has 3 free: the gang goes to L4
+    nodes = place(PLACEMENTS.create("topology"), 4, free, snap, job)
+    assert nodes is not None and _kinds_of(snap, nodes) == {"L4"}
+
+
+@st.composite
+def with_kinds(draw: st.DrawFn) -> Snapshot:
+    """A random snapshot whose nodes have kinds and whose jobs require or exclude some."""
+    snap = draw(snapshots(progress=True))
+    kinds = ["A", "B", "C"]
+    speeds = {"A": 1.0, "B": 2.0, "C": 0.5}
+    nodes = []
+    for n in snap.nodes:
+        k = draw(st.sampled_from(kinds))
+        nodes.append(dataclasses.replace(n, kind=k, speed=speeds[k]))
+    pick = st.sampled_from([(), (), ("A",), ("B", "C")])
+    return dataclasses.replace(
+        snap,
+        nodes=tuple(nodes),
+        queue=tuple(
+            dataclasses.replace(q, gpu_kinds=draw(pick), exclude_kinds=draw(pick))
+            for q in snap.queue
+        ),
+    )
+
+
+@pytest.mark.parametrize("name", sorted(PLACING))
+@settings(suppress_health_check=[HealthCheck.differing_executors], max_examples=60, deadline=None)
+@given(snap=with_kinds())
+def test_no_gpu_is_ever_taken_on_a_kind_the_job_does_not_allow(name: str, snap: Snapshot) -> None:
+    decisions = _policy(name).decide(snap)
+    apply(snap, decisions)
+    queued = {q.job_id: q for q in snap.queue}
+    for d in decisions:
+        if d.kind is DecisionKind.START:
+            job = queued[d.job_id]
+            assert all(job.allows(snap.kind_of(n)) for n in d.nodes), d
+            if name != "pollux":  # heterogeneity-unaware: it may span kinds
+                assert len(_kinds_of(snap, d.nodes)) == 1, d
+
+
+def test_kind_order_lists_only_allowed_kinds() -> None:
+    snap = Snapshot(POOL, (), now=0.0)
+    for req, exc in itertools.product([(), ("L4",)], [(), ("H100",)]):
+        job = _bulk("j", 1, gpu_kinds=req, exclude_kinds=exc)
+        assert all(job.allows(k) for k in kind_order(snap, job))

@@ -1,0 +1,101 @@
+"""The simulator runs pools of several GPU kinds as the live scheduler places them: a job runs at
+its own speed on the kind it holds, and is held to its required and excluded kinds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import SpecError
+from orchestrator.sim import SimConfig, Simulator
+from orchestrator.sim.cli import load_nodes
+from orchestrator.sim.errors import TraceError, UnplaceableJobs
+from orchestrator.sim.trace import TraceJob, read_trace
+from policies import SCHEDULING_POLICIES, DecisionKind
+
+NODES = [("slow", 2), ("fast", 2)]
+KINDS = {"slow": ("T4", 0.5), "fast": ("H100", 2.0)}
+CONFIG = SimConfig(interval_s=1.0, restart_s=0.0, log_decisions=True)
+
+
+def _run(jobs: list[TraceJob], policy: str = "shared") -> tuple[Simulator, dict[str, float]]:
+    sim = Simulator(jobs, SCHEDULING_POLICIES.create(policy), NODES, config=CONFIG, kinds=KINDS)
+    res = sim.run()
+    done = {r.name: r.completed_at for r in res.records}
+    assert all(t is not None for t in done.values()), done
+    return sim, {k: float(v) for k, v in done.items() if v is not None}
+
+
+def test_a_job_runs_at_its_speed_on_the_kind_it_holds() -> None:
+    # 100 s of work at speed 1: 50 s on H100 (speed 2), 200 s on T4 (0.5)
+    _, done = _run([TraceJob("a", 0.0, gpus=2, duration=100.0)])
+    assert done["a"] == pytest.approx(50.0, abs=1.0)
+    _, done = _run([TraceJob("b", 0.0, gpus=2, duration=100.0, gpu_kinds="T4")])
+    assert done["b"] == pytest.approx(200.0, abs=1.0)
+    # its own speed on a kind wins over the kind's
+    _, done = _run([TraceJob("c", 0.0, gpus=2, duration=100.0, kind_speed="H100:4 T4:1")])
+    assert done["c"] == pytest.approx(25.0, abs=1.0)
+
+
+def test_each_job_takes_the_kind_it_gains_most_on_first() -> None:
+    jobs = [
+        TraceJob("likes-t4", 0.0, gpus=2, duration=100.0, kind_speed="T4:1 H100:1"),
+        TraceJob("likes-h100", 0.0, gpus=2, duration=100.0, kind_speed="T4:0.5 H100:3"),
+    ]
+    sim, done = _run(jobs)
+    starts = {d.job_id: d for _, d in sim.applied if d.kind is DecisionKind.START}
+    # the first in order takes a kind it is fastest on (a tie: the cheaper), the other the rest
+    assert set(starts["likes-t4"].nodes) == {"slow"}
+    assert set(starts["likes-h100"].nodes) == {"fast"}
+    assert done["likes-h100"] == pytest.approx(100.0 / 3, abs=1.0)
+
+
+def test_excluded_and_missing_kinds() -> None:
+    sim, _ = _run([TraceJob("x", 0.0, gpus=1, duration=10.0, exclude_kinds="H100")])
+    (start,) = [d for _, d in sim.applied if d.kind is DecisionKind.START]
+    assert set(start.nodes) == {"slow"}
+    with pytest.raises(UnplaceableJobs) as err:
+        Simulator(
+            [TraceJob("y", 0.0, gpus=1, duration=1.0, gpu_kinds="A100")],
+            SCHEDULING_POLICIES.create("shared"),
+            NODES,
+            kinds=KINDS,
+        )
+    assert "resources.gpu_kinds" in str(err.value) and "y" in str(err.value)
+    with pytest.raises(UnplaceableJobs, match="largest kind has 2"):  # 3 GPUs of one kind
+        Simulator(
+            [TraceJob("z", 0.0, gpus=3, duration=1.0)],
+            SCHEDULING_POLICIES.create("shared"),
+            NODES,
+            kinds=KINDS,
+        )
+
+
+def test_traces_and_nodes_files_carry_kinds(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "name,submit_time,gpus,duration,gpu_kinds,exclude_kinds,kind_speed\n"
+        'a,0,1,10,H100 A100,,"H100:2 A100:1"\nb,0,1,10,,T4,\n'
+    )
+    a, b = read_trace(trace)
+    assert a.kinds() == (("H100", "A100"), ()) and a.speeds() == (("H100", 2.0), ("A100", 1.0))
+    assert b.kinds() == ((), ("T4",)) and b.speeds() == ()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,submit_time,gpus,duration,kind_speed\na,0,1,10,H100=2\n")
+    with pytest.raises(TraceError, match="kind_speed must be KIND:SPEED"):
+        read_trace(bad)
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps([{"name": "x", "gpus": 2, "kind": "H100", "speed": 2}]))
+    assert [(n.kind, n.speed) for n in load_nodes(nodes)] == [("H100", 2.0)]
+    nodes.write_text(
+        json.dumps(
+            [
+                {"name": "x", "gpus": 2, "kind": "H100", "speed": 2},
+                {"name": "y", "gpus": 2, "kind": "H100", "speed": 3},
+            ]
+        )
+    )
+    with pytest.raises(SpecError, match="one speed"):
+        load_nodes(nodes)
