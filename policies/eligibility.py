@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from policies.placement import Placement, without
+from policies.placement.base import FreeIndex
 from policies.snapshot import QueuedJob, RunningJob, Snapshot
 
 __all__ = [
@@ -53,7 +54,8 @@ def grow_barred(snapshot: Snapshot, job: RunningJob) -> frozenset[str]:
         return barred
     kind_of = snapshot.kind_of
     held = {kind_of(n) for n in job.nodes}
-    return barred | {n.node_id for n in snapshot.nodes if n.kind not in held}
+    other = (n for k, nodes in snapshot.kind_nodes.items() if k not in held for n in nodes)
+    return barred.union(other)
 
 
 def off_kind(
@@ -66,19 +68,24 @@ def off_kind(
     barred = snapshot.barred(job)
     if not snapshot.mixed:
         return barred
-    kind_of = snapshot.kind_of
     order = kind_order(snapshot, job)
-    free_on: dict[str, int] = dict.fromkeys(order, 0)
-    total_on: dict[str, int] = dict.fromkeys(order, 0)
-    for n in snapshot.nodes:
-        k = n.kind
-        if k in total_on and n.node_id not in barred:
-            total_on[k] += n.total_gpus
-            free_on[k] += max(0, free.get(n.node_id, 0))
-    target = next((k for k in order if free_on[k] >= job.gpus), None)
+    nodes = snapshot.kind_nodes
+    target = next(
+        (k for k in order if sum(free.get(n, 0) for n in nodes[k] if n not in barred) >= job.gpus),
+        None,
+    )
     if target is None:
-        target = next((k for k in order if total_on[k] >= job.gpus), None)
-    return barred | {n.node_id for n in snapshot.nodes if kind_of(n.node_id) != target}
+        target = next((k for k in order if _kind_capacity(snapshot, job, k) >= job.gpus), None)
+    return barred.union(n for k, ids in nodes.items() if k != target for n in ids)
+
+
+def _kind_capacity(snapshot: Snapshot, job: QueuedJob | RunningJob, kind: str) -> int:
+    """GPUs of ``kind`` the job may use."""
+    barred = snapshot.barred(job)
+    if not barred:
+        return snapshot.kind_gpus.get(kind, 0)
+    totals = {n.node_id: n.total_gpus for n in snapshot.nodes}
+    return sum(totals[n] for n in snapshot.kind_nodes.get(kind, ()) if n not in barred)
 
 
 def capacity(snapshot: Snapshot, job: QueuedJob | RunningJob) -> int:
@@ -87,24 +94,36 @@ def capacity(snapshot: Snapshot, job: QueuedJob | RunningJob) -> int:
     barred = snapshot.barred(job)
     if not barred and not snapshot.mixed:
         return snapshot.total_gpus
-    per_kind: dict[str, int] = {}
-    for n in snapshot.nodes:
-        if n.node_id not in barred:
-            per_kind[n.kind] = per_kind.get(n.kind, 0) + n.total_gpus
-    return max(per_kind.values(), default=0)
+    key = ("capacity", job.gpu_memory_gb, job.gpu_kinds, job.exclude_kinds)
+    got = snapshot.memo.get(key)
+    if got is None:
+        if not snapshot.mixed:
+            got = sum(n.total_gpus for n in snapshot.nodes if n.node_id not in barred)
+        else:
+            got = max((_kind_capacity(snapshot, job, k) for k in snapshot.kinds), default=0)
+        snapshot.memo[key] = got
+    return int(got)  # type: ignore[call-overload]
 
 
 def kind_order(snapshot: Snapshot, job: QueuedJob | RunningJob) -> list[str]:
     """The kinds the job allows, in the order it takes them (see the module doc)."""
+    interactive = job.interactive and job.min_speed > 0
+    key = ("order", job.gpu_kinds, job.exclude_kinds, job.kind_speed, interactive and job.min_speed)
+    got = snapshot.memo.get(key)
+    if got is not None:
+        return got  # type: ignore[return-value]
     kinds = snapshot.kinds
     allowed = [k for k in kinds if job.allows(k)]
     speed = {k: job.speed_on(k, kinds[k]) for k in allowed}
-    if job.interactive and job.min_speed > 0:
+    if interactive:
         meets = sorted((k for k in allowed if speed[k] >= job.min_speed), key=kinds.__getitem__)
         rest = sorted((k for k in allowed if speed[k] < job.min_speed), key=lambda k: -speed[k])
-        return meets + rest
-    # fastest for the job first; among equals the cheaper kind (``kinds`` is fastest first)
-    return sorted(allowed, key=lambda k: (-speed[k], kinds[k]))
+        order = meets + rest
+    else:
+        # fastest for the job first; among equals the cheaper kind (``kinds``: fastest first)
+        order = sorted(allowed, key=lambda k: (-speed[k], kinds[k]))
+    snapshot.memo[key] = order
+    return order
 
 
 def place(
@@ -119,9 +138,13 @@ def place(
     mine = usable(free, snapshot, job)
     if not snapshot.mixed:
         return placement.place(gpus, mine)
-    kind_of = snapshot.kind_of
+    get = mine.get
+    # a kind's free GPUs as the index keeps them (when ``mine`` is the index itself)
+    sums = mine.group_free if isinstance(mine, FreeIndex) else None
     for kind in kind_order(snapshot, job):
-        part = {n: f for n, f in mine.items() if f > 0 and kind_of(n) == kind}
+        if sums is not None and sums.get(kind, 0) < gpus:
+            continue
+        part = {n: f for n in snapshot.kind_nodes[kind] if (f := get(n, 0)) > 0}
         if sum(part.values()) >= gpus:
             nodes = placement.place(gpus, part)
             if nodes is not None:

@@ -311,19 +311,32 @@ class Snapshot:
     _barred: dict[tuple[object, ...], frozenset[str]] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
-    _kind_of: dict[str, str] = field(init=False, repr=False, compare=False)
+    kind_map: dict[str, str] = field(init=False, repr=False, compare=False)
+    # each kind's node ids in pool order, and its GPUs (read per placement in a pool of kinds)
+    kind_nodes: dict[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    kind_gpus: dict[str, int] = field(init=False, repr=False, compare=False)
+    # answers per requirement of policies.eligibility (kind order, capacity): asked per job
+    memo: dict[tuple[object, ...], object] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "total_gpus", sum(n.total_gpus for n in self.nodes))
         # the pool's GPU kinds and their speeds, fastest first (one entry, often ""; a pool
         # of one kind places as a pool without kinds)
         kinds: dict[str, float] = {}
+        nodes: dict[str, list[str]] = {}
+        gpus: dict[str, int] = {}
         for n in self.nodes:
             kinds.setdefault(n.kind, n.speed)
+            nodes.setdefault(n.kind, []).append(n.node_id)
+            gpus[n.kind] = gpus.get(n.kind, 0) + n.total_gpus
         object.__setattr__(
             self, "kinds", dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
         )
-        object.__setattr__(self, "_kind_of", {n.node_id: n.kind for n in self.nodes})
+        object.__setattr__(self, "kind_map", {n.node_id: n.kind for n in self.nodes})
+        object.__setattr__(self, "kind_nodes", {k: tuple(v) for k, v in nodes.items()})
+        object.__setattr__(self, "kind_gpus", gpus)
         # read by the policy and by the decision check every round: built once per snapshot
         # (a comparison, not ``max(0, free)``: the call took most of a simulated round's
         # snapshot, for the 250 nodes of a 2,000-GPU pool)
@@ -353,7 +366,7 @@ class Snapshot:
 
     def kind_of(self, node_id: str) -> str:
         """The kind of a node's GPUs (``""``: unlabelled or not in the pool)."""
-        return self._kind_of.get(node_id, "")
+        return self.kind_map.get(node_id, "")
 
     def barred(self, job: QueuedJob | RunningJob) -> frozenset[str]:
         """Nodes none of the job's GPUs may be placed on: too small for its

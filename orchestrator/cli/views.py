@@ -223,6 +223,9 @@ def job_panel(
         head.add_row("spec", f"unreadable as stored: {problems[0]}{more}")
     else:
         _spec_rows(head, rec, spec, verdict, profile)
+        kinds = _kinds_cell(spec.resources.gpu_kinds, spec.resources.exclude_gpu_kinds)
+        if kinds:
+            head.add_row("GPU kinds", kinds)
     if rec.placement:
         nodes = rec.placement.get("nodes", [])
         head.add_row(
@@ -235,9 +238,6 @@ def job_panel(
         from orchestrator.tuner.replan import describe_applied
 
         head.add_row("applied", f"{describe_applied(applied)} ({applied.get('source', '?')})")
-    kinds = _kinds_cell(rec.fields.get("gpu_kinds", ""), rec.fields.get("exclude_gpu_kinds", ""))
-    if kinds:
-        head.add_row("GPU kinds", kinds)
     head.add_row("attempts", str(rec.attempts))
     if rec.fields.get("after"):
         head.add_row("after", rec.fields["after"].replace(",", ", "))
@@ -273,13 +273,13 @@ def _metric(key: str, value: Any) -> str:
     return _fnum(value, "{:,.3f}") if isinstance(value, float) else str(value)
 
 
-def _kinds_cell(required: str, excluded: str) -> str:
+def _kinds_cell(required: Sequence[str], excluded: Sequence[str]) -> str:
     """The GPU kinds a job may run on, as ``orch show`` says it ("": any)."""
     parts = []
     if required:
-        parts.append("only " + " or ".join(required.split()))
+        parts.append("only " + " or ".join(required))
     if excluded:
-        parts.append("never " + ", ".join(excluded.split()))
+        parts.append("never " + ", ".join(excluded))
     return "; ".join(parts)
 
 

@@ -99,8 +99,18 @@ class FreeIndex(dict[str, int]):
 
     SCANS = 8
 
-    def __init__(self, free: Mapping[str, int]) -> None:
+    def __init__(self, free: Mapping[str, int], groups: Mapping[str, str] | None = None) -> None:
         super().__init__(free)
+        # with ``groups`` (node -> group: its GPU kind), the free GPUs of each group, kept as
+        # counts change: a placement on one kind sees at once whether the kind has room
+        self.groups = groups
+        self.group_free: dict[str, int] | None = None
+        if groups is not None:
+            sums: dict[str, int] = {}
+            for n, f in self.items():
+                g = groups.get(n, "")
+                sums[g] = sums.get(g, 0) + (f if f > 0 else 0)
+            self.group_free = sums
         self._scans = 0
         self._names: list[str] = []
         self._pos: dict[str, int] = {}
@@ -109,6 +119,11 @@ class FreeIndex(dict[str, int]):
         self._at: list[list[int]] | None = None
 
     def __setitem__(self, node: str, count: int) -> None:
+        sums = self.group_free
+        if sums is not None and self.groups is not None:
+            old = self.get(node, 0)
+            g = self.groups.get(node, "")
+            sums[g] = sums.get(g, 0) + (count if count > 0 else 0) - (old if old > 0 else 0)
         dict.__setitem__(self, node, count)
         at = self._at
         if at is not None and count > 0:

@@ -59,7 +59,9 @@ def apply_sizes(
     growing, shrinks = _release(
         sizes, queued, kept, hold, free, preempted, touched, placement, snapshot
     )
-    free = FreeIndex(free)  # up to hundreds of gangs placed one after another
+    # up to hundreds of gangs placed one after another (with its kinds' free GPUs kept, in a
+    # pool of several kinds)
+    free = FreeIndex(free, snapshot.kind_map if snapshot.mixed else None)
     # grows and starts, largest first (placement quality), then priority order; then the
     # preemptions whose GPUs nobody took are undone; jobs preempted recently last (they
     # take only what the others leave)

@@ -130,3 +130,14 @@ def test_an_interactive_job_measured_fast_enough_moves_to_the_cheaper_kind(
     assert facts.min_speed == pytest.approx(0.2)
     (again,) = [d for d in loop.policy.decide(loop.observe()) if d.job_id == job_id]
     assert again.kind is DecisionKind.START and set(again.nodes) == {"small"}
+
+
+def test_orch_show_says_the_kinds_a_job_may_run_on(store: JobStore) -> None:
+    from tests.orchestrator.test_views import render_show
+
+    spec = job("picky")
+    resources = spec.resources.model_copy(
+        update={"gpu_kinds": ["L4", "A100"], "exclude_gpu_kinds": ["T4"]}
+    )
+    job_id = store.submit(spec.model_copy(update={"resources": resources})).id
+    assert "GPU kinds  only L4 or A100; never T4" in render_show(store, job_id)
