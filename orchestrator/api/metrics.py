@@ -9,7 +9,7 @@ Series (every name starts with ``orch_``):
 
 - ``orch_scheduler_up``: 1 while a scheduler publishes its pool view, else 0.
 - ``orch_pool_gpus{kind}``, ``orch_pool_gpus_used{kind}``: GPU slots, and those held by jobs,
-  per node kind (the GPU model, or ``virtual`` for CPU-backed slots).
+  per GPU kind (``orchestrator.kinds``: ``H100``, ``L4``..., ``virtual`` for CPU-backed slots).
 - ``orch_pool_warm_workers{kind}``, ``orch_pool_warm_gpus{kind}``: warm workers kept for jobs
   to start on, and the GPU slots they hold (free to the scheduler: a job takes them).
 - ``orch_team_gpus_used|guaranteed|limit|borrowed|queued{team}``: each team's GPUs in use,
@@ -127,7 +127,11 @@ class PoolCollector(Collector):
 
 
 def node_kind(node: dict[str, Any]) -> str:
-    """A node's kind for labels: its GPU model(s), or ``virtual`` for CPU-backed slots."""
+    """A node's kind for labels: the pool's kind of its GPUs (``orchestrator.kinds``: ``H100``,
+    a declared ``L4``, ``virtual`` for CPU-backed slots that declare none); from a view
+    published before kinds, its GPU model(s) or ``virtual``."""
+    if node.get("kind"):
+        return str(node["kind"])
     models = sorted({str(g.get("model", "")) for g in node.get("models") or ()} - {""})
     return "virtual" if node.get("virtual") or not models else "+".join(models)
 

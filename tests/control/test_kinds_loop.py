@@ -141,3 +141,14 @@ def test_orch_show_says_the_kinds_a_job_may_run_on(store: JobStore) -> None:
     )
     job_id = store.submit(spec.model_copy(update={"resources": resources})).id
     assert "GPU kinds  only L4 or A100; never T4" in render_show(store, job_id)
+
+
+def test_metrics_and_the_pool_view_label_nodes_by_their_kind() -> None:
+    from orchestrator.api.metrics import node_kind
+    from orchestrator.pool import nodes_to_json
+
+    (big, small) = nodes_to_json([BIG, SMALL])
+    assert (node_kind(big), node_kind(small)) == ("A100", "L4")
+    assert (small["kind"], small["speed"]) == ("L4", 0.4)
+    # a view published before kinds: the models, or virtual
+    assert node_kind({"virtual": True, "models": []}) == "virtual"

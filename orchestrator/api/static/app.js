@@ -157,6 +157,8 @@ async function overview() {
 }
 
 function nodeKind(node) {
+  // the pool's GPU kind (orchestrator/kinds.py); a view published before kinds: the models
+  if (node.kind) return node.kind;
   const models = [...new Set((node.models || []).map((g) => g.model))].sort();
   return node.virtual || !models.length ? "virtual" : models.join(" + ");
 }
