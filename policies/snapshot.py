@@ -16,6 +16,7 @@ fields.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from policies.history import JobHistory
@@ -301,8 +302,6 @@ class Snapshot:
     declined: frozenset[str] = frozenset()
     total_gpus: int = field(init=False)
 
-    kinds: dict[str, float] = field(init=False, repr=False, compare=False)
-
     _free: dict[str, int] = field(init=False, repr=False, compare=False)
     # too_small's and barred's answers, per requirement: asked once per job, every round
     _small: dict[float, frozenset[str]] = field(
@@ -311,10 +310,6 @@ class Snapshot:
     _barred: dict[tuple[object, ...], frozenset[str]] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
-    kind_map: dict[str, str] = field(init=False, repr=False, compare=False)
-    # each kind's node ids in pool order, and its GPUs (read per placement in a pool of kinds)
-    kind_nodes: dict[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
-    kind_gpus: dict[str, int] = field(init=False, repr=False, compare=False)
     # answers per requirement of policies.eligibility (kind order, capacity): asked per job
     memo: dict[tuple[object, ...], object] = field(
         init=False, repr=False, compare=False, default_factory=dict
@@ -322,21 +317,6 @@ class Snapshot:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "total_gpus", sum(n.total_gpus for n in self.nodes))
-        # the pool's GPU kinds and their speeds, fastest first (one entry, often ""; a pool
-        # of one kind places as a pool without kinds)
-        kinds: dict[str, float] = {}
-        nodes: dict[str, list[str]] = {}
-        gpus: dict[str, int] = {}
-        for n in self.nodes:
-            kinds.setdefault(n.kind, n.speed)
-            nodes.setdefault(n.kind, []).append(n.node_id)
-            gpus[n.kind] = gpus.get(n.kind, 0) + n.total_gpus
-        object.__setattr__(
-            self, "kinds", dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
-        )
-        object.__setattr__(self, "kind_map", {n.node_id: n.kind for n in self.nodes})
-        object.__setattr__(self, "kind_nodes", {k: tuple(v) for k, v in nodes.items()})
-        object.__setattr__(self, "kind_gpus", gpus)
         # read by the policy and by the decision check every round: built once per snapshot
         # (a comparison, not ``max(0, free)``: the call took most of a simulated round's
         # snapshot, for the 250 nodes of a 2,000-GPU pool)
@@ -359,10 +339,45 @@ class Snapshot:
             self._small[gpu_memory_gb] = small
         return small
 
-    @property
+    # The pool's kinds, read only by rounds that place a gang or a job that names kinds: made
+    # on first use (a simulated round that places nothing pays nothing for them).
+
+    @cached_property
+    def kinds(self) -> dict[str, float]:
+        """The pool's GPU kinds and their speeds, fastest first (one entry, often ``""``: a
+        pool of one kind places as a pool without kinds)."""
+        kinds: dict[str, float] = {}
+        for n in self.nodes:
+            kinds.setdefault(n.kind, n.speed)
+        return dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    @cached_property
+    def kind_map(self) -> dict[str, str]:
+        """Each node's kind, by node id."""
+        return {n.node_id: n.kind for n in self.nodes}
+
+    @cached_property
+    def kind_nodes(self) -> dict[str, tuple[str, ...]]:
+        """Each kind's node ids, in pool order."""
+        out: dict[str, list[str]] = {}
+        for n in self.nodes:
+            out.setdefault(n.kind, []).append(n.node_id)
+        return {k: tuple(v) for k, v in out.items()}
+
+    @cached_property
+    def kind_gpus(self) -> dict[str, int]:
+        """Each kind's GPUs."""
+        out: dict[str, int] = {}
+        for n in self.nodes:
+            out[n.kind] = out.get(n.kind, 0) + n.total_gpus
+        return out
+
+    @cached_property
     def mixed(self) -> bool:
         """Whether the pool has GPUs of more than one kind (then a gang takes one kind)."""
-        return len(self.kinds) > 1
+        nodes = self.nodes
+        first = nodes[0].kind if nodes else ""
+        return any(n.kind != first for n in nodes)
 
     def kind_of(self, node_id: str) -> str:
         """The kind of a node's GPUs (``""``: unlabelled or not in the pool)."""
