@@ -228,8 +228,11 @@ def decision_times(
         policy.decide(snap)  # warm-up (caches, imports)
         times = []
         for _ in range(reps):  # CPU time of this process: robust to other load on the machine
+            # a fresh snapshot each call, as each live round has: nothing a call worked out
+            # about the pool (its kinds) or the jobs (their kind order) is kept for the next
+            fresh = replace(snap)
             t0 = time.process_time()
-            policy.decide(snap)
+            policy.decide(fresh)
             times.append(time.process_time() - t0)
     finally:
         gc.unfreeze()
