@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -278,13 +279,18 @@ class GangActions:
         gang once the old one is gone), at a size that keeps its global batch; a service with
         an endpoint is resized in place (:meth:`_scale`)."""
         run = self.state.runs.get(d.job_id)
+        if run is None or run.stop is not None or run.launch.kind == "tune":
+            return
+        # a move: the same number of GPUs elsewhere (another GPU kind, where it runs faster:
+        # policies.scheduling.kind_moves), for any bulk job, elastic or not
+        moving = len(d.nodes) == len(run.nodes) and Counter(d.nodes) != Counter(run.nodes)
         base = (self.facts.cached(d.job_id) or (None, ()))[0]
-        if run is None or run.stop is not None or run.launch.kind == "tune" or base is None:
+        if base is None and not moving:
             return
         if run.resize_to is not None:  # a resize in place still under way: one at a time
             return
-        nodes = fit(self.facts.sizes(d.job_id), tuple(d.nodes))
-        if not nodes or len(nodes) == len(run.nodes):
+        nodes = tuple(d.nodes) if moving else fit(self.facts.sizes(d.job_id), tuple(d.nodes))
+        if not nodes or (len(nodes) == len(run.nodes) and not moving):
             return
         extra = [n for n in nodes]
         for n in run.nodes:
@@ -300,12 +306,16 @@ class GangActions:
                 for n in extra:  # not taken after all: free for the rest of the round
                     free[n] += 1
             return
-        note = f"resized from {len(run.nodes)} to {len(nodes)} GPUs; resumes"
+        if moving:
+            note = f"moved to {len(nodes)} other GPUs; resumes"
+        else:
+            note = f"resized from {len(run.nodes)} to {len(nodes)} GPUs; resumes"
         log.info("%s: resizing %d -> %d GPUs (%s)", d.job_id, len(run.nodes), len(nodes), d.reason)
         run.resize_to = nodes
         self.stop(run, StopReason.RESIZE, note)
         self.telemetry.resized()
-        self.store.annotate(d.job_id, f"resizing to {len(nodes)} GPUs: {d.reason}")
+        what = "moving" if moving else f"resizing to {len(nodes)} GPUs"
+        self.store.annotate(d.job_id, f"{what}: {d.reason}")
 
     def _scale(self, run: Run, nodes: tuple[str, ...], reason: str) -> bool:
         """Resize a service with an endpoint in place (``Runtime.resize``): replicas are added

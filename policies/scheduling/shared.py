@@ -18,6 +18,7 @@ from policies.scheduling.bulk import BulkAdmission, Row
 from policies.scheduling.bulk_apply import apply_sizes
 from policies.scheduling.churn import late_window
 from policies.scheduling.deadlines import deadline_class
+from policies.scheduling.kind_moves import kind_moves
 from policies.scheduling.room import Room
 from policies.scheduling.services import resize_services, services_to_resize
 from policies.sharing import SHARINGS, TeamSharing
@@ -211,7 +212,10 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             self.placement,
             snapshot,
         )
-        return done.preempts + done.shrinks + rnd.starts + done.grows + rnd.waits + done.waits
+        out = done.preempts + done.shrinks + rnd.starts + done.grows
+        # in a pool of several kinds: running jobs moved to a faster kind where it pays
+        # (policies.scheduling.kind_moves), after every other decision of the round
+        return out + kind_moves(snapshot, out, self.placement) + rnd.waits + done.waits
 
     def _interactive(self, rnd: _Round, ent: dict[str, int]) -> None:
         """Phase 1: services the SLA guard resizes, then queued interactive jobs start now,

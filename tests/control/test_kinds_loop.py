@@ -3,6 +3,7 @@ its own config on another, and a kind's prediction is replaced by what a run mea
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,37 @@ def test_metrics_and_the_pool_view_label_nodes_by_their_kind() -> None:
     assert (small["kind"], small["speed"]) == ("L4", 0.4)
     # a view published before kinds: the models, or virtual
     assert node_kind({"virtual": True, "models": []}) == "virtual"
+
+
+def test_the_loop_moves_a_running_job_to_a_faster_kind_once_it_is_free(
+    store: JobStore, tmp_path: Path
+) -> None:
+    """A rigid job started on the L4 GPUs while the A100s were taken; once they are free, the
+    policy moves it there (no restart cost in this loop, so any gain pays) and the loop stops it
+    and starts it again on the A100 node, as a resize to other GPUs."""
+    settings = Settings(redis_url="unused", namespace=store.namespace, data_dir=tmp_path)
+    rt = LocalRuntime([BIG, SMALL])
+    loop = ControlLoop(settings, store, rt, make_policy("shared"), restart_cost_s=0.0)
+    loop.lease.acquire(store.namespace)
+    try:
+        blocker = store.submit(job("blocker", gpus=2)).id
+        loop.round()
+        loop.round()
+        assert set(loop.runs[blocker].launch.nodes) == {"big"}
+        mover = store.submit(job("mover", gpus=2)).id
+        loop.round()
+        loop.round()
+        assert set(loop.runs[mover].launch.nodes) == {"small"}
+        time.sleep(0.5)  # it runs a while, then steps and checkpoints: a move loses nothing
+        now = time.time()
+        store.put_metrics(mover, {"first_step_at": now, "checkpoint_at": now})
+        assert store.cancel(blocker)
+        for _ in range(6):
+            loop.round()
+            if mover in loop.runs and set(loop.runs[mover].launch.nodes) == {"big"}:
+                break
+        assert set(loop.runs[mover].launch.nodes) == {"big"}, store.get(mover).message
+        events = [e["message"] for e in store.events(mover)]
+        assert any("moved to 2 other GPUs" in m for m in events), events
+    finally:
+        loop.release(grace_s=5)

@@ -212,3 +212,40 @@ def test_kind_order_lists_only_allowed_kinds() -> None:
     for req, exc in itertools.product([(), ("L4",)], [(), ("H100",)]):
         job = _bulk("j", 1, gpu_kinds=req, exclude_kinds=exc)
         assert all(job.allows(k) for k in kind_order(snap, job))
+
+
+# ---- moving a running job to a faster kind ----------------------------------------------
+
+
+def _on_l4(name: str, started_at: float, **kw: object) -> RunningJob:
+    return RunningJob(name, "bulk", "t", ("l0", "l0"), started_at=started_at, **kw)  # type: ignore[arg-type]
+
+
+def test_a_long_job_on_a_slow_kind_moves_where_it_gains_more_than_the_move_costs() -> None:
+    # it has run an hour on L4 (speed 0.5) and the H100s (2.0) are idle: it moves there
+    nodes = (dataclasses.replace(L4[0], free_gpus=2), L4[1], *H100)
+    job = _on_l4("long", started_at=0.0, checkpoint_at=3590.0)
+    snap = Snapshot(nodes, (), (job,), now=3600.0, restart_cost_s=30.0)
+    (move,) = [d for d in SCHEDULING_POLICIES.create("shared").decide(snap) if d.job_id == "long"]
+    assert move.kind is DecisionKind.RESIZE and len(move.nodes) == 2
+    assert _kinds_of(snap, move.nodes) == {"H100"}
+    assert "moves from L4 to H100" in move.reason
+
+
+def test_no_move_when_the_gain_does_not_pay_for_it() -> None:
+    nodes = (dataclasses.replace(L4[0], free_gpus=2), L4[1], *H100)
+    # a job that started a minute ago: as long again left, 45 s saved < 2 x (30 s restart + 60 s)
+    young = _on_l4("young", started_at=3540.0, checkpoint_at=3540.0)
+    # one that is as fast on L4 as on H100 for itself (its own measured speeds)
+    even = _on_l4("even", started_at=0.0, kind_speed=(("L4", 1.0), ("H100", 1.0)))
+    for job in (young, even):
+        snap = Snapshot(nodes, (), (job,), now=3600.0, restart_cost_s=30.0)
+        decisions = SCHEDULING_POLICIES.create("shared").decide(snap)
+        assert not [d for d in decisions if d.job_id == job.job_id and "moves" in d.reason]
+
+
+def test_a_pool_of_one_kind_never_moves_a_job() -> None:
+    nodes = tuple(dataclasses.replace(n, kind="", speed=1.0) for n in (L4[0], *H100))
+    job = RunningJob("j", "bulk", "t", ("l0", "l0"), started_at=0.0)
+    snap = Snapshot(nodes, (), (job,), now=3600.0)
+    assert not [d for d in SCHEDULING_POLICIES.create("shared").decide(snap) if d.job_id == "j"]
