@@ -18,7 +18,8 @@ code, and the worker runs it in a :func:`sandbox` (:func:`run_sandboxed` here, a
   the job declares it (``resources.network``), and with every process of it killed and
   awaited at the run's end, before its uid goes back to the pool;
 - with a scrubbed environment (no ``REDIS_URL``, no ``RAY_*``, no ``ORCH_*``: nothing but what
-  torch and the job need), a private home and temp folder, and no inherited descriptors but
+  torch and the job need; a command's own checkpoint folder, ``ORCH_CHECKPOINT_DIR``, is the
+  one ``ORCH_`` name it sees), a private home and temp folder, and no inherited descriptors but
   its pipes; the teams' own packages (``ORCH_TEAM_CODE_PATH``) on its import path and never
   on the worker's, so that a start-up hook in a team's tree (``sitecustomize.py``, a
   ``.pth`` file) runs in the sandbox alone;
