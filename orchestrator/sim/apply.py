@@ -32,9 +32,10 @@ class DecisionApplier:
 
     def _speed_on(self, job: SimJob) -> float:
         """The job's speed on the GPUs it holds: its own on their kind (``kind_speed``), else
-        the kind's; the slowest kind's when its gang spans several (it steps as one)."""
+        the kind's; the slowest kind's when its gang spans several (it steps as one); 1 for a
+        model whose progress ignores the kind (``JobModel.kind_bound``)."""
         kinds = self.kinds
-        if not kinds:
+        if not kinds or not job.model.kind_bound:
             return 1.0
         own = dict(job.kind_speed)
         speeds = []

@@ -28,6 +28,9 @@ class JobModel(abc.ABC):
 
     speedup_changes = True
     """Whether ``speedup`` may change as the job progresses (if not, callers may ask once)."""
+    kind_bound = True
+    """Whether its progress scales with the speed of the GPU kind it holds (``kinds`` of the
+    :class:`~orchestrator.sim.engine.Simulator`)."""
 
     @abc.abstractmethod
     def advance(self, placement: tuple[int, ...], seconds: float) -> float | None:

@@ -7,8 +7,9 @@ on a stop for the same reason, whatever the trace's checkpoint interval, which t
 what the policy is shown (when the job last checkpointed, as live with ``checkpoint_every``).
 The policy is still shown a speedup curve (``reported``, linear by default: what the live loop
 assumes of a job whose runs measured nothing yet), so it decides as it would live; only the
-progress ignores the GPUs. Used to replay a live run in the simulator (the twin test), where
-decisions must match the live ones.
+progress ignores the GPUs, their kind too (a virtual slot declared an L4 runs a live job's steps
+as fast as any other on a CPU machine; the policy is still shown the kind's speed). Used to
+replay a live run in the simulator (the twin tests), where decisions must match the live ones.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class WallClockJobModel(ParametricJobModel):
         super().__init__(duration, 1, sigma=1.0)  # Amdahl with a serial fraction of 1: s(n) = 1
         self.reported = reported
         self._starts = list(starts)
+
+    kind_bound = False
 
     def restore(self, state: tuple[float, int]) -> None:
         """See :meth:`JobModel.restore`: nothing to go back to, the stop checkpoint kept the

@@ -68,6 +68,10 @@ class Job:
     gpus: int | tuple[int, int] = 1
     duration_s: float = 10.0
     deadline_s: float | None = None
+    kinds: tuple[str, ...] = ()
+    """``resources.gpu_kinds``: the GPU kinds it may run on (empty: any)."""
+    exclude: tuple[str, ...] = ()
+    """``resources.exclude_gpu_kinds``."""
 
 
 TRACE = [
@@ -99,6 +103,18 @@ FIRST_ACT = TRACE[:6]
 for the whole trace on an idle one): contention decided by team accounting, an elastic job, and
 both interactive starts that need room taking their own team's bulk job. The later waves (within
 every guarantee, the deadline job, an elastic job growing) are the benchmark's, with the rest."""
+
+KINDS_ACT = [
+    # a pool of two kinds: the cluster's virtual slots (6) and 2 declared L4 GPUs at 0.4
+    Job(0, "v1", "vision", gpus=4, duration_s=40, exclude=("L4",)),
+    Job(0, "n1", "nlp", gpus=2, duration_s=25, kinds=("L4",)),
+    Job(0, "s1", "speech", gpus=2, duration_s=15),  # bulk: the fastest kind, not the free L4s
+    Job(8, "s2", "speech", duration_s=10),  # the next GPU of any kind
+    Job(8, "n2", "nlp", duration_s=8, kinds=("L4",)),  # waits for an L4 while others are free
+]
+"""A trace on a pool of two kinds (``test_twin.py`` adds an L4 node of 2 GPUs at speed 0.4):
+jobs that require or exclude a kind, a bulk job taking the fastest kind, and one that waits
+for its kind while GPUs of the other are free (about 50 s live)."""
 
 TIE_S = 1.5
 """Decisions closer than this live are a tie: their order in the replay is not compared."""
@@ -145,7 +161,11 @@ def spec(job: Job) -> JobSpec:
             "class": job.cls,
             "workload": {"name": "mlp", "args": args},
             "sla": sla,
-            "resources": {"gpus": {"min": lo, "max": hi}},
+            "resources": {
+                "gpus": {"min": lo, "max": hi},
+                "gpu_kinds": list(job.kinds),
+                "exclude_gpu_kinds": list(job.exclude),
+            },
             "run": run,
         }
     )
@@ -218,32 +238,42 @@ def live_timeline(recs: dict[str, Record]) -> tuple[list[Event], dict[str, Facts
     return sorted(events), dict(facts)
 
 
+@dataclass(frozen=True)
+class Pool:
+    """What the live run ran on, as the simulator is given it: the policy object, the nodes
+    (``(node_id, GPUs)`` in the pool's order), each node's GPU kind and its speed, and the
+    loop's round interval."""
+
+    policy: SchedulingPolicy
+    nodes: list[tuple[str, int]]
+    kinds: dict[str, tuple[str, float]]
+    interval_s: float
+
+
 def simulate(
     facts: dict[str, Facts],
-    policy: SchedulingPolicy,
-    nodes: list[tuple[str, int]],
-    interval_s: float,
-    restart_cost_s: float,
+    trace: Sequence[Job],
+    pool: Pool,
     median_start_s: float,
     jitter: random.Random | None = None,
 ) -> list[Event]:
-    """The jobs of ``facts`` (of :data:`TRACE`) in the simulator, with what the live run
-    measured (see the module doc); ``jitter``: move each start-up by up to ``JITTER_S``
+    """The jobs of ``facts`` (of ``trace``) in the simulator on ``pool``, with what the live
+    run measured (see the module doc); ``jitter``: move each start-up by up to ``JITTER_S``
     either way."""
     t0 = min(f.submitted for f in facts.values())
-    by_name = {j.name: j for j in TRACE}
+    by_name = {j.name: j for j in trace}
     wave_at: dict[float, float] = {}  # each wave arrives at once: when its first job did
     for name, f in facts.items():
         at = by_name[name].at
         wave_at[at] = min(wave_at.get(at, f.submitted), f.submitted)
-    trace, models = [], {}
+    rows, models = [], {}
     for name, f in facts.items():
         job = by_name[name]
         lo, hi = job.gpus if isinstance(job.gpus, tuple) else (job.gpus, job.gpus)
         assert f.lengths[-1] is not None, f"{name}: its last run has no first step"
         # each run trains for what the earlier ones left: the job's length is their sum
         length = sum(x for x in f.lengths if x is not None)
-        trace.append(
+        rows.append(
             TraceJob(
                 name,
                 wave_at[job.at] - t0,
@@ -254,6 +284,8 @@ def simulate(
                 max_gpus=hi,
                 duration=length,
                 deadline=job.deadline_s,
+                gpu_kinds=" ".join(job.kinds),
+                exclude_kinds=" ".join(job.exclude),
                 wait_target=5.0 if job.cls == "interactive" else 60.0,
                 # none since the start, as the policy sees it live (checkpoint_every 0); the
                 # model keeps the run time on a stop all the same, as the stop checkpoint does
@@ -265,20 +297,21 @@ def simulate(
             starts = tuple(max(0.0, x + jitter.uniform(-JITTER_S, JITTER_S)) for x in starts)
         models[name] = WallClockJobModel(length, starts=starts)
     sim = Simulator(
-        trace,
-        policy,
-        nodes,
+        rows,
+        pool.policy,
+        pool.nodes,
         parse_teams(TEAMS, "twin teams").views(),
         SimConfig(
-            interval_s=interval_s,
-            restart_s=restart_cost_s,  # what the policy weighs; the starts are measured
+            interval_s=pool.interval_s,
+            restart_s=RESTART_S,  # what the policy weighs; the starts are measured
             log_decisions=True,
         ),
         models=models,
+        kinds=pool.kinds,
     )
     sim.run()
     out: list[Event] = []
-    sizes = {j.name: 0 for j in trace}
+    sizes = {j.name: 0 for j in rows}
     for at, d in sim.applied:
         if d.kind is DecisionKind.START:
             out.append((at, "start", d.job_id))
@@ -329,6 +362,9 @@ class Twin:
     simulated: list[Event]
     median_start_s: float
     facts: dict[str, Facts]
+    pool: Pool
+    ids: dict[str, str] = field(default_factory=dict)
+    """The live run's job ids by name."""
     variant: int = 0
     """0: the exact replay; k: the k-th jittered one (see :func:`twin_of`)."""
 
@@ -353,19 +389,21 @@ class Twin:
 
 def run_twin(o: Orch, trace: Sequence[Job] = TRACE) -> Twin:
     """Run ``trace`` live on ``o`` (a ``shared`` orchestrator), then simulated."""
-    recs = records(o, run_live(o, trace))
-    nodes = [(n.node_id, n.gpus) for n in o.running.scheduler.runtime.nodes() if n.gpus]
-    # the very policy object the live loop ran
-    return twin_of(recs, o.running.scheduler.policy, nodes, o.settings.scheduler_interval_s, TIE_S)
+    ids = run_live(o, trace)
+    recs = records(o, ids)
+    nodes = [n for n in o.running.scheduler.runtime.nodes() if n.gpus]
+    pool = Pool(
+        o.running.scheduler.policy,  # the very policy object the live loop ran
+        [(n.node_id, n.gpus) for n in nodes],
+        {n.node_id: (n.kind, n.speed) for n in nodes},
+        o.settings.scheduler_interval_s,
+    )
+    twin = twin_of(recs, trace, pool, TIE_S)
+    twin.ids = ids
+    return twin
 
 
-def twin_of(
-    recs: dict[str, Record],
-    policy: SchedulingPolicy,
-    nodes: list[tuple[str, int]],
-    interval_s: float,
-    tie_s: float,
-) -> Twin:
+def twin_of(recs: dict[str, Record], trace: Sequence[Job], pool: Pool, tie_s: float) -> Twin:
     """The live timeline of ``recs`` and its simulated twin.
 
     The exact replay first. Two live events closer than the replay's timing error (a round's
@@ -377,12 +415,12 @@ def twin_of(
     """
     live, facts = live_timeline(recs)
     median = statistics.median(s for f in facts.values() for s in f.starts if s is not None)
-    exact = Twin(live, simulate(facts, policy, nodes, interval_s, RESTART_S, median), median, facts)
+    exact = Twin(live, simulate(facts, trace, pool, median), median, facts, pool)
     if not exact.disagreements(tie_s):
         return exact
     for k in range(1, VARIANTS + 1):
-        replay = simulate(facts, policy, nodes, interval_s, RESTART_S, median, random.Random(k))
-        twin = Twin(live, replay, median, facts, k)
+        replay = simulate(facts, trace, pool, median, random.Random(k))
+        twin = Twin(live, replay, median, facts, pool, variant=k)
         if not twin.disagreements(tie_s):
             return twin
     return exact

@@ -13,6 +13,7 @@ from orchestrator.sim import SimConfig, Simulator
 from orchestrator.sim.cli import load_nodes
 from orchestrator.sim.errors import TraceError, UnplaceableJobs
 from orchestrator.sim.trace import TraceJob, read_trace
+from orchestrator.sim.wallclock import WallClockJobModel
 from policies import SCHEDULING_POLICIES, DecisionKind
 
 NODES = [("slow", 2), ("fast", 2)]
@@ -37,6 +38,21 @@ def test_a_job_runs_at_its_speed_on_the_kind_it_holds() -> None:
     # its own speed on a kind wins over the kind's
     _, done = _run([TraceJob("c", 0.0, gpus=2, duration=100.0, kind_speed="H100:4 T4:1")])
     assert done["c"] == pytest.approx(25.0, abs=1.0)
+
+
+def test_a_wall_clock_job_runs_its_length_on_any_kind() -> None:
+    # a live run replayed (the twin test): virtual slots run as fast whatever kind they declare
+    jobs = [TraceJob("w", 0.0, gpus=2, duration=100.0, gpu_kinds="T4")]
+    sim = Simulator(
+        jobs,
+        SCHEDULING_POLICIES.create("shared"),
+        NODES,
+        config=CONFIG,
+        kinds=KINDS,
+        models={"w": WallClockJobModel(100.0)},
+    )
+    (done,) = [r.completed_at for r in sim.run().records]
+    assert done == pytest.approx(100.0, abs=1.0)
 
 
 def test_each_job_takes_the_kind_it_gains_most_on_first() -> None:
