@@ -33,6 +33,7 @@ __all__ = [
     "kind_order",
     "off_kind",
     "place",
+    "place_on",
     "usable",
     "why_barred",
 ]
@@ -60,23 +61,39 @@ def grow_barred(snapshot: Snapshot, job: RunningJob) -> frozenset[str]:
 
 def off_kind(
     snapshot: Snapshot, job: QueuedJob | RunningJob, free: Mapping[str, int]
-) -> frozenset[str]:
+) -> tuple[frozenset[str], int | None]:
     """:meth:`Snapshot.barred`, and in a pool of several kinds every node of another kind than
     the one the job is to start on: the first in :func:`kind_order` with room for its gang
     free now, else the first with room for it at all. Where room is made for an interactive
-    start (bulk GPUs freed), it is made on that kind only."""
+    start (bulk GPUs freed), it is made on that kind only. With them, the free GPUs outside
+    those nodes (``None`` in a pool of one kind: the caller sums them if it needs them)."""
     barred = snapshot.barred(job)
     if not snapshot.mixed:
-        return barred
+        return barred, None
     order = kind_order(snapshot, job)
-    nodes = snapshot.kind_nodes
-    target = next(
-        (k for k in order if sum(free.get(n, 0) for n in nodes[k] if n not in barred) >= job.gpus),
-        None,
-    )
+    have = {k: kind_free(free, snapshot, job, k) for k in order}
+    target = next((k for k in order if have[k] >= job.gpus), None)
     if target is None:
         target = next((k for k in order if _kind_capacity(snapshot, job, k) >= job.gpus), None)
-    return barred.union(n for k, ids in nodes.items() if k != target for n in ids)
+    key = ("off", job.gpu_memory_gb, job.gpu_kinds, job.exclude_kinds, target)
+    off = snapshot.memo.get(key)
+    if off is None:
+        nodes = snapshot.kind_nodes
+        off = barred.union(n for k, ids in nodes.items() if k != target for n in ids)
+        snapshot.memo[key] = off
+    return off, have.get(target, 0) if target is not None else 0  # type: ignore[return-value]
+
+
+def kind_free(
+    free: Mapping[str, int], snapshot: Snapshot, job: QueuedJob | RunningJob, kind: str
+) -> int:
+    """Free GPUs of ``kind`` the job may use (a :class:`FreeIndex` with groups keeps each
+    kind's sum)."""
+    barred = snapshot.barred(job)
+    if not barred and isinstance(free, FreeIndex) and free.group_free is not None:
+        return free.group_free.get(kind, 0)
+    get = free.get
+    return sum(get(n, 0) for n in snapshot.kind_nodes.get(kind, ()) if n not in barred)
 
 
 def _kind_capacity(snapshot: Snapshot, job: QueuedJob | RunningJob, kind: str) -> int:
@@ -135,21 +152,37 @@ def place(
 ) -> tuple[str, ...] | None:
     """A gang of ``gpus`` for ``job`` on the nodes it may use, on one kind, by ``placement``
     (``None``: it fits on no kind now). Take the GPUs it returns from ``free``."""
-    mine = usable(free, snapshot, job)
     if not snapshot.mixed:
-        return placement.place(gpus, mine)
-    get = mine.get
-    # a kind's free GPUs as the index keeps them (when ``mine`` is the index itself)
-    sums = mine.group_free if isinstance(mine, FreeIndex) else None
+        return placement.place(gpus, usable(free, snapshot, job))
     for kind in kind_order(snapshot, job):
-        if sums is not None and sums.get(kind, 0) < gpus:
-            continue
-        part = {n: f for n in snapshot.kind_nodes[kind] if (f := get(n, 0)) > 0}
-        if sum(part.values()) >= gpus:
-            nodes = placement.place(gpus, part)
-            if nodes is not None:
-                return nodes
+        nodes = place_on(placement, gpus, free, snapshot, job, kind)
+        if nodes is not None:
+            return nodes
     return None
+
+
+def place_on(
+    placement: Placement,
+    gpus: int,
+    free: Mapping[str, int],
+    snapshot: Snapshot,
+    job: QueuedJob | RunningJob,
+    kind: str,
+) -> tuple[str, ...] | None:
+    """:func:`place` on GPUs of ``kind`` alone (``None``: no room for the gang there now).
+    Take the GPUs it returns from ``free``."""
+    barred = snapshot.barred(job)
+    # a kind's free GPUs and its own index, as a FreeIndex with groups keeps them
+    if isinstance(free, FreeIndex) and free.group_free is not None:
+        if free.group_free.get(kind, 0) < gpus:
+            return None  # barred nodes only take from that
+        if not barred and free.parts is not None:
+            return placement.place(gpus, free.parts[kind])
+    get = free.get
+    part = {
+        n: f for n in snapshot.kind_nodes.get(kind, ()) if n not in barred and (f := get(n, 0)) > 0
+    }
+    return placement.place(gpus, part) if sum(part.values()) >= gpus else None
 
 
 def why_barred(snapshot: Snapshot, job: QueuedJob | RunningJob) -> str:

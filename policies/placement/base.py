@@ -101,16 +101,21 @@ class FreeIndex(dict[str, int]):
 
     def __init__(self, free: Mapping[str, int], groups: Mapping[str, str] | None = None) -> None:
         super().__init__(free)
-        # with ``groups`` (node -> group: its GPU kind), the free GPUs of each group, kept as
-        # counts change: a placement on one kind sees at once whether the kind has room
+        # with ``groups`` (node -> group: its GPU kind), the free GPUs of each group and an
+        # index of each group's nodes alone (``parts``), kept as counts change: a placement on
+        # one kind sees at once whether the kind has room, and looks at its nodes only
         self.groups = groups
         self.group_free: dict[str, int] | None = None
+        self.parts: dict[str, FreeIndex] | None = None
         if groups is not None:
             sums: dict[str, int] = {}
+            members: dict[str, dict[str, int]] = {}
             for n, f in self.items():
                 g = groups.get(n, "")
                 sums[g] = sums.get(g, 0) + (f if f > 0 else 0)
+                members.setdefault(g, {})[n] = f
             self.group_free = sums
+            self.parts = {g: FreeIndex(m) for g, m in members.items()}
         self._scans = 0
         self._names: list[str] = []
         self._pos: dict[str, int] = {}
@@ -120,10 +125,14 @@ class FreeIndex(dict[str, int]):
 
     def __setitem__(self, node: str, count: int) -> None:
         sums = self.group_free
-        if sums is not None and self.groups is not None:
+        if sums is not None and self.groups is not None and self.parts is not None:
             old = self.get(node, 0)
             g = self.groups.get(node, "")
             sums[g] = sums.get(g, 0) + (count if count > 0 else 0) - (old if old > 0 else 0)
+            part = self.parts.get(g)
+            if part is None:
+                part = self.parts[g] = FreeIndex({})
+            part[node] = count
         dict.__setitem__(self, node, count)
         at = self._at
         if at is not None and count > 0:

@@ -20,8 +20,9 @@ from collections import Counter
 from collections.abc import Sequence
 
 from policies.decisions import Decision, DecisionKind
-from policies.eligibility import kind_order
+from policies.eligibility import kind_order, place_on
 from policies.placement import Placement
+from policies.placement.base import FreeIndex
 from policies.snapshot import RunningJob, Snapshot
 
 __all__ = ["kind_moves"]
@@ -85,16 +86,10 @@ def kind_moves(
                 break
     if not options:
         return []
-    free = _free_after(snapshot, decisions)
+    free = FreeIndex(_free_after(snapshot, decisions), snapshot.kind_map)
     out: list[Decision] = []
     for gain, r, here, there in sorted(options, key=lambda o: (-o[0], o[1].seq, o[1].job_id)):
-        barred = snapshot.barred(r)  # its GPU memory
-        part = {
-            n: f
-            for n in snapshot.kind_nodes[there]
-            if n not in barred and (f := free.get(n, 0)) > 0
-        }
-        nodes = placement.place(r.gpus, part) if sum(part.values()) >= r.gpus else None
+        nodes = place_on(placement, r.gpus, free, snapshot, r, there)
         if nodes is None:
             continue
         for n, c in Counter(nodes).items():

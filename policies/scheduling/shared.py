@@ -11,6 +11,7 @@ from policies.decisions import Decision, DecisionKind
 from policies.elastic import ELASTIC, ElasticAllocation
 from policies.eligibility import capacity, off_kind, place, why_barred
 from policies.placement import PLACEMENTS, Placement, without
+from policies.placement.base import FreeIndex
 from policies.preemption import PREEMPTIONS, Preemption, lost_work
 from policies.queue.las import las_level
 from policies.scheduling.base import SCHEDULING_POLICIES, SchedulingPolicy
@@ -244,9 +245,10 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         for q in inter:
             # nodes without the memory, of a kind it may not use, or (several kinds) of
             # another kind than the one it is to start on
-            small = off_kind(snapshot, q, free)
-            mine = without(free, small)
-            short = q.gpus - (sum(mine.values()) if small else free_total)
+            small, there = off_kind(snapshot, q, free)
+            if there is None:  # one kind
+                there = sum(without(free, small).values()) if small else free_total
+            short = q.gpus - there
             # the room is made wherever bulk GPUs are: with nodes too small for the job, only
             # when no bulk job is on those and it can fit at all (never a preemption for nothing)
             if short > 0 and (not small or room.may_make(q, small)):
@@ -456,6 +458,8 @@ def _read(snapshot: Snapshot) -> _Round:
     restart cost is held (not placed at all: it waits), one preempted since the last round is
     "late": the round goes as if it were not there, then it gets what is left."""
     free = snapshot.free()
+    if snapshot.mixed:  # each kind's free GPUs kept as they change (policies.eligibility)
+        free = FreeIndex(free, snapshot.kind_map)
     hold: dict[str, Sequence[str]] = {r.job_id: r.nodes for r in snapshot.running}
     waits: list[Decision] = []
     demand: dict[str, int] = {}
