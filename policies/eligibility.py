@@ -22,12 +22,14 @@ cluster-wide assignment) is made.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from policies.placement import Placement, without
 from policies.placement.base import FreeIndex
 from policies.snapshot import QueuedJob, RunningJob, Snapshot
 
 __all__ = [
+    "StartOn",
     "capacity",
     "grow_barred",
     "kind_order",
@@ -59,17 +61,27 @@ def grow_barred(snapshot: Snapshot, job: RunningJob) -> frozenset[str]:
     return barred.union(other)
 
 
-def off_kind(
-    snapshot: Snapshot, job: QueuedJob | RunningJob, free: Mapping[str, int]
-) -> tuple[frozenset[str], int | None]:
+class StartOn(NamedTuple):
+    """Where an interactive job is to start (:func:`off_kind`)."""
+
+    off: frozenset[str]
+    """The nodes it may not take."""
+    free: int | None
+    """The free GPUs outside them (``None`` in a pool of one kind: the caller sums them if it
+    needs them)."""
+    kind: str | None
+    """The kind it is to start on (``None`` in a pool of one kind, or when no kind has room
+    for it at all)."""
+
+
+def off_kind(snapshot: Snapshot, job: QueuedJob | RunningJob, free: Mapping[str, int]) -> StartOn:
     """:meth:`Snapshot.barred`, and in a pool of several kinds every node of another kind than
     the one the job is to start on: the first in :func:`kind_order` with room for its gang
     free now, else the first with room for it at all. Where room is made for an interactive
-    start (bulk GPUs freed), it is made on that kind only. With them, the free GPUs outside
-    those nodes (``None`` in a pool of one kind: the caller sums them if it needs them)."""
+    start (bulk GPUs freed), it is made on that kind only (``Room.make`` with the kind)."""
     barred = snapshot.barred(job)
     if not snapshot.mixed:
-        return barred, None
+        return StartOn(barred, None, None)
     order = kind_order(snapshot, job)
     have = {k: kind_free(free, snapshot, job, k) for k in order}
     target = next((k for k in order if have[k] >= job.gpus), None)
@@ -81,7 +93,8 @@ def off_kind(
         nodes = snapshot.kind_nodes
         off = barred.union(n for k, ids in nodes.items() if k != target for n in ids)
         snapshot.memo[key] = off
-    return off, have.get(target, 0) if target is not None else 0  # type: ignore[return-value]
+    there = have.get(target, 0) if target is not None else 0
+    return StartOn(off, there, target)  # type: ignore[arg-type]
 
 
 def kind_free(

@@ -5,11 +5,27 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from policies.eligibility import capacity
 from policies.preemption import Preemption, VictimIndex
 from policies.scheduling.resize import drop_gpus
 from policies.snapshot import INTERACTIVE, QueuedJob, RunningJob, Snapshot
+
+Bulk = tuple[RunningJob, int, int, int]
+"""A running bulk job with its ``lo``, ``hi`` and snapshot GPUs."""
+
+
+@dataclass
+class _Part:
+    """The bulk jobs room is made among (the pool's, or those on one GPU kind), with their
+    shrink order, victims' index and GPUs held, built when first needed and kept."""
+
+    jobs: Sequence[Bulk]
+    # heap: (-spare, seq, job id, lo, team), the job id unique (the rest never compared)
+    spare: list[tuple[int, int, str, int, str]] = field(default_factory=list)
+    victims: VictimIndex | None = None
+    gpus: int | None = None  # GPUs its jobs hold, once needed
 
 
 class Room:
@@ -27,6 +43,11 @@ class Room:
     so the shrink order and the victims' index are built once, when first needed, and
     consumed: a job shrunk to its minimum or preempted drops out of them. Each call then costs
     about the jobs it disturbs, not every running job.
+
+    In a pool of several GPU kinds a gang runs on one kind, and an interactive job starts on
+    one (:func:`policies.eligibility.off_kind`): :meth:`make` with ``kind`` frees GPUs from the
+    bulk jobs on that kind alone (each kind's jobs are a part with its own shrink order and
+    victims' index; the teams' counts, which the guarantees and tiers read, are the pool's).
 
     Args:
         preemption: the victim choice.
@@ -52,7 +73,7 @@ class Room:
         preempted: list[str],
         touched: set[str],
         inter_held: Mapping[str, int],
-        bulk: Sequence[tuple[RunningJob, int, int, int]],
+        bulk: Sequence[Bulk],
     ) -> None:
         self.preemption = preemption
         self.now = snapshot.now
@@ -67,79 +88,109 @@ class Room:
         self.inter_held = inter_held
         self.bulk = bulk
         self.running: dict[str, RunningJob] = {}  # by id, once victims are chosen
-        # heap: (-spare, seq, job id, lo, team), the job id unique (the rest never compared)
-        self._spare: list[tuple[int, int, str, int, str]] = []
-        self._victims: VictimIndex | None = None
-        self._held: Counter[str] = Counter()  # GPUs per team, once victims are chosen
+        self._parts: dict[str | None, _Part] = {}  # None: the whole pool's bulk jobs
+        self._held: Counter[str] | None = None  # GPUs per team, once victims are chosen
         self._above: Counter[str] | None = None  # GPUs per team above its guarantee, to shrink
-        self._team_bulk: Counter[str] = Counter()  # GPUs per team's bulk jobs, first make
-        self._bulk: int | None = None  # GPUs bulk jobs hold, once needed
 
-    def make(self, short: int, team: str, gpus: int) -> int:
-        """Free at least ``short`` GPUs for an interactive job of ``team`` asking for ``gpus``;
-        return the GPUs freed.
+    def make(self, short: int, team: str, gpus: int, kind: str | None = None) -> int:
+        """Free at least ``short`` GPUs for an interactive job of ``team`` asking for ``gpus``
+        (on GPUs of ``kind``: from the bulk jobs there only); return the GPUs freed.
 
-        When bulk jobs hold fewer than ``short``, nothing is freed (0): the interactive job
-        cannot start this round, and GPUs taken from bulk jobs would only go to other bulk
-        jobs (a preemption for nothing).
+        When bulk jobs hold fewer than ``short`` (there), nothing is freed (0): the interactive
+        job cannot start this round, and GPUs taken from bulk jobs would only go to other bulk
+        jobs (a preemption for nothing). A round calls it with kinds or without, not both.
         """
-        if self._bulk is None:
-            self._bulk = self._index()
-        if short > self._bulk:
+        part = self._part(kind)
+        if part.gpus is None:
+            part.gpus = self._index(part)
+        if short > part.gpus:
             return 0
-        left = self._shrink(short)
+        left = self._shrink(part, short)
         if left > 0:
-            left = self._preempt(left, team, gpus)
-        self._bulk -= short - left
+            left = self._preempt(part, left, team, gpus)
+        part.gpus -= short - left
         return short - left
 
-    def may_make(self, job: QueuedJob, small: frozenset[str]) -> bool:
+    def may_make(self, job: QueuedJob, small: frozenset[str], kind: str | None = None) -> bool:
         """Whether :meth:`make` may free GPUs for an interactive ``job`` that ``small`` nodes
-        are too small for: only when it fits the other nodes at all and no bulk job holds a GPU
-        on ``small`` (:meth:`make` frees GPUs wherever bulk jobs hold them)."""
-        if job.gpus > capacity(self.snapshot, job):
+        are too small for (with ``kind``: the nodes of that kind it may not use): only when it
+        fits the other nodes at all and no bulk job (on that kind) holds a GPU on ``small``
+        (:meth:`make` frees GPUs wherever those bulk jobs hold them)."""
+        return job.gpus <= capacity(self.snapshot, job) and not self.holds_bulk_on(small, kind)
+
+    def holds_bulk_on(self, nodes: frozenset[str], kind: str | None = None) -> bool:
+        """Whether a bulk job (on ``kind``) holds a GPU on ``nodes``."""
+        if not nodes:
             return False
         hold = self.hold
-        return not any(any(n in small for n in hold.get(r.job_id, ())) for r, _, _, _ in self.bulk)
+        jobs = self._part(kind).jobs
+        return any(any(n in nodes for n in hold.get(r.job_id, ())) for r, _, _, _ in jobs)
 
-    def _index(self) -> int:
-        """The shrink order, in one pass over the bulk jobs (the first :meth:`make`; bulk jobs
-        lose GPUs only here, so it stays valid as it is kept); returns the GPUs they hold."""
-        hold, gone, team_bulk = self.hold, self.gone, self._team_bulk
+    def _part(self, kind: str | None) -> _Part:
+        """The bulk jobs of the pool (``None``) or wholly on GPUs of ``kind``."""
+        part = self._parts.get(kind)
+        if part is not None:
+            return part
+        if kind is None:
+            part = self._parts[None] = _Part(self.bulk)
+            return part
+        # every kind's part in one pass (a job spanning kinds is in none)
+        of, hold = self.snapshot.kind_of, self.hold
+        by_kind: dict[str, list[Bulk]] = {k: [] for k in self.snapshot.kinds}
+        for b in self.bulk:
+            nodes = hold[b[0].job_id]
+            if nodes:
+                first = of(nodes[0])
+                if all(of(n) == first for n in nodes):
+                    by_kind.setdefault(first, []).append(b)
+        for k, jobs in by_kind.items():
+            self._parts.setdefault(k, _Part(jobs))
+        return self._parts.setdefault(kind, _Part([]))
+
+    def _index(self, part: _Part) -> int:
+        """The part's shrink order, in one pass over its jobs (its first :meth:`make`; bulk
+        jobs lose GPUs only here, so it stays valid as it is kept); returns the GPUs they
+        hold."""
+        hold, gone = self.hold, self.gone
         total = 0
-        spare = self._spare
-        for r, lo, _, _ in self.bulk:
+        spare = part.spare
+        for r, lo, _, _ in part.jobs:
             job_id = r.job_id
             if job_id in gone:
                 continue
             held = len(hold[job_id])
             total += held
-            team_bulk[r.team] += held
             if held > lo:
                 spare.append((lo - held, r.seq, job_id, lo, r.team))
         heapq.heapify(spare)
         return total
 
-    def _live(self) -> list[RunningJob]:
-        """Running bulk jobs not preempted, in the snapshot's order."""
-        return [r for r, _, _, _ in self.bulk if r.job_id not in self.gone]
+    def _live(self, part: _Part) -> list[RunningJob]:
+        """The part's running bulk jobs not preempted, in the snapshot's order."""
+        return [r for r, _, _, _ in part.jobs if r.job_id not in self.gone]
 
-    def _shrink(self, short: int) -> int:
-        """Shrink elastic jobs towards their minimum; return the GPUs still short."""
+    def _shrink(self, part: _Part, short: int) -> int:
+        """Shrink the part's elastic jobs towards their minimum; return the GPUs still
+        short."""
         hold = self.hold
-        if self._above is None:
+        above = self._above
+        if above is None:
             # A shrink must not take a team below its guarantee (that is for preemption to
-            # decide, borrowed capacity first); teams only lose GPUs during a round.
-            self._above = above = Counter(self._team_bulk)  # bulk jobs: as when first made
+            # decide, borrowed capacity first); teams only lose GPUs during a round, and each
+            # loss is counted here (shrinks and preemptions, on every kind).
+            above = self._above = Counter()
+            for r, _, _, _ in self.bulk:  # bulk jobs: as when first made
+                if r.job_id not in self.gone:
+                    above[r.team] += len(hold[r.job_id])
             for r in self.snapshot.running:  # interactive ones: as they hold now
                 if r.job_class == INTERACTIVE and r.job_id not in self.gone:  # not .interactive
                     above[r.team] += len(hold[r.job_id])
-            for team in self._above:
-                self._above[team] -= self.guarantee.get(team, 0)
-        above = self._above
-        assert above is not None
-        while short > 0 and self._spare:
-            neg_spare, seq, job_id, lo, team = heapq.heappop(self._spare)
+            for team in above:
+                above[team] -= self.guarantee.get(team, 0)
+        held_by_team = self._held
+        heap = part.spare
+        while short > 0 and heap:
+            neg_spare, seq, job_id, lo, team = heapq.heappop(heap)
             spare = len(hold[job_id]) - lo
             if job_id in self.gone or spare != -neg_spare:
                 continue  # stale: only the shrinks below change a job's spare GPUs
@@ -151,12 +202,14 @@ class Room:
                 self.free[n] += 1
             short -= take
             above[team] -= take
+            if held_by_team is not None:  # another kind's preemptions counted them
+                held_by_team[team] -= take
             self.touched.add(job_id)
             if spare > take and above[team] > 0:
-                heapq.heappush(self._spare, (take - spare, seq, job_id, lo, team))
+                heapq.heappush(heap, (take - spare, seq, job_id, lo, team))
         return short
 
-    def _preempt(self, short: int, team: str, gpus: int) -> int:
+    def _preempt(self, part: _Part, short: int, team: str, gpus: int) -> int:
         """Preempt bulk jobs, tier by tier; return the GPUs still short.
 
         A team's tier is judged by its use once ``gpus`` more run for ``team``: its bulk jobs,
@@ -165,9 +218,15 @@ class Room:
         Only called once no job has GPUs to spare, so from here on jobs keep their sizes
         and the victims' index stays valid; jobs leave it as they are preempted.
         """
-        hold, held = self.hold, self._held
-        if self._victims is None:
+        hold = self.hold
+        held = self._held
+        if held is None:
+            held = self._held = Counter()
             self.running = {r.job_id: r for r in self.snapshot.running}
+            for k, nodes in hold.items():
+                if k not in self.gone:
+                    held[self.running[k].team] += len(nodes)
+        if part.victims is None:
             current = [
                 RunningJob(
                     r.job_id,
@@ -178,14 +237,11 @@ class Room:
                     started_at=r.started_at,
                     checkpoint_at=r.checkpoint_at,
                 )
-                for r in self._live()
+                for r in self._live(part)
             ]
             teams = {c.job_id: c.team for c in current}
-            self._victims = self.preemption.index(current, teams, self.now)
-            for k, nodes in hold.items():
-                if k not in self.gone:
-                    held[self.running[k].team] += len(nodes)
-        victims_index = self._victims
+            part.victims = self.preemption.index(current, teams, self.now)
+        victims_index = part.victims
         tiers: tuple[list[str], list[str], list[str]] = ([], [], [])
         for t, bulk in held.items():
             use = bulk + self.inter_held.get(t, 0) + (gpus if t == team else 0)
@@ -213,6 +269,8 @@ class Room:
             victims_index.remove(v.job_id)
             nodes = hold.pop(v.job_id)
             held[v.team] -= len(nodes)
+            if self._above is not None:
+                self._above[v.team] -= len(nodes)
             for n in nodes:
                 self.free[n] += 1
             short -= len(nodes)

@@ -56,7 +56,15 @@ def resize_services(
         else:
             small = grow_barred(snapshot, r)
             short = extra - sum(without(free, small).values())
-            if short > 0 and not small:  # nodes too small for it: no preemption for nothing
+            kinds = {snapshot.kind_of(n) for n in have} if snapshot.mixed else set()
+            if short > 0 and len(kinds) == 1:
+                # in a pool of several kinds it grows on its own kind: room is made there,
+                # when no bulk job there holds nodes it may not use (the kind's other nodes)
+                (kind,) = kinds
+                barred = snapshot.barred(r)
+                if not room.holds_bulk_on(barred, kind):
+                    room.make(short, r.team, extra, kind)
+            elif short > 0 and not small:  # nodes too small for it: no preemption for nothing
                 room.make(short, r.team, extra)
             added = grow_gpus(have, extra, free, placement, small)
             if added is None:

@@ -40,7 +40,9 @@ class SharedSchedulingPolicy(SchedulingPolicy):
        towards their minimum (the job with most to spare first: fewest jobs disturbed), then
        whole bulk jobs are preempted, borrowed capacity (teams above their entitlement) before
        the rest, victims chosen by ``preemption`` (least work lost since a checkpoint, fewest
-       jobs; the minimum-runtime protection only orders victims). An interactive job waits only
+       jobs; the minimum-runtime protection only orders victims). In a pool of several GPU
+       kinds, room is made on the kind the job is to start on, from the bulk jobs there
+       (:class:`~policies.scheduling.room.Room` with a kind). An interactive job waits only
        when interactive jobs hold the whole pool, and then no bulk job gives way for it. Only
        here may a bulk run that has not done its first step yet lose GPUs.
     2. **Team entitlements.** ``sharing`` turns each team's demand (bulk ``max_gpus`` plus its
@@ -245,14 +247,19 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         for q in inter:
             # nodes without the memory, of a kind it may not use, or (several kinds) of
             # another kind than the one it is to start on
-            small, there = off_kind(snapshot, q, free)
+            small, there, kind = off_kind(snapshot, q, free)
             if there is None:  # one kind
                 there = sum(without(free, small).values()) if small else free_total
             short = q.gpus - there
-            # the room is made wherever bulk GPUs are: with nodes too small for the job, only
-            # when no bulk job is on those and it can fit at all (never a preemption for nothing)
-            if short > 0 and (not small or room.may_make(q, small)):
-                free_total += room.make(short, q.team, q.gpus)
+            # the room is made wherever bulk GPUs are (of the kind it is to start on, in a pool
+            # of several): with nodes too small for the job, only when no bulk job is on those
+            # and it can fit at all (never a preemption for nothing)
+            if short > 0 and (
+                room.may_make(q, snapshot.barred(q), kind)
+                if kind is not None
+                else not small or room.may_make(q, small)
+            ):
+                free_total += room.make(short, q.team, q.gpus, kind)
             fits = q.gpus <= free_total
             nodes = place(self.placement, q.gpus, free, snapshot, q) if fits else None
             if nodes is None:

@@ -249,3 +249,54 @@ def test_a_pool_of_one_kind_never_moves_a_job() -> None:
     job = RunningJob("j", "bulk", "t", ("l0", "l0"), started_at=0.0)
     snap = Snapshot(nodes, (), (job,), now=3600.0)
     assert not [d for d in SCHEDULING_POLICIES.create("shared").decide(snap) if d.job_id == "j"]
+
+
+# ---- room for interactive work in a pool of several kinds -------------------------------
+
+
+def _full_pool() -> tuple[tuple[NodeView, ...], tuple[RunningJob, ...]]:
+    """Every GPU of both kinds held by one 4-GPU bulk job per node (teams a/b, none
+    guaranteed: all of it borrowed), started an hour ago."""
+    nodes = tuple(dataclasses.replace(n, free_gpus=0) for n in POOL)
+    running = tuple(
+        RunningJob(f"b-{n.node_id}", "bulk", "ab"[i % 2], (n.node_id,) * 4, seq=i, started_at=0.0)
+        for i, n in enumerate(POOL)
+    )
+    return nodes, running
+
+
+@pytest.mark.parametrize(("min_speed", "kind"), [(0.4, "L4"), (1.0, "H100"), (0.0, "H100")])
+def test_an_interactive_start_makes_room_on_the_kind_it_starts_on(
+    min_speed: float, kind: str
+) -> None:
+    # bulk jobs hold every GPU of both kinds: room is made on the kind it is to start on (the
+    # cheapest that meets it, else the fastest), by preempting a bulk job there, never on the
+    # other kind (its gang goes on one)
+    nodes, running = _full_pool()
+    job = QueuedJob("i", "interactive", "c", 2, 9, 3590.0, min_speed=min_speed)
+    snap = Snapshot(nodes, (job,), running, now=3600.0)
+    decisions = SCHEDULING_POLICIES.create("shared").decide(snap)
+    (start,) = [d for d in decisions if d.job_id == "i"]
+    assert start.kind is DecisionKind.START, decisions
+    assert _kinds_of(snap, start.nodes) == {kind}
+    victims = [d.job_id for d in decisions if d.kind is DecisionKind.PREEMPT]
+    assert len(victims) == 1, decisions
+    held = {r.job_id: r.nodes for r in running}
+    assert _kinds_of(snap, held[victims[0]]) == {kind}
+    assert set(start.nodes) <= set(held[victims[0]])
+
+
+def test_a_service_grows_on_its_kind_taking_room_from_bulk_there() -> None:
+    # a service on one L4 GPU asked for 3 replicas, the pool full of bulk jobs: it grows on L4,
+    # by preempting an L4 bulk job, and no H100 job is touched
+    nodes, running = _full_pool()
+    nodes = (dataclasses.replace(nodes[0], free_gpus=0),) + nodes[1:]
+    bulk_l0 = RunningJob("b-l0", "bulk", "a", ("l0",) * 3, seq=0, started_at=0.0)
+    svc = RunningJob("svc", "interactive", "c", ("l0",), seq=9, started_at=0.0, want_gpus=3)
+    snap = Snapshot(nodes, (), (bulk_l0, *running[1:], svc), now=3600.0)
+    decisions = SCHEDULING_POLICIES.create("shared").decide(snap)
+    (grow,) = [d for d in decisions if d.job_id == "svc"]
+    assert grow.kind is DecisionKind.RESIZE and len(grow.nodes) == 3, decisions
+    assert _kinds_of(snap, grow.nodes) == {"L4"}
+    victims = [d.job_id for d in decisions if d.kind is DecisionKind.PREEMPT]
+    assert victims and all(v.startswith("b-l") for v in victims), decisions
