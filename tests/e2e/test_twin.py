@@ -11,7 +11,7 @@ two minutes on a loaded 2-core machine (139 s): the first act is 35 s of submiss
 jobs' runs; the whole trace took about three and a half. The second test does the same with
 ``KINDS_ACT`` on a pool of two GPU kinds (an L4 node added beside the virtual slots): the
 policy's kind choices, jobs that require or exclude a kind, one waiting for its kind while the
-other's GPUs are free, live and simulated alike.
+other's GPUs are free, an interactive start making room on its kind, live and simulated alike.
 """
 
 from __future__ import annotations
@@ -61,7 +61,10 @@ def test_live_and_simulated_decisions_agree_on_a_pool_of_two_kinds(
         "s1": {"virtual"},
         "s2": {"virtual"},
         "n2": {"L4"},
+        "i1": {"virtual"},
     }, ran_on
+    # the interactive start took vision's own bulk job on its kind, not n1 on the L4s
+    assert [job for _, what, job in twin.live if what == "preempt"] == ["v1"], twin.report()
     starts = {job: t for t, what, job in twin.live if what == "start"}
     # n2 waited for an L4 while s2 took a virtual GPU freed before it (s1's)
     assert starts["s2"] + TIE_S < starts["n2"], twin.report()

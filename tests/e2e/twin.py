@@ -111,10 +111,13 @@ KINDS_ACT = [
     Job(0, "s1", "speech", gpus=2, duration_s=15),  # bulk: the fastest kind, not the free L4s
     Job(8, "s2", "speech", duration_s=10),  # the next GPU of any kind
     Job(8, "n2", "nlp", duration_s=8, kinds=("L4",)),  # waits for an L4 while others are free
+    # the pool full: room on the fastest kind, from vision's own v1 there (none from n1 on L4)
+    Job(12, "i1", "vision", cls="interactive", duration_s=8),
 ]
 """A trace on a pool of two kinds (``test_twin.py`` adds an L4 node of 2 GPUs at speed 0.4):
-jobs that require or exclude a kind, a bulk job taking the fastest kind, and one that waits
-for its kind while GPUs of the other are free (about 50 s live)."""
+jobs that require or exclude a kind, a bulk job taking the fastest kind, one that waits for
+its kind while GPUs of the other are free, and an interactive start that makes room on the
+kind it starts on (about a minute live)."""
 
 TIE_S = 1.5
 """Decisions closer than this live are a tie: their order in the replay is not compared."""
