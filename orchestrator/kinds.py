@@ -67,6 +67,24 @@ class Kind:
     speed: float = 1.0
 
 
+NO_BF16 = frozenset({"V100", "T4"})
+"""Catalogue kinds without bf16 (Volta and Turing: autocast to bf16 refuses to run there)."""
+CUDA_PRECISIONS = ("fp32", "bf16", "fp16")
+CPU_PRECISIONS = ("fp32", "bf16")
+"""What a CPU-backed slot runs (autocast has no fp16 on the CPU: ``workers.optimizations``)."""
+
+
+def precisions(kind: str, virtual: bool) -> tuple[str, ...]:
+    """The precisions a job may run on GPUs of ``kind`` (``virtual``: CPU-backed slots,
+    which run only what the CPU does, whatever kind they declare): every one but those the
+    kind lacks (bf16 on :data:`NO_BF16`), in the order a job falls back to them."""
+    have: tuple[str, ...] = CPU_PRECISIONS if virtual else CUDA_PRECISIONS
+    if kind in NO_BF16:
+        have = tuple(p for p in have if p != "bf16")
+    # a 16-bit precision first: fp16 takes bf16's memory and speed where bf16 is missing
+    return tuple(sorted(have, key=lambda p: p == "fp32"))
+
+
 def catalogue_speed(name: str) -> float | None:
     """The catalogue's speed of a kind by its name (``None``: not in it)."""
     for known, speed, _ in CATALOGUE:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -187,16 +188,24 @@ class JobFactsReader:
             self._elastic[job_id] = (spec, elastic.speedup_curve(spec, self._measured(job_id)))
         return self._elastic[job_id]
 
-    def sized(self, rec: JobRecord, gpus: int, memory_bytes: float | None = None) -> Replan:
+    def sized(
+        self,
+        rec: JobRecord,
+        gpus: int,
+        memory_bytes: float | None = None,
+        precisions: Sequence[str] | None = None,
+    ) -> Replan:
         """The spec a run of the job on ``gpus`` GPUs has: tuned settings, and on another size
         than its requested one the plan its profile picks there (``tuner.replan``: a trial at
-        that size, else the plan model, else the rule that keeps tp and pp).
+        that size, else the plan model, else the rule that keeps tp and pp); on GPUs without
+        its precision (``precisions``: what they run, in fallback order), one they have.
 
         Raises:
             ValueError: no plan keeps its global batch on ``gpus`` GPUs.
         """
         spec = run_spec(rec.spec, tuned_of(rec))
-        plan = replanned_spec(spec, gpus, self.store.profiles.load(rec.id), memory_bytes)
+        profile = self.store.profiles.load(rec.id)
+        plan = replanned_spec(spec, gpus, profile, memory_bytes, precisions)
         if plan.spec is None:
             raise ValueError(f"cannot keep the global batch on {gpus} GPUs ({plan.reason})")
         return plan

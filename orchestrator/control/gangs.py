@@ -29,6 +29,7 @@ from orchestrator.control.state import LoopState
 from orchestrator.control.telemetry import LoopTelemetry
 from orchestrator.control.transitions import StopReason
 from orchestrator.errors import IllegalTransition, JobNotFound, SpecError
+from orchestrator.kinds import precisions
 from orchestrator.pool import NodeInfo
 from orchestrator.runtime.base import Launch, Runtime, in_place
 from orchestrator.storage import StorageLocation
@@ -187,7 +188,10 @@ class GangActions:
         replanned = ""
         try:
             if not tune:
-                sized = self.facts.sized(rec, len(nodes), smallest_memory(self.state.nodes, nodes))
+                pool = self.state.nodes
+                has = run_precisions(pool, nodes)
+                sized = self.facts.sized(rec, len(nodes), smallest_memory(pool, nodes), has)
+                switched = sized.spec is not None and sized.spec.run.precision != spec.run.precision
                 spec = sized.spec or spec
                 if stream and spec.serve is not None:
                     serve = spec.serve.model_copy(update=stream)
@@ -197,7 +201,7 @@ class GangActions:
                     serve = spec.serve.model_copy(update={"weights": weights})
                     spec = spec.model_copy(update={"serve": serve})
                 applied = sized.applied()
-                if sized.source in ("measured", "model"):  # its profile chose the plan here
+                if sized.source in ("measured", "model") or switched:  # chosen here: say why
                     replanned = f"on {len(nodes)} GPUs: {sized.reason}"
             self._serial += 1
             launch = Launch(
@@ -358,6 +362,16 @@ def smallest_memory(pool: Sequence[NodeInfo], nodes: tuple[str, ...]) -> float |
     if not sizes or any(s is None for s in sizes):
         return None
     return min(float(s or 0) for s in sizes) * 1e9
+
+
+def run_precisions(pool: Sequence[NodeInfo], nodes: tuple[str, ...]) -> tuple[str, ...]:
+    """The precisions every one of these GPUs runs (their kinds', ``orchestrator.kinds``), in
+    the order a job falls back to them."""
+    on = set(nodes)
+    each = [precisions(n.kind, n.virtual) for n in pool if n.node_id in on]
+    if not each:
+        return precisions("", False)
+    return tuple(p for p in each[0] if all(p in other for other in each[1:]))
 
 
 def all_virtual(pool: Sequence[NodeInfo], nodes: tuple[str, ...]) -> bool:

@@ -25,7 +25,11 @@ config's own trial peaked (``Measurement.peak_mem_mb``: CUDA's peak, on CPU slot
 RSS) above the memory of the GPUs it gets (a job tuned on an 80 GB kind placed on a 24 GB one):
 then the best measured config that fits them runs, and the job's message says why. A trial that
 did not read its peak fits anywhere. On another kind a measured config's throughput scales by
-the kinds' speeds alike, so the SLA's ranking among those that fit is the measured one.
+the kinds' speeds alike, so the SLA's ranking among those that fit is the measured one. On GPUs
+without the job's precision (bf16 on a T4 or V100, fp16 on CPU-backed slots:
+:func:`orchestrator.kinds.precisions`) the best measured config at a precision they have runs,
+else the job's own config at the first they have (fp16 for bf16: the same memory), and the
+reason says so.
 
 A job that runs no parallel plan is chosen among data-parallel configs only (its own sharding,
 DDP, and FSDP where its bounds allow it; a command job's script only its own); a trial counts
@@ -119,6 +123,7 @@ def replanned_spec(
     gpus: int,
     profile: Mapping[str, Any] | None = None,
     memory_bytes: float | None = None,
+    precisions: Sequence[str] | None = None,
 ) -> Replan:
     """The job's spec on ``gpus`` GPUs with the plan its profile says is best for its SLA.
 
@@ -128,7 +133,11 @@ def replanned_spec(
         profile: the job's stored profile (``ProfileStore.load``), or ``None``.
         memory_bytes: each new GPU's memory, when known (plans whose model state exceeds it
             are left out).
+        precisions: the precisions the new GPUs run, in the order to fall back to them
+            (``None``: any).
     """
+    if precisions is not None and spec.run.precision not in precisions:
+        return _other_precision(spec, gpus, profile, memory_bytes, precisions)
     if gpus == spec.gpus:
         return _fitting(spec, gpus, profile, memory_bytes) or Replan(
             spec, "requested", "the requested size: the plan as tuned"
@@ -157,6 +166,41 @@ def replanned_spec(
         f"no plan valid on {gpus} GPUs uses only what the trials measured: {kept}, "
         "the replicas follow the size",
     )
+
+
+def _other_precision(
+    spec: JobSpec,
+    gpus: int,
+    profile: Mapping[str, Any] | None,
+    memory_bytes: float | None,
+    precisions: Sequence[str],
+) -> Replan:
+    """The job on GPUs without its precision (see the module doc)."""
+    was, kept = spec.run.precision, f"these GPUs have no {spec.run.precision}"
+    goal = dataclasses.replace(Goal.from_spec(spec), cost="gpu_seconds")
+    measured = []
+    for p in precisions:
+        other = _with_precision(spec, p)
+        for c, m in _points(other, profile):
+            if c.gpus == gpus and _holds(m, memory_bytes):
+                measured.append((other, c, m))
+    if measured:
+        best = _best(goal, [(c, m) for _, c, m in measured])
+        other, c, m = next(x for x in measured if (x[1], x[2]) == best)
+        return _chosen(
+            other, c, "measured", f"{kept}: measured {_says(goal, c, m)} at {other.run.precision}"
+        )
+    other = _with_precision(spec, precisions[0])
+    plan = replanned_spec(other, gpus, profile, memory_bytes)
+    source: Source = "rule" if plan.source == "requested" else plan.source
+    why = f"{kept}: runs {precisions[0]}, not measured ({was} was); {plan.reason}"
+    return Replan(plan.spec, source, why)
+
+
+def _with_precision(spec: JobSpec, precision: str) -> JobSpec:
+    """``spec`` at another precision."""
+    run = spec.run.model_copy(update={"precision": precision})
+    return JobSpec.model_validate({**spec.model_dump(by_alias=True), "run": run.model_dump()})
 
 
 def _holds(m: Measurement, memory_bytes: float | None) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from orchestrator.elastic import global_batch, resized_spec
+from orchestrator.kinds import precisions
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.tuner.planmodel import PlanSample, fit_plan_model, state_bytes
 from orchestrator.tuner.replan import candidates, replanned_spec
@@ -231,3 +232,48 @@ def test_without_a_trial_on_the_size_a_plain_job_runs_the_rule_and_says_so() -> 
     got = replanned_spec(spec, 4, {"curves": {"fp32": [_row(Config(32, 1, 1), 265.0)]}})
     assert got.source in ("rule", "model") and got.spec is not None
     assert global_batch(got.spec) == 32 and got.spec.run.plan is None
+
+
+# ---- GPUs without the job's precision (issue 40: a kind's precisions) --------------------
+
+
+def _bf16(**extra: Any) -> JobSpec:
+    spec = _plain(hi=1, **extra)
+    run = spec.run.model_copy(update={"precision": "bf16"})
+    return JobSpec.model_validate({**spec.model_dump(by_alias=True), "run": run.model_dump()})
+
+
+def test_on_gpus_without_its_precision_the_best_measured_one_they_have_runs() -> None:
+    # tuned to bf16 (fastest), placed on a T4: the best fp16 or fp32 trial at its size runs
+    profile = {
+        "curves": {
+            "bf16": [_row(Config(32, 1, 1), 500.0)],
+            "fp16": [_row(Config(32, 1, 1), 300.0), _row(Config(16, 2, 1), 350.0)],
+            "fp32": [_row(Config(32, 1, 1), 200.0)],
+        }
+    }
+    got = replanned_spec(_bf16(), 1, profile, precisions=("fp16", "fp32"))
+    assert got.source == "measured" and got.spec is not None
+    assert got.spec.run.precision == "fp16"
+    assert (got.spec.run.micro_batch, got.spec.run.grad_accum) == (16, 2)
+    assert "these GPUs have no bf16" in got.reason and "350.0" in got.reason
+    # where they have it, nothing changes
+    same = replanned_spec(_bf16(), 1, profile, precisions=("bf16", "fp16", "fp32"))
+    assert same.source == "requested" and same.spec is not None
+    assert same.spec.run.precision == "bf16"
+
+
+def test_with_nothing_measured_there_it_runs_the_first_they_have_and_says_so() -> None:
+    got = replanned_spec(_bf16(), 1, None, precisions=("fp32",))  # a CPU slot declared T4
+    assert got.spec is not None and got.spec.run.precision == "fp32"
+    assert got.source == "rule"
+    assert "these GPUs have no bf16: runs fp32, not measured" in got.reason
+    assert got.spec.run.micro_batch == 32  # its own config otherwise
+
+
+def test_a_kinds_precisions() -> None:
+    assert precisions("T4", virtual=False) == ("fp16", "fp32")
+    assert precisions("V100", virtual=False) == ("fp16", "fp32")
+    assert precisions("H100", virtual=False) == ("bf16", "fp16", "fp32")
+    assert precisions("virtual", virtual=True) == ("bf16", "fp32")  # autocast has no CPU fp16
+    assert precisions("T4", virtual=True) == ("fp32",)
