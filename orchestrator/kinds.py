@@ -67,22 +67,22 @@ class Kind:
     speed: float = 1.0
 
 
-NO_BF16 = frozenset({"V100", "T4"})
-"""Catalogue kinds without bf16 (Volta and Turing: autocast to bf16 refuses to run there)."""
-CUDA_PRECISIONS = ("fp32", "bf16", "fp16")
-CPU_PRECISIONS = ("fp32", "bf16")
-"""What a CPU-backed slot runs (autocast has no fp16 on the CPU: ``workers.optimizations``)."""
+NO_BF16 = re.compile(r"(?<![A-Za-z0-9])(V100|T4|P100|P40|P4|K80|M60)(?![A-Za-z0-9])")
+"""Kinds without bf16, by name (before Ampere: autocast to bf16 refuses to run there): the
+catalogue's V100 and T4, and the older parts a model name may say (``Tesla-P100-PCIE-16GB``)."""
+PRECISIONS = ("bf16", "fp16", "fp32")
+"""Every precision, in the order a job falls back to them: a 16-bit one first (fp16 takes
+bf16's memory and speed where bf16 is missing)."""
 
 
-def precisions(kind: str, virtual: bool) -> tuple[str, ...]:
-    """The precisions a job may run on GPUs of ``kind`` (``virtual``: CPU-backed slots,
-    which run only what the CPU does, whatever kind they declare): every one but those the
-    kind lacks (bf16 on :data:`NO_BF16`), in the order a job falls back to them."""
-    have: tuple[str, ...] = CPU_PRECISIONS if virtual else CUDA_PRECISIONS
-    if kind in NO_BF16:
-        have = tuple(p for p in have if p != "bf16")
-    # a 16-bit precision first: fp16 takes bf16's memory and speed where bf16 is missing
-    return tuple(sorted(have, key=lambda p: p == "fp32"))
+def precisions(kind: str) -> tuple[str, ...]:
+    """The precisions a job may run on GPUs of ``kind``: every one but bf16 on a kind without
+    it (:data:`NO_BF16`), in the order a job falls back to them. CPU-backed slots that declare
+    such a kind are held to it too (so the tests run the fallback); a kind this does not know is
+    assumed to have them all."""
+    if NO_BF16.search(kind):
+        return tuple(p for p in PRECISIONS if p != "bf16")
+    return PRECISIONS
 
 
 def catalogue_speed(name: str) -> float | None:

@@ -191,7 +191,6 @@ class GangActions:
                 pool = self.state.nodes
                 has = run_precisions(pool, nodes)
                 sized = self.facts.sized(rec, len(nodes), smallest_memory(pool, nodes), has)
-                switched = sized.spec is not None and sized.spec.run.precision != spec.run.precision
                 spec = sized.spec or spec
                 if stream and spec.serve is not None:
                     serve = spec.serve.model_copy(update=stream)
@@ -201,7 +200,7 @@ class GangActions:
                     serve = spec.serve.model_copy(update={"weights": weights})
                     spec = spec.model_copy(update={"serve": serve})
                 applied = sized.applied()
-                if sized.source in ("measured", "model") or switched:  # chosen here: say why
+                if sized.source in ("measured", "model") or sized.was:  # chosen here: say why
                     replanned = f"on {len(nodes)} GPUs: {sized.reason}"
             self._serial += 1
             launch = Launch(
@@ -368,9 +367,9 @@ def run_precisions(pool: Sequence[NodeInfo], nodes: tuple[str, ...]) -> tuple[st
     """The precisions every one of these GPUs runs (their kinds', ``orchestrator.kinds``), in
     the order a job falls back to them."""
     on = set(nodes)
-    each = [precisions(n.kind, n.virtual) for n in pool if n.node_id in on]
+    each = [precisions(n.kind) for n in pool if n.node_id in on]
     if not each:
-        return precisions("", False)
+        return precisions("")
     return tuple(p for p in each[0] if all(p in other for other in each[1:]))
 
 

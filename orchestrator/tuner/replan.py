@@ -26,10 +26,9 @@ RSS) above the memory of the GPUs it gets (a job tuned on an 80 GB kind placed o
 then the best measured config that fits them runs, and the job's message says why. A trial that
 did not read its peak fits anywhere. On another kind a measured config's throughput scales by
 the kinds' speeds alike, so the SLA's ranking among those that fit is the measured one. On GPUs
-without the job's precision (bf16 on a T4 or V100, fp16 on CPU-backed slots:
-:func:`orchestrator.kinds.precisions`) the best measured config at a precision they have runs,
-else the job's own config at the first they have (fp16 for bf16: the same memory), and the
-reason says so.
+without the job's precision (bf16 on a T4 or V100: :func:`orchestrator.kinds.precisions`) the
+best measured config valid there at a precision they have runs, else the job's own config at
+the first they have (fp16 for bf16: the same memory), and the reason says so.
 
 A job that runs no parallel plan is chosen among data-parallel configs only (its own sharding,
 DDP, and FSDP where its bounds allow it; a command job's script only its own); a trial counts
@@ -91,6 +90,8 @@ class Replan:
     spec: JobSpec | None
     source: Source
     reason: str
+    was: str = ""
+    """The job's own precision, when these GPUs lack it and :attr:`spec` runs another."""
 
     def applied(self) -> dict[str, Any]:
         """What a run of :attr:`spec` applies (GPUs, plan, batch split, precision) and where
@@ -177,24 +178,27 @@ def _other_precision(
 ) -> Replan:
     """The job on GPUs without its precision (see the module doc)."""
     was, kept = spec.run.precision, f"these GPUs have no {spec.run.precision}"
+    lo, hi = spec.resources.gpus.min, spec.resources.gpus.upper
+    if not lo <= gpus <= hi:
+        return Replan(None, "rule", f"{gpus} GPUs is outside the job's range {lo}-{hi}", was)
     goal = dataclasses.replace(Goal.from_spec(spec), cost="gpu_seconds")
     measured = []
     for p in precisions:
         other = _with_precision(spec, p)
+        valid = {_key(c) for c in candidates(other, gpus, memory_bytes)}
         for c, m in _points(other, profile):
-            if c.gpus == gpus and _holds(m, memory_bytes):
+            if c.gpus == gpus and _key(c) in valid and _holds(m, memory_bytes):
                 measured.append((other, c, m))
     if measured:
         best = _best(goal, [(c, m) for _, c, m in measured])
         other, c, m = next(x for x in measured if (x[1], x[2]) == best)
-        return _chosen(
-            other, c, "measured", f"{kept}: measured {_says(goal, c, m)} at {other.run.precision}"
-        )
+        why = f"{kept}: measured {_says(goal, c, m)} at {other.run.precision}"
+        return dataclasses.replace(_chosen(other, c, "measured", why), was=was)
     other = _with_precision(spec, precisions[0])
     plan = replanned_spec(other, gpus, profile, memory_bytes)
     source: Source = "rule" if plan.source == "requested" else plan.source
     why = f"{kept}: runs {precisions[0]}, not measured ({was} was); {plan.reason}"
-    return Replan(plan.spec, source, why)
+    return Replan(plan.spec, source, why, was)
 
 
 def _with_precision(spec: JobSpec, precision: str) -> JobSpec:

@@ -56,13 +56,13 @@ def resize_services(
         else:
             small = grow_barred(snapshot, r)
             short = extra - sum(without(free, small).values())
-            kinds = {snapshot.kind_of(n) for n in have} if snapshot.mixed else set()
-            if short > 0 and len(kinds) == 1:
+            if short > 0 and snapshot.mixed:
                 # in a pool of several kinds it grows on its own kind: room is made there,
-                # when no bulk job there holds nodes it may not use (the kind's other nodes)
-                (kind,) = kinds
-                barred = snapshot.barred(r)
-                if not room.holds_bulk_on(barred, kind):
+                # when no bulk job there holds nodes it may not use (none for a service that
+                # spans kinds: a round makes room by kinds or over the whole pool, not both)
+                kinds = {snapshot.kind_of(n) for n in have}
+                kind = kinds.pop() if len(kinds) == 1 else None
+                if kind is not None and not room.holds_bulk_on(snapshot.barred(r), kind):
                     room.make(short, r.team, extra, kind)
             elif short > 0 and not small:  # nodes too small for it: no preemption for nothing
                 room.make(short, r.team, extra)

@@ -192,7 +192,7 @@ def test_the_loop_moves_a_running_job_to_a_faster_kind_once_it_is_free(
 def test_a_job_tuned_to_bf16_runs_a_precision_a_kind_without_it_has(
     store: JobStore, tmp_path: Path
 ) -> None:
-    # CPU slots declaring T4 (no bf16 there, no fp16 on a CPU): a bf16 job runs fp32 and says so
+    # CPU slots declaring T4 (no bf16 there): a bf16 job runs fp16 and says so
     t4 = NodeInfo("t4", "127.0.0.1", 2, virtual=True, kind="T4", speed=0.21)
     settings = Settings(redis_url="unused", namespace=store.namespace, data_dir=tmp_path)
     rt = LocalRuntime([BIG, t4], auto_start=False)
@@ -202,11 +202,11 @@ def test_a_job_tuned_to_bf16_runs_a_precision_a_kind_without_it_has(
         loop.observe()
         job_id = store.submit(job("b", run={"steps": 5, "micro_batch": 8, "precision": "bf16"})).id
         loop.bind(Decision(DecisionKind.START, job_id, nodes=("t4",)), {"big": 2, "t4": 2})
-        assert rt.launches[-1].spec.run.precision == "fp32"
+        assert rt.launches[-1].spec.run.precision == "fp16"
         why = store.get(job_id).message
-        assert "these GPUs have no bf16: runs fp32, not measured" in why, why
+        assert "these GPUs have no bf16: runs fp16, not measured" in why, why
         config = [e["message"] for e in store.events(job_id) if e["event"] == "config"]
-        assert config and config[-1].endswith("fp32 (rule)"), config
+        assert config and config[-1].endswith("fp16 (rule)"), config
         # on a kind with bf16 it runs bf16
         rt.end(job_id, OutcomeKind.LOST, "lost", {})
         loop.reap(rt.poll())

@@ -290,7 +290,6 @@ def test_a_service_grows_on_its_kind_taking_room_from_bulk_there() -> None:
     # a service on one L4 GPU asked for 3 replicas, the pool full of bulk jobs: it grows on L4,
     # by preempting an L4 bulk job, and no H100 job is touched
     nodes, running = _full_pool()
-    nodes = (dataclasses.replace(nodes[0], free_gpus=0),) + nodes[1:]
     bulk_l0 = RunningJob("b-l0", "bulk", "a", ("l0",) * 3, seq=0, started_at=0.0)
     svc = RunningJob("svc", "interactive", "c", ("l0",), seq=9, started_at=0.0, want_gpus=3)
     snap = Snapshot(nodes, (), (bulk_l0, *running[1:], svc), now=3600.0)

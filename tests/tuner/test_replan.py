@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from orchestrator.elastic import global_batch, resized_spec
-from orchestrator.kinds import precisions
+from orchestrator.kinds import PRECISIONS, precisions
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.tuner.planmodel import PlanSample, fit_plan_model, state_bytes
 from orchestrator.tuner.replan import candidates, replanned_spec
@@ -257,6 +257,7 @@ def test_on_gpus_without_its_precision_the_best_measured_one_they_have_runs() ->
     assert got.spec.run.precision == "fp16"
     assert (got.spec.run.micro_batch, got.spec.run.grad_accum) == (16, 2)
     assert "these GPUs have no bf16" in got.reason and "350.0" in got.reason
+    assert got.was == "bf16"
     # where they have it, nothing changes
     same = replanned_spec(_bf16(), 1, profile, precisions=("bf16", "fp16", "fp32"))
     assert same.source == "requested" and same.spec is not None
@@ -264,16 +265,15 @@ def test_on_gpus_without_its_precision_the_best_measured_one_they_have_runs() ->
 
 
 def test_with_nothing_measured_there_it_runs_the_first_they_have_and_says_so() -> None:
-    got = replanned_spec(_bf16(), 1, None, precisions=("fp32",))  # a CPU slot declared T4
-    assert got.spec is not None and got.spec.run.precision == "fp32"
-    assert got.source == "rule"
-    assert "these GPUs have no bf16: runs fp32, not measured" in got.reason
+    got = replanned_spec(_bf16(), 1, None, precisions=("fp16", "fp32"))
+    assert got.spec is not None and got.spec.run.precision == "fp16"
+    assert got.source == "rule" and got.was == "bf16"
+    assert "these GPUs have no bf16: runs fp16, not measured" in got.reason
     assert got.spec.run.micro_batch == 32  # its own config otherwise
 
 
 def test_a_kinds_precisions() -> None:
-    assert precisions("T4", virtual=False) == ("fp16", "fp32")
-    assert precisions("V100", virtual=False) == ("fp16", "fp32")
-    assert precisions("H100", virtual=False) == ("bf16", "fp16", "fp32")
-    assert precisions("virtual", virtual=True) == ("bf16", "fp32")  # autocast has no CPU fp16
-    assert precisions("T4", virtual=True) == ("fp32",)
+    assert precisions("T4") == precisions("V100") == ("fp16", "fp32")
+    assert precisions("Tesla-P100-PCIE-16GB") == ("fp16", "fp32")  # a model outside the catalogue
+    assert precisions("H100") == precisions("L4") == precisions("virtual") == PRECISIONS
+    assert precisions("GT4X") == PRECISIONS  # a name that only contains one
