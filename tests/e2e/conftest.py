@@ -92,6 +92,20 @@ class Orch:
         return rec
 
 
+def remove_node(cluster: Any, node: Any, timeout_s: float = 30.0) -> None:
+    """Remove a node a test added to the session's cluster, and wait until Ray counts it dead:
+    the next test's pool must not see its GPUs."""
+    import ray
+
+    node_id = node.node_id
+    cluster.remove_node(node)
+    deadline = time.monotonic() + timeout_s
+    while any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes()):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"node {node_id} still alive {timeout_s:g} s after its removal")
+        time.sleep(0.2)
+
+
 def start_orch(
     ray_address: str,
     redis_url: str | None,

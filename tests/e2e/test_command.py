@@ -114,18 +114,16 @@ def test_the_example_is_preempted_and_resumes_to_the_loss_of_an_uninterrupted_ru
     shared_out_of_tmp: Orch, tmp_path: Path
 ) -> None:
     o = shared_out_of_tmp
-    # Fill the pool (node A: 4 GPUs, node B: 2) so that an interactive job must preempt: two
-    # jobs that never checkpoint (all their work would be lost), and the example, which
-    # checkpoints every 20 steps (the cheapest to stop).
+    # Fill the pool (node A: 4 GPUs, node B: 2) so that an interactive job must preempt: the
+    # example, which checkpoints every 20 steps (the cheapest to stop), then two jobs that never
+    # checkpoint (all their work would be lost). They start after the example's run, so none
+    # of them has run longer than it: the minimum-runtime protection (300 s), which a slow
+    # tuning on a loaded machine once let the first holder outgrow, cannot shield the example.
     # (paced: they hold their GPUs sleeping, not computing)
-    big = o.store.submit(holder("big", gpus=4)).id
-    o.wait(big, {JobState.RUNNING})
-    small = o.store.submit(holder("small", gpus=1)).id
-    o.wait(small, {JobState.RUNNING})
-
     job = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
     job["run"].update(steps=STEPS, checkpoint_every=20)
-    job["workload"]["args"] = {"pace_s": 0.02}  # long enough to be preempted mid-run
+    # long enough to be preempted mid-run, with the holders' starts after its own (30 s at least)
+    job["workload"]["args"] = {"pace_s": 0.05}
     # tuned on its declared settings: threads, 1 or 2 (two trials; this test is the path, the
     # tuning gang's actors running the script, the run taking the choice, preempted and
     # resumed); hidden and lr are applied, never searched (tune: false, as the example says)
@@ -137,6 +135,10 @@ def test_the_example_is_preempted_and_resumes_to_the_loss_of_an_uninterrupted_ru
     assert out.returncode == 0, out.stderr
     [own] = [r.id for r in o.store.list() if r.spec.name == "own-script"]
     o.wait(own, {JobState.RUNNING}, timeout_s=300)
+    big = o.store.submit(holder("big", gpus=4)).id
+    o.wait(big, {JobState.RUNNING})
+    small = o.store.submit(holder("small", gpus=1)).id
+    o.wait(small, {JobState.RUNNING})
     tuned = json.loads(o.store.get(own).fields["tuned"])
     report = o.store.tune_reports.load(own)
     assert report is not None and report["status"] == "feasible", report

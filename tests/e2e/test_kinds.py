@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from orchestrator.store.states import JobState
-from tests.e2e.conftest import Orch
+from tests.e2e.conftest import Orch, remove_node
 from tests.e2e.jobs import HOLDER, mlp_job
 
 
@@ -68,4 +68,4 @@ def test_a_job_that_requires_a_kind_waits_for_it_and_runs_there(
         shown = orch.cli("show", wants)
         assert shown.returncode == 0 and "only L4" in shown.stdout, shown.stdout
     finally:
-        ray_cluster.remove_node(node)
+        remove_node(ray_cluster, node)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tests.e2e.conftest import Orch
+from tests.e2e.conftest import Orch, remove_node
 from tests.e2e.twin import FIRST_ACT, KINDS_ACT, TIE_S, run_twin
 
 
@@ -50,7 +50,7 @@ def test_live_and_simulated_decisions_agree_on_a_pool_of_two_kinds(
             time.sleep(0.2)
         twin = run_twin(shared, KINDS_ACT)
     finally:
-        ray_cluster.remove_node(node)
+        remove_node(ray_cluster, node)
     assert twin.disagreements(TIE_S) == [], twin.report()
     assert {kind for kind, _ in twin.pool.kinds.values()} == {"virtual", "L4"}, twin.pool
     # the kinds each job's runs were measured on live (its per-kind profile)
