@@ -135,14 +135,14 @@ class Room:
             part = self._parts[None] = _Part(self.bulk)
             return part
         # every kind's part in one pass (a job spanning kinds is in none)
-        of, hold = self.snapshot.kind_of, self.hold
+        of, hold = self.snapshot.kind_map.get, self.hold
         by_kind: dict[str, list[Bulk]] = {k: [] for k in self.snapshot.kinds}
         for b in self.bulk:
             nodes = hold[b[0].job_id]
             if nodes:
-                first = of(nodes[0])
-                if all(of(n) == first for n in nodes):
-                    by_kind.setdefault(first, []).append(b)
+                on = {of(n, "") for n in set(nodes)}
+                if len(on) == 1:
+                    by_kind.setdefault(on.pop(), []).append(b)
         for k, jobs in by_kind.items():
             self._parts.setdefault(k, _Part(jobs))
         return self._parts.setdefault(kind, _Part([]))
