@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,18 +93,34 @@ class Orch:
         return rec
 
 
-def remove_node(cluster: Any, node: Any, timeout_s: float = 30.0) -> None:
-    """Remove a node a test added to the session's cluster, and wait until Ray counts it dead:
-    the next test's pool must not see its GPUs."""
+@contextmanager
+def kind_node(cluster: Any, o: Orch, kind: str, gpus: int, speed_pct: int) -> Iterator[None]:
+    """A node of ``gpus`` virtual slots declaring ``kind`` at ``speed_pct``, added to the
+    session's cluster as an operator declares one (``ray start --num-gpus 2 --resources
+    '{"orch_gpu_kind:L4": 2, "orch_gpu_speed_pct": 40}'``), once ``o``'s scheduler publishes it
+    in its pool; removed after, and waited for until Ray counts it dead (the next test's pool
+    must not see its GPUs)."""
     import ray
 
-    node_id = node.node_id
-    cluster.remove_node(node)
-    deadline = time.monotonic() + timeout_s
-    while any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes()):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"node {node_id} still alive {timeout_s:g} s after its removal")
-        time.sleep(0.2)
+    resources = {f"orch_gpu_kind:{kind}": gpus, "orch_gpu_speed_pct": speed_pct}
+    node = cluster.add_node(num_cpus=1, num_gpus=gpus, resources=resources)
+    try:
+        cluster.wait_for_nodes()
+        deadline = time.monotonic() + 30  # the scheduler publishes the pool it sees each round
+        while not any(
+            n.get("kind") == kind for n in (o.store.pool_view.read() or {}).get("nodes", [])
+        ):
+            assert time.monotonic() < deadline, o.store.pool_view.read()
+            time.sleep(0.2)
+        yield
+    finally:
+        node_id = node.node_id
+        cluster.remove_node(node)
+        deadline = time.monotonic() + 30
+        while any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"node {node_id} still alive 30 s after its removal")
+            time.sleep(0.2)
 
 
 def start_orch(

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from orchestrator.store.states import JobState
-from tests.e2e.conftest import Orch, remove_node
+from tests.e2e.conftest import Orch, kind_node
 from tests.e2e.jobs import HOLDER, mlp_job
 
 
@@ -21,19 +21,8 @@ def _on_kind(name: str, kinds: dict[str, list[str]], **run: Any) -> Any:
 def test_a_job_that_requires_a_kind_waits_for_it_and_runs_there(
     ray_cluster: Any, orch: Orch
 ) -> None:
-    # a third node, of kind L4, as an operator declares virtual slots:
-    # ray start --num-gpus 2 --resources '{"orch_gpu_kind:L4": 2, "orch_gpu_speed_pct": 40}'
-    node = ray_cluster.add_node(
-        num_cpus=1, num_gpus=2, resources={"orch_gpu_kind:L4": 2, "orch_gpu_speed_pct": 40}
-    )
-    try:
-        ray_cluster.wait_for_nodes()
-        deadline = time.monotonic() + 30  # the scheduler publishes the pool it sees each round
-        while not any(
-            n.get("kind") == "L4" for n in (orch.store.pool_view.read() or {}).get("nodes", [])
-        ):
-            assert time.monotonic() < deadline, orch.store.pool_view.read()
-            time.sleep(0.2)
+    # a third node, of kind L4, as an operator declares virtual slots
+    with kind_node(ray_cluster, orch, "L4", gpus=2, speed_pct=40):
         hold = orch.store.submit(
             _on_kind("l4-hold", {"gpu_kinds": ["L4"]}, workload=HOLDER, duration_s=900)
         ).id
@@ -67,5 +56,3 @@ def test_a_job_that_requires_a_kind_waits_for_it_and_runs_there(
         assert ran.state is JobState.FINISHED, ran.message
         shown = orch.cli("show", wants)
         assert shown.returncode == 0 and "only L4" in shown.stdout, shown.stdout
-    finally:
-        remove_node(ray_cluster, node)

@@ -16,10 +16,9 @@ other's GPUs are free, an interactive start making room on its kind, live and si
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from tests.e2e.conftest import Orch, remove_node
+from tests.e2e.conftest import Orch, kind_node
 from tests.e2e.twin import FIRST_ACT, KINDS_ACT, TIE_S, run_twin
 
 
@@ -37,20 +36,8 @@ def test_live_and_simulated_decisions_agree_on_a_pool_of_two_kinds(
     ray_cluster: Any, shared: Orch
 ) -> None:
     # 2 GPUs of kind L4 beside the cluster's virtual slots, declared as an operator does
-    node = ray_cluster.add_node(
-        num_cpus=1, num_gpus=2, resources={"orch_gpu_kind:L4": 2, "orch_gpu_speed_pct": 40}
-    )
-    try:
-        ray_cluster.wait_for_nodes()
-        deadline = time.monotonic() + 30  # the scheduler publishes the pool it sees each round
-        while not any(
-            n.get("kind") == "L4" for n in (shared.store.pool_view.read() or {}).get("nodes", [])
-        ):
-            assert time.monotonic() < deadline, shared.store.pool_view.read()
-            time.sleep(0.2)
+    with kind_node(ray_cluster, shared, "L4", gpus=2, speed_pct=40):
         twin = run_twin(shared, KINDS_ACT)
-    finally:
-        remove_node(ray_cluster, node)
     assert twin.disagreements(TIE_S) == [], twin.report()
     assert {kind for kind, _ in twin.pool.kinds.values()} == {"virtual", "L4"}, twin.pool
     # the kinds each job's runs were measured on live (its per-kind profile)
