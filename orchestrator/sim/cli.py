@@ -151,6 +151,9 @@ def simulate(
 ) -> int:
     """Simulate ``trace`` under each policy; print the table; write the results.
 
+    One command, kept whole: its lines are the checks of its inputs, the loop over the
+    policies (each run's error printed, the others still run) and the output, in that order.
+
     Args:
         trace: the trace file (see :mod:`orchestrator.sim.trace`).
         policies: scheduling policy names (empty: ``shared``).

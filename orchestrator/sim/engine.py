@@ -107,15 +107,7 @@ class Simulator(DecisionApplier):
             raise UnplaceableJobs(never)
         self.jobs: list[SimJob] = []
         for seq, spec in enumerate(sorted(jobs, key=lambda j: j.submit_time)):
-            model: JobModel
-            if models and spec.name in models:
-                model = models[spec.name]
-            elif spec.name in self.services.specs:
-                model = self.services.model(spec.name)
-            elif spec.app:
-                model = ProfileJobModel(spec.app, spec.batch_size, traces_root)
-            else:
-                model = ParametricJobModel(spec.duration, spec.gpus, self.config.sigma)
+            model = self._model_of(spec, models, traces_root)
             required, excluded = spec.kinds()
             job = SimJob(
                 spec,
@@ -156,6 +148,22 @@ class Simulator(DecisionApplier):
         # each team's demand and its jobs queued or running, kept as jobs come and go (see
         # DecisionApplier._ask): [GPUs asked for, jobs]
         self._demand: dict[str, list[int]] = {}
+
+    def _model_of(
+        self,
+        spec: TraceJob,
+        models: Mapping[str, ParametricJobModel] | None,
+        traces_root: str | None,
+    ) -> JobModel:
+        """The job's model: the one given for it, its service's, its Pollux application's
+        profile (``app``), else a parametric one of its duration."""
+        if models and spec.name in models:
+            return models[spec.name]
+        if spec.name in self.services.specs:
+            return self.services.model(spec.name)
+        if spec.app:
+            return ProfileJobModel(spec.app, spec.batch_size, traces_root)
+        return ParametricJobModel(spec.duration, spec.gpus, self.config.sigma)
 
     def _node_view(self, node_id: str) -> NodeView:
         kind, speed = self.kinds.get(node_id, ("", 1.0))
