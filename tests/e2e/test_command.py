@@ -32,7 +32,7 @@ from tests.e2e.jobs import HOLDER, mlp_job
 EXAMPLE = ROOT / "examples" / "own_script"
 SCRIPTS = ROOT / "tests" / "workers" / "command_dir"
 DONE = {JobState.FINISHED, JobState.FAILED}
-STEPS = 600
+STEPS = 1000
 
 
 @pytest.fixture
@@ -122,7 +122,7 @@ def test_the_example_is_preempted_and_resumes_to_the_loss_of_an_uninterrupted_ru
     # (paced: they hold their GPUs sleeping, not computing)
     job = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
     job["run"].update(steps=STEPS, checkpoint_every=20)
-    # long enough to be preempted mid-run, with the holders' starts after its own (30 s at least)
+    # long enough to be preempted mid-run, with the holders' starts after its own (50 s at least)
     job["workload"]["args"] = {"pace_s": 0.05}
     # tuned on its declared settings: threads, 1 or 2 (two trials; this test is the path, the
     # tuning gang's actors running the script, the run taking the choice, preempted and
@@ -139,6 +139,12 @@ def test_the_example_is_preempted_and_resumes_to_the_loss_of_an_uninterrupted_ru
     o.wait(big, {JobState.RUNNING})
     small = o.store.submit(holder("small", gpus=1)).id
     o.wait(small, {JobState.RUNNING})
+    # The victim is the job losing the least work (cost-aware; all three are younger than the
+    # minimum runtime, which then only orders them): the example loses at most its 20 steps
+    # since a checkpoint (about a second paced), a holder all it ran. Just started, the small
+    # holder could lose less than that: it runs 10 s first (in CI it once ran less than the
+    # example's interval and was the one preempted).
+    small_from = time.monotonic()
     tuned = json.loads(o.store.get(own).fields["tuned"])
     report = o.store.tune_reports.load(own)
     assert report is not None and report["status"] == "feasible", report
@@ -147,15 +153,19 @@ def test_the_example_is_preempted_and_resumes_to_the_loss_of_an_uninterrupted_ru
     assert tried == {json.dumps(s, sort_keys=True) for s in settings}, tried
     assert set(tuned["settings"]) == {"hidden", "lr", "threads"}
     deadline = time.monotonic() + 120
-    while _step(o, own) < 60 and time.monotonic() < deadline:
+    while (_step(o, own) < 60 or time.monotonic() < small_from + 10) and (
+        time.monotonic() < deadline
+    ):
         time.sleep(0.2)
+    assert _step(o, own) < STEPS - 100, "the example would end before it could be preempted"
 
     inter = o.store.submit(mlp_job("notebook", cls="interactive", steps=30)).id
     assert o.wait(inter, {JobState.FINISHED}, timeout_s=180).state is JobState.FINISHED
     rec = o.wait(own, DONE, timeout_s=300)
     assert rec.state is JobState.FINISHED, rec.message
     events = [e.get("message", "") for e in o.store.events(own)]
-    assert any("preempted" in m for m in events), events
+    others = {j: [e.get("message", "") for e in o.store.events(j)] for j in (big, small)}
+    assert any("preempted" in m for m in events), (events, others)
     assert rec.result is not None
     assert rec.result["steps_done"] == STEPS
     assert 20 <= rec.result["resumed_from_step"] < STEPS
