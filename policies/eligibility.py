@@ -21,7 +21,7 @@ cluster-wide assignment) is made.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from policies.placement import Placement, without
@@ -74,17 +74,39 @@ class StartOn(NamedTuple):
     for it at all)."""
 
 
-def off_kind(snapshot: Snapshot, job: QueuedJob | RunningJob, free: Mapping[str, int]) -> StartOn:
+def off_kind(
+    snapshot: Snapshot,
+    job: QueuedJob | RunningJob,
+    free: Mapping[str, int],
+    shrinkable: Callable[[str], int] | None = None,
+) -> StartOn:
     """:meth:`Snapshot.barred`, and in a pool of several kinds every node of another kind than
     the one the job is to start on: the first in :func:`kind_order` with room for its gang
-    free now, else the first with room for it at all. Where room is made for an interactive
-    start (bulk GPUs freed), it is made on that kind only (``Room.make`` with the kind)."""
+    free now, else (with ``shrinkable``: the GPUs bulk jobs of a kind would give up by
+    shrinking, preempting none) the first where shrinks alone make that room and that meets
+    its latency (``min_speed``), else the first with room for it at all. Where room is made
+    for an interactive start (bulk GPUs freed), it is made on that kind only (``Room.make``
+    with the kind): a kind where shrinks suffice is taken before one where bulk jobs would
+    lose their work since a checkpoint."""
     barred = snapshot.barred(job)
     if not snapshot.mixed:
         return StartOn(barred, None, None)
     order = kind_order(snapshot, job)
     have = {k: kind_free(free, snapshot, job, k) for k in order}
     target = next((k for k in order if have[k] >= job.gpus), None)
+    if target is None and shrinkable is not None:
+        # a shrink is not worth a kind too slow for the job's latency (preempting on one that
+        # meets it is): such kinds are taken only as they are now (above) or at all (below)
+        kinds, floor = snapshot.kinds, job.min_speed if job.interactive else 0.0
+        target = next(
+            (
+                k
+                for k in order
+                if have[k] + shrinkable(k) >= job.gpus
+                and (floor <= 0 or job.speed_on(k, kinds[k]) >= floor)
+            ),
+            None,
+        )
     if target is None:
         target = next((k for k in order if _kind_capacity(snapshot, job, k) >= job.gpus), None)
     key = ("off", job.gpu_memory_gb, job.gpu_kinds, job.exclude_kinds, target)

@@ -24,6 +24,9 @@ class _Part:
     jobs: Sequence[Bulk]
     # heap: (-spare, seq, job id, lo, team), the job id unique (the rest never compared)
     spare: list[tuple[int, int, str, int, str]] = field(default_factory=list)
+    # GPUs each team's jobs here hold above their minimum, and the minimum of each such job
+    team_spare: Counter[str] = field(default_factory=Counter)
+    lo: dict[str, int] = field(default_factory=dict)
     victims: VictimIndex | None = None
     gpus: int | None = None  # GPUs its jobs hold, once needed
 
@@ -89,7 +92,7 @@ class Room:
         self.bulk = bulk
         self.running: dict[str, RunningJob] = {}  # by id, once victims are chosen
         self._parts: dict[str | None, _Part] = {}  # None: the whole pool's bulk jobs
-        self._held: Counter[str] | None = None  # GPUs per team, once victims are chosen
+        self._held: Counter[str] | None = None  # bulk GPUs per team, once victims are chosen
         self._above: Counter[str] | None = None  # GPUs per team above its guarantee, to shrink
 
     def make(self, short: int, team: str, gpus: int, kind: str | None = None) -> int:
@@ -110,6 +113,16 @@ class Room:
             left = self._preempt(part, left, team, gpus)
         part.gpus -= short - left
         return short - left
+
+    def shrinkable(self, kind: str | None = None) -> int:
+        """GPUs :meth:`make` would free (from the bulk jobs on ``kind``) by shrinking alone,
+        preempting none: each team's elastic jobs there down to their minimum, but no team
+        below its guarantee."""
+        part = self._part(kind)
+        if part.gpus is None:
+            part.gpus = self._index(part)
+        above = self._above_guarantee()
+        return sum(min(s, above[t]) for t, s in part.team_spare.items() if s > 0 and above[t] > 0)
 
     def may_make(self, job: QueuedJob, small: frozenset[str], kind: str | None = None) -> bool:
         """Whether :meth:`make` may free GPUs for an interactive ``job`` that ``small`` nodes
@@ -162,6 +175,8 @@ class Room:
             total += held
             if held > lo:
                 spare.append((lo - held, r.seq, job_id, lo, r.team))
+                part.team_spare[r.team] += held - lo
+                part.lo[job_id] = lo
         heapq.heapify(spare)
         return total
 
@@ -169,15 +184,15 @@ class Room:
         """The part's running bulk jobs not preempted, in the snapshot's order."""
         return [r for r, _, _, _ in part.jobs if r.job_id not in self.gone]
 
-    def _shrink(self, part: _Part, short: int) -> int:
-        """Shrink the part's elastic jobs towards their minimum; return the GPUs still
-        short."""
-        hold = self.hold
+    def _above_guarantee(self) -> Counter[str]:
+        """GPUs each team holds above its guarantee, kept up to date through the round.
+
+        A shrink must not take a team below its guarantee (that is for preemption to decide,
+        borrowed capacity first); teams only lose GPUs during a round, and each loss is counted
+        here (shrinks and preemptions, on every kind)."""
         above = self._above
         if above is None:
-            # A shrink must not take a team below its guarantee (that is for preemption to
-            # decide, borrowed capacity first); teams only lose GPUs during a round, and each
-            # loss is counted here (shrinks and preemptions, on every kind).
+            hold = self.hold
             above = self._above = Counter()
             for r, _, _, _ in self.bulk:  # bulk jobs: as when first made
                 if r.job_id not in self.gone:
@@ -187,6 +202,13 @@ class Room:
                     above[r.team] += len(hold[r.job_id])
             for team in above:
                 above[team] -= self.guarantee.get(team, 0)
+        return above
+
+    def _shrink(self, part: _Part, short: int) -> int:
+        """Shrink the part's elastic jobs towards their minimum; return the GPUs still
+        short."""
+        hold = self.hold
+        above = self._above_guarantee()
         held_by_team = self._held
         heap = part.spare
         while short > 0 and heap:
@@ -202,6 +224,7 @@ class Room:
                 self.free[n] += 1
             short -= take
             above[team] -= take
+            part.team_spare[team] -= take
             if held_by_team is not None:  # another kind's preemptions counted them
                 held_by_team[team] -= take
             self.touched.add(job_id)
@@ -221,18 +244,24 @@ class Room:
         hold = self.hold
         held = self._held
         if held is None:
+            # each team's bulk GPUs (its interactive ones are ``inter_held``, counted once)
             held = self._held = Counter()
             self.running = {r.job_id: r for r in self.snapshot.running}
             for k, nodes in hold.items():
-                if k not in self.gone:
-                    held[self.running[k].team] += len(nodes)
+                r = self.running[k]
+                if k not in self.gone and r.job_class != INTERACTIVE:  # not .interactive
+                    held[r.team] += len(nodes)
         if part.victims is None:
+            # each job as it holds now: the snapshot's own where no shrink changed it (``hold``
+            # starts as the snapshot's node tuples; a shrink puts a new list in its place)
             current = [
-                RunningJob(
+                r
+                if (nodes := hold[r.job_id]) is r.nodes
+                else RunningJob(
                     r.job_id,
                     r.job_class,
                     r.team,
-                    tuple(hold[r.job_id]),
+                    tuple(nodes),
                     seq=r.seq,
                     started_at=r.started_at,
                     checkpoint_at=r.checkpoint_at,
@@ -269,6 +298,8 @@ class Room:
             victims_index.remove(v.job_id)
             nodes = hold.pop(v.job_id)
             held[v.team] -= len(nodes)
+            if (lo := part.lo.get(v.job_id)) is not None and len(nodes) > lo:
+                part.team_spare[v.team] -= len(nodes) - lo  # kept at its guarantee, unshrunk
             if self._above is not None:
                 self._above[v.team] -= len(nodes)
             for n in nodes:

@@ -238,7 +238,9 @@ def test_no_move_when_the_gain_does_not_pay_for_it() -> None:
     young = _on_l4("young", started_at=3540.0, checkpoint_at=3540.0)
     # one that is as fast on L4 as on H100 for itself (its own measured speeds)
     even = _on_l4("even", started_at=0.0, kind_speed=(("L4", 1.0), ("H100", 1.0)))
-    for job in (young, even):
+    # a tuning gang as long on L4 as the job that moves: its trials measure the kind they got
+    tuning = _on_l4("tuning", started_at=0.0, checkpoint_at=3590.0, tuning=True)
+    for job in (young, even, tuning):
         snap = Snapshot(nodes, (), (job,), now=3600.0, restart_cost_s=30.0)
         decisions = SCHEDULING_POLICIES.create("shared").decide(snap)
         assert not [d for d in decisions if d.job_id == job.job_id and "moves" in d.reason]
@@ -299,3 +301,44 @@ def test_a_service_grows_on_its_kind_taking_room_from_bulk_there() -> None:
     assert _kinds_of(snap, grow.nodes) == {"L4"}
     victims = [d.job_id for d in decisions if d.kind is DecisionKind.PREEMPT]
     assert victims and all(v.startswith("b-l") for v in victims), decisions
+
+
+def _elastic_l4_rigid_h100() -> tuple[tuple[NodeView, ...], tuple[RunningJob, ...]]:
+    """Every GPU held by bulk jobs started an hour ago: on each L4 node an elastic job
+    (1-4 GPUs, on 4), on each H100 node a rigid one (team a, nothing guaranteed)."""
+    nodes = tuple(dataclasses.replace(n, free_gpus=0) for n in POOL)
+    running = tuple(
+        RunningJob(
+            f"b-{n.node_id}",
+            "bulk",
+            "a",
+            (n.node_id,) * 4,
+            seq=i,
+            started_at=0.0,
+            **({"min_gpus": 1, "max_gpus": 4} if n.kind == "L4" else {}),  # type: ignore[arg-type]
+        )
+        for i, n in enumerate(POOL)
+    )
+    return nodes, running
+
+
+def test_an_interactive_start_takes_a_kind_where_shrinks_make_room_before_preempting() -> None:
+    # the fastest kind (H100) is full of rigid jobs; on L4 elastic jobs can give up GPUs: a job
+    # whose latency any kind meets starts on L4 by shrinks, and no job loses its work
+    nodes, running = _elastic_l4_rigid_h100()
+    job = QueuedJob("i", "interactive", "c", 2, 9, 3590.0)
+    snap = Snapshot(nodes, (job,), running, now=3600.0)
+    decisions = SCHEDULING_POLICIES.create("shared").decide(snap)
+    (start,) = [d for d in decisions if d.job_id == "i"]
+    assert start.kind is DecisionKind.START and _kinds_of(snap, start.nodes) == {"L4"}
+    assert not [d for d in decisions if d.kind is DecisionKind.PREEMPT], decisions
+    shrunk = [d for d in decisions if d.kind is DecisionKind.RESIZE]
+    assert shrunk and all(d.job_id.startswith("b-l") for d in shrunk), decisions
+    # a job whose latency only H100 meets still takes H100, by a preemption there
+    fast = dataclasses.replace(job, min_speed=1.0)
+    snap = Snapshot(nodes, (fast,), running, now=3600.0)
+    decisions = SCHEDULING_POLICIES.create("shared").decide(snap)
+    (start,) = [d for d in decisions if d.job_id == "i"]
+    assert start.kind is DecisionKind.START and _kinds_of(snap, start.nodes) == {"H100"}
+    victims = [d.job_id for d in decisions if d.kind is DecisionKind.PREEMPT]
+    assert len(victims) == 1 and victims[0].startswith("b-h"), decisions

@@ -122,3 +122,26 @@ def test_the_served_weight_reaches_the_search_through_shared() -> None:
     assert sizes(elastic=SearchElastic(served_scale_s=0.0)) == {"old": 4, "new": 4}
     got = sizes()
     assert got["new"] > got["old"] >= 1 and sum(got.values()) == 8
+
+
+def test_a_teams_interactive_gpus_count_once_in_its_preemption_tier() -> None:
+    # Team a holds 2 bulk and 2 interactive GPUs, exactly its guarantee of 4; team b (no
+    # guarantee) holds 4 bulk. An interactive job of team c needs 2 on the full pool: b's
+    # borrowed capacity gives way, though a's bulk job would lose less work (it checkpointed a
+    # moment ago). Counting a's interactive GPUs twice put a above its guarantee, in b's tier,
+    # and a's job was preempted.
+    snap = Snapshot(
+        (NodeView("n0", 4, 0), NodeView("n1", 4, 0)),
+        (QueuedJob("i", "interactive", "c", 2, 3, 995.0),),
+        (
+            RunningJob("a-bulk", "bulk", "a", ("n0", "n0"), seq=0, checkpoint_at=999.0),
+            RunningJob("a-inter", "interactive", "a", ("n0", "n0"), seq=1),
+            RunningJob("b-bulk", "bulk", "b", ("n1",) * 4, seq=2, checkpoint_at=500.0),
+        ),
+        now=1000.0,
+        teams=(TeamView("a", 1.0, 4), TeamView("b"), TeamView("c")),
+    )
+    decisions = SCHEDULING_POLICIES.create("shared").decide(snap)
+    preempted = [d.job_id for d in decisions if d.kind.value == "preempt"]
+    assert preempted == ["b-bulk"], decisions
+    assert _got(snap)["a"] == 4
