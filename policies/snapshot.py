@@ -236,6 +236,9 @@ class RunningJob(_JobSizes, JobHistory):
             asked, it keeps what it holds. A policy that honours it resizes the service to
             exactly that many GPUs as interactive work (``shared``: first, making room from
             bulk jobs as for an interactive start); the others leave it as it is.
+        tuning: the run is the job's tuning gang (its trials measure the GPUs it got): it may
+            be preempted, never moved to another GPU kind
+            (:func:`policies.scheduling.kind_moves.kind_moves`).
     """
 
     job_id: str
@@ -259,6 +262,7 @@ class RunningJob(_JobSizes, JobHistory):
     exclude_kinds: tuple[str, ...] = ()
     kind_speed: tuple[tuple[str, float], ...] = ()
     min_speed: float = 0.0
+    tuning: bool = False
 
     @property
     def gpus(self) -> int:

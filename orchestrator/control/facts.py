@@ -359,6 +359,7 @@ def running_views(
                     first_step_at=first if run.launch.kind == "run" else started,
                     urgent=run.job_id in urgent,
                     want_gpus=want.get(run.job_id, 0),
+                    tuning=run.launch.kind == "tune",
                 ),
             )
         )

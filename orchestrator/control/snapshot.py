@@ -40,6 +40,7 @@ class RunFacts:
         want_gpus: the replicas the SLA guard asks a service to run (0: none asked; live,
             from its measured window: the simulator models no request latency, so it never
             sets it).
+        tuning: the run is the job's tuning gang.
     """
 
     nodes: tuple[str, ...]
@@ -48,6 +49,7 @@ class RunFacts:
     first_step_at: float | None = None
     urgent: bool = False
     want_gpus: int = 0
+    tuning: bool = False
 
 
 def job_facts(
@@ -95,6 +97,7 @@ def running_view(job: QueuedJob, run: RunFacts) -> RunningJob:
         first_step_at=run.first_step_at,
         urgent=run.urgent,
         want_gpus=run.want_gpus,
+        tuning=run.tuning,
         **{name: getattr(job, name) for name in _SHARED},
     )
 

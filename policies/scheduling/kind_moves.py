@@ -4,14 +4,14 @@ work (issue 40, part 3): the one place a job changes kind while it runs.
 A gang starts on the kind it is fastest on among those with room then
 (:func:`policies.eligibility.place`); when that kind was full, it started on a slower one, and
 grows and shrinks there (:func:`policies.eligibility.grow_barred`). After a round's decisions, a
-running bulk job (one kind, its first step done, untouched this round) moves, at its size, to a
-kind where it is faster per GPU (:func:`~policies.eligibility.kind_order`) when that kind has
-its GPUs free after the round, and the time its work would save there is more than
-``margin`` times what the move costs: the restart (``Snapshot.restart_cost_s``) and the run
-since its last checkpoint. Its work left is ``remaining_work`` when known, else as long again
-as it has run (its run so far and its attained GPU time over its GPUs: the least-attained
-estimate, heavy-tailed jobs run about as long again as they have). At most ``most`` moves a
-round, the largest gain first: a move is a restart, and the kinds' free GPUs are shared.
+running bulk job (one kind, its first step done, untouched this round, not a tuning gang) moves, at
+its size, to a kind where it is faster per GPU (:func:`~policies.eligibility.kind_order`) when that
+kind has its GPUs free after the round, and the time its work would save there is more than
+``margin`` times what the move costs: the restart (``Snapshot.restart_cost_s``) and the run since
+its last checkpoint. Its work left is ``remaining_work`` when known, else as long again as it has
+run (its run so far and its attained GPU time over its GPUs: the least-attained estimate,
+heavy-tailed jobs run about as long again as they have). At most ``most`` moves a round, the
+largest gain first: a move is a restart, and the kinds' free GPUs are shared.
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ def kind_moves(
     kinds = snapshot.kinds
     options: list[tuple[float, RunningJob, str, str]] = []
     for r in snapshot.running:
-        if r.interactive or r.job_id in touched or not r.stepped(now) or not r.nodes:
-            continue
+        if r.interactive or r.tuning or r.job_id in touched or not r.stepped(now) or not r.nodes:
+            continue  # a tuning gang's trials measure the kind they got: it stays there
         held = {snapshot.kind_of(n) for n in r.nodes}
         if len(held) != 1:
             continue

@@ -139,6 +139,11 @@ def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
         assert queued[job_id].remaining_work == (125 - 5) * 8 / 80.0
 
         svc_id = store.submit(service).id
+        # a job still to be tuned: its gang runs the trials (a tuning gang)
+        tuned = bulk.model_copy(
+            update={"name": "to-tune", "tuning": bulk.tuning.model_copy(update={"enabled": True})}
+        )
+        tune_id = store.submit(parse_spec(tuned.model_dump(mode="json", by_alias=True))).id
         loop.round()  # placed again (the pool is free), then running
         loop.round()
         _report(store, job_id)
@@ -155,10 +160,11 @@ def test_a_live_snapshot_leaves_no_policy_field_at_its_default(
         snap = loop.observe()
         (running,) = [r for r in snap.running if r.job_id == job_id]
         (served,) = [r for r in snap.running if r.job_id == svc_id]
+        (tuning,) = [r for r in snap.running if r.job_id == tune_id]
         for name, default in _defaults(RunningJob).items():
             if name == "min_speed":  # the interactive session's, checked queued above
                 continue
-            has = served if name == "want_gpus" else running
+            has = {"want_gpus": served, "tuning": tuning}.get(name, running)
             assert getattr(has, name) != default, f"running {name} left at {default!r}"
         assert running.attained_service > 0 and running.checkpoint_at >= running.started_at
     finally:
