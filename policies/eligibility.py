@@ -21,14 +21,15 @@ cluster-wide assignment) is made.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import NamedTuple, Protocol
 
 from policies.placement import Placement, without
 from policies.placement.base import FreeIndex
 from policies.snapshot import QueuedJob, RunningJob, Snapshot
 
 __all__ = [
+    "MakesRoom",
     "StartOn",
     "capacity",
     "grow_barred",
@@ -74,27 +75,46 @@ class StartOn(NamedTuple):
     for it at all)."""
 
 
+class MakesRoom(Protocol):
+    """What an interactive start may free on a kind (``policies.scheduling.room.Room``), for
+    :func:`off_kind`: each is 0 when a bulk job of the kind holds a GPU on a node the job may
+    not use (room is then not made there at all)."""
+
+    def shrinkable(self, kind: str, barred: frozenset[str]) -> int:
+        """GPUs the kind's bulk jobs would give up by shrinking alone."""
+        ...
+
+    def freeable(self, kind: str, barred: frozenset[str]) -> int:
+        """GPUs the kind's bulk jobs hold (shrinks and preemptions together)."""
+        ...
+
+
 def off_kind(
     snapshot: Snapshot,
     job: QueuedJob | RunningJob,
     free: Mapping[str, int],
-    shrinkable: Callable[[str], int] | None = None,
+    room: MakesRoom | None = None,
 ) -> StartOn:
     """:meth:`Snapshot.barred`, and in a pool of several kinds every node of another kind than
-    the one the job is to start on: the first in :func:`kind_order` with room for its gang
-    free now, else (with ``shrinkable``: the GPUs bulk jobs of a kind would give up by
-    shrinking, preempting none) the first where shrinks alone make that room and that meets
-    its latency (``min_speed``), else the first with room for it at all. Where room is made
-    for an interactive start (bulk GPUs freed), it is made on that kind only (``Room.make``
-    with the kind): a kind where shrinks suffice is taken before one where bulk jobs would
-    lose their work since a checkpoint."""
+    the one the job is to start on, the first in :func:`kind_order`:
+
+    1. with room for its gang free now;
+    2. (with ``room``) where shrinking bulk jobs alone makes that room, and that meets its
+       latency (``min_speed``): a kind where shrinks suffice is taken before one where bulk
+       jobs would lose their work since a checkpoint;
+    3. (with ``room``) where shrinks and preemptions can make that room;
+    4. with room for it at all (nothing can be made now: it waits for that kind).
+
+    Where room is made for an interactive start (bulk GPUs freed), it is made on that kind
+    only (``Room.make`` with the kind)."""
     barred = snapshot.barred(job)
     if not snapshot.mixed:
         return StartOn(barred, None, None)
     order = kind_order(snapshot, job)
     have = {k: kind_free(free, snapshot, job, k) for k in order}
-    target = next((k for k in order if have[k] >= job.gpus), None)
-    if target is None and shrinkable is not None:
+    gpus = job.gpus
+    target = next((k for k in order if have[k] >= gpus), None)
+    if target is None and room is not None:
         # a shrink is not worth a kind too slow for the job's latency (preempting on one that
         # meets it is): such kinds are taken only as they are now (above) or at all (below)
         kinds, floor = snapshot.kinds, job.min_speed if job.interactive else 0.0
@@ -102,13 +122,15 @@ def off_kind(
             (
                 k
                 for k in order
-                if have[k] + shrinkable(k) >= job.gpus
-                and (floor <= 0 or job.speed_on(k, kinds[k]) >= floor)
+                if (floor <= 0 or job.speed_on(k, kinds[k]) >= floor)
+                and have[k] + room.shrinkable(k, barred) >= gpus
             ),
             None,
         )
+        if target is None:
+            target = next((k for k in order if have[k] + room.freeable(k, barred) >= gpus), None)
     if target is None:
-        target = next((k for k in order if _kind_capacity(snapshot, job, k) >= job.gpus), None)
+        target = next((k for k in order if _kind_capacity(snapshot, job, k) >= gpus), None)
     key = ("off", job.gpu_memory_gb, job.gpu_kinds, job.exclude_kinds, target)
     off = snapshot.memo.get(key)
     if off is None:

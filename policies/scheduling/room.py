@@ -114,15 +114,26 @@ class Room:
         part.gpus -= short - left
         return short - left
 
-    def shrinkable(self, kind: str | None = None) -> int:
-        """GPUs :meth:`make` would free (from the bulk jobs on ``kind``) by shrinking alone,
+    def shrinkable(self, kind: str, barred: frozenset[str]) -> int:
+        """GPUs :meth:`make` would free from the bulk jobs on ``kind`` by shrinking alone,
         preempting none: each team's elastic jobs there down to their minimum, but no team
-        below its guarantee."""
+        below its guarantee (0 when one of them holds a GPU on ``barred`` nodes, where room is
+        not made: :meth:`may_make`)."""
         part = self._part(kind)
         if part.gpus is None:
             part.gpus = self._index(part)
+        if self.holds_bulk_on(barred, kind):
+            return 0
         above = self._above_guarantee()
         return sum(min(s, above[t]) for t, s in part.team_spare.items() if s > 0 and above[t] > 0)
+
+    def freeable(self, kind: str, barred: frozenset[str]) -> int:
+        """GPUs the bulk jobs on ``kind`` hold, all :meth:`make` could free there by shrinks
+        and preemptions (0 as for :meth:`shrinkable`)."""
+        part = self._part(kind)
+        if part.gpus is None:
+            part.gpus = self._index(part)
+        return 0 if self.holds_bulk_on(barred, kind) else part.gpus
 
     def may_make(self, job: QueuedJob, small: frozenset[str], kind: str | None = None) -> bool:
         """Whether :meth:`make` may free GPUs for an interactive ``job`` that ``small`` nodes

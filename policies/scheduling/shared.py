@@ -247,7 +247,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         for q in inter:
             # nodes without the memory, of a kind it may not use, or (several kinds) of
             # another kind than the one it is to start on
-            small, there, kind = off_kind(snapshot, q, free, room.shrinkable)
+            small, there, kind = off_kind(snapshot, q, free, room)
             if there is None:  # one kind
                 there = sum(without(free, small).values()) if small else free_total
             short = q.gpus - there

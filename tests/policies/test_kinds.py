@@ -342,3 +342,53 @@ def test_an_interactive_start_takes_a_kind_where_shrinks_make_room_before_preemp
     assert start.kind is DecisionKind.START and _kinds_of(snap, start.nodes) == {"H100"}
     victims = [d.job_id for d in decisions if d.kind is DecisionKind.PREEMPT]
     assert len(victims) == 1 and victims[0].startswith("b-h"), decisions
+
+
+def test_a_kind_whose_shrinks_would_free_gpus_the_job_cannot_use_is_passed_over() -> None:
+    # L4's elastic jobs could shrink, but one sits on l1, whose 16 GB the job's 20 GB rules
+    # out (room is not made on a kind then): it starts on H100 by a preemption, not waits
+    nodes = (
+        NodeView("l0", 4, 0, 24.0, "L4", 0.5),
+        NodeView("l1", 4, 0, 16.0, "L4", 0.5),
+        NodeView("h0", 4, 0, 80.0, "H100", 2.0),
+        NodeView("h1", 4, 0, 80.0, "H100", 2.0),
+    )
+    running = tuple(
+        RunningJob(
+            f"b-{n.node_id}",
+            "bulk",
+            "a",
+            (n.node_id,) * 4,
+            seq=i,
+            started_at=0.0,
+            **({"min_gpus": 1, "max_gpus": 4} if n.kind == "L4" else {}),  # type: ignore[arg-type]
+        )
+        for i, n in enumerate(nodes)
+    )
+    job = QueuedJob("i", "interactive", "c", 2, 9, 3590.0, gpu_memory_gb=20.0)
+    snap = Snapshot(nodes, (job,), running, now=3600.0)
+    decisions = SCHEDULING_POLICIES.create("shared").decide(snap)
+    (start,) = [d for d in decisions if d.job_id == "i"]
+    assert start.kind is DecisionKind.START and _kinds_of(snap, start.nodes) == {"H100"}
+
+
+def test_a_start_after_shrinks_used_up_a_kind_preempts_on_the_other() -> None:
+    # q0 (latency met on either kind) starts on H100 by shrinking the elastic job there; q1
+    # finds no shrink left anywhere and starts on L4 by preempting its rigid job, rather than
+    # waiting for H100, where no bulk GPU is left to free
+    nodes = (NodeView("l0", 4, 0, None, "L4", 0.5), NodeView("h0", 4, 0, None, "H100", 2.0))
+    running = (
+        RunningJob("rigid-l4", "bulk", "a", ("l0",) * 4, seq=0),
+        RunningJob("elastic-h100", "bulk", "a", ("h0",) * 4, seq=1, min_gpus=1, max_gpus=4),
+    )
+    queue = (
+        QueuedJob("q0", "interactive", "b", 3, 10, 3590.0, min_speed=0.5),
+        QueuedJob("q1", "interactive", "b", 3, 11, 3591.0),
+    )
+    snap = Snapshot(nodes, queue, running, now=3600.0)
+    decisions = SCHEDULING_POLICIES.create("shared").decide(snap)
+    starts = {d.job_id: d for d in decisions if d.kind is DecisionKind.START}
+    assert set(starts) == {"q0", "q1"}, decisions
+    assert _kinds_of(snap, starts["q0"].nodes) == {"H100"}
+    assert _kinds_of(snap, starts["q1"].nodes) == {"L4"}
+    assert [d.job_id for d in decisions if d.kind is DecisionKind.PREEMPT] == ["rigid-l4"]
