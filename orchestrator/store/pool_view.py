@@ -67,11 +67,12 @@ class PoolHistoryStore(KeyFamily):
 
 
 def memory_problem(spec: JobSpec, nodes: Sequence[Mapping[str, Any]]) -> str:
-    """Why the published pool's ``nodes`` can never run ``spec`` for its GPU memory or kinds
-    (``""``: they can, it asks for neither, or the pool is not known), by the placement rules
-    themselves (:meth:`policies.Snapshot.barred`, :func:`policies.eligibility.capacity`)."""
+    """Why the published pool's ``nodes`` can never run ``spec`` for its GPU memory, its kinds
+    or, in a pool of several kinds, its size (``""``: they can, or the pool is not known), by
+    the placement rules themselves (:meth:`policies.Snapshot.barred`,
+    :func:`policies.eligibility.capacity`: a gang runs on one kind)."""
     res = spec.resources
-    if not res.restricted or not nodes:
+    if not nodes:
         return ""
     views = tuple(
         NodeView(
@@ -84,6 +85,11 @@ def memory_problem(spec: JobSpec, nodes: Sequence[Mapping[str, Any]]) -> str:
         )
         for n in nodes
     )
+    snapshot = Snapshot(views)
+    if not res.restricted and not snapshot.mixed:
+        return ""  # a pool of one kind: a job larger than it waits, saying so (nodes may join)
+    if hint := _kind_case_hint(res.gpu_kinds, res.exclude_gpu_kinds, snapshot.kinds):
+        return hint
     job = QueuedJob(
         spec.name,
         spec.job_class,
@@ -95,13 +101,20 @@ def memory_problem(spec: JobSpec, nodes: Sequence[Mapping[str, Any]]) -> str:
         gpu_kinds=tuple(res.gpu_kinds),
         exclude_kinds=tuple(res.exclude_gpu_kinds),
     )
-    snapshot = Snapshot(views)
     fit = capacity(snapshot, job)
     gpus = res.gpus.min
     if fit >= gpus:
         return ""
     need = res.gpu_memory_gb
-    kinds = ", ".join(sorted(snapshot.kinds))
+    kinds = ", ".join(
+        f"{k or '(unnamed)'} x{snapshot.kind_gpus[k]}" for k in sorted(snapshot.kinds)
+    )
+    if not res.restricted:
+        return (
+            f"resources.gpus asks for at least {gpus} GPUs, but a job's GPUs are all of one "
+            f"kind and the pool's largest kind has {fit} (its kinds: {kinds}): ask for at most "
+            f"{fit}"
+        )
     if fit == 0 and not res.gpu_kinds and not res.exclude_gpu_kinds and need is not None:
         largest = max(v.gpu_memory_gb or 0.0 for v in views)
         return (
@@ -124,3 +137,20 @@ def memory_problem(spec: JobSpec, nodes: Sequence[Mapping[str, Any]]) -> str:
         f"{what} leaves {fit} GPU(s) of one kind for the job (the pool's kinds: {kinds}); "
         f"the job needs at least {gpus}"
     )
+
+
+def _kind_case_hint(
+    wanted: Sequence[str], excluded: Sequence[str], kinds: Mapping[str, float]
+) -> str:
+    """A kind the job names that the pool has under another case (``l4`` for ``L4``): a kind's
+    name is matched exactly, so such a name would silently match no GPU (``""``: none)."""
+    by_lower = {k.lower(): k for k in kinds}
+    for field, names in (("gpu_kinds", wanted), ("exclude_gpu_kinds", excluded)):
+        for name in names:
+            other = by_lower.get(name.lower())
+            if name not in kinds and other is not None:
+                return (
+                    f"resources.{field} names {name}, which no node has (kind names match "
+                    f"exactly): did you mean {other}?"
+                )
+    return ""

@@ -121,7 +121,8 @@ class JobSubmission:
             ]
         if problems:
             raise SpecError("team config", problems)
-        if any(spec.resources.restricted for spec in specs):
+        # memory and kinds; in a pool of several kinds, a gang's size (one GPU fits any kind)
+        if any(spec.resources.restricted or spec.resources.gpus.min > 1 for spec in specs):
             view = self.pool_view.read() or {}
             problems = [
                 f"job {spec.name!r}: {problem}"
