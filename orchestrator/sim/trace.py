@@ -25,7 +25,9 @@ kind_speed     its speed per GPU on each kind against the unit ``duration`` is c
                kind's own ``speed`` (``orch sim --nodes``)
 ============== ======================================================================
 
-Either ``duration`` or ``app`` gives the job's work.
+Either ``duration`` or ``app`` gives the job's work. In JSONL, ``gpu_kinds`` and
+``exclude_kinds`` may also be lists (``["H100", "A100"]``) and ``kind_speed`` an object
+(``{"A100": 1, "H100": 2.1}``); kind names are held to the job files' rule.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import csv
 import io
 import math
 import random
+import re
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from functools import cache
@@ -41,6 +44,7 @@ from pathlib import Path
 
 from orchestrator.errors import SpecError
 from orchestrator.inputs import parse_json, read_text
+from orchestrator.kinds import KIND_NAME
 from orchestrator.sim.errors import TraceError
 from orchestrator.sim.profiles import traces_dir
 
@@ -64,6 +68,9 @@ COLUMNS = (
     "exclude_kinds",
     "kind_speed",
 )
+MAX_SPEED = 1e6
+"""The largest speed per GPU a trace's ``kind_speed`` may give (as a nodes file's ``speed``)."""
+_KIND = re.compile(KIND_NAME)
 MAX_TRACE_BYTES = 256 << 20
 """Largest trace file read (about two million jobs as CSV)."""
 
@@ -92,7 +99,7 @@ class TraceJob:
     kind_speed: str = ""
 
     def __post_init__(self) -> None:
-        problems = []
+        problems = self.kind_problems()
         try:
             self.speeds()
         except ValueError as err:
@@ -131,26 +138,63 @@ class TraceJob:
         """``kind_speed`` as the policy's field, ``((kind, speed), ...)``.
 
         Raises:
-            ValueError: not ``KIND:SPEED`` pairs with a finite speed > 0.
+            ValueError: not ``KIND:SPEED`` pairs, each kind once, named as job files name
+                kinds, with a speed > 0 and at most :data:`MAX_SPEED`.
         """
-        out = []
+        out: dict[str, float] = {}
         for item in self.kind_speed.split():
-            kind, _, raw = item.rpartition(":")
+            kind, _, raw = item.partition(":")
             try:
                 speed = float(raw)
             except ValueError:
                 speed = math.nan
-            if not kind or not math.isfinite(speed) or speed <= 0:
+            if not _KIND.match(kind) or not math.isfinite(speed) or not 0 < speed <= MAX_SPEED:
                 raise ValueError(
-                    f"kind_speed must be KIND:SPEED pairs with a speed > 0, got {item!r}"
+                    f"kind_speed must be KIND:SPEED pairs (a kind named by {KIND_NAME}, a speed "
+                    f"> 0 and at most {MAX_SPEED:g}), got {item!r}"
                 )
-            out.append((kind, speed))
-        return tuple(out)
+            if kind in out:
+                raise ValueError(f"kind_speed names {kind} twice")
+            out[kind] = speed
+        return tuple(out.items())
+
+    def kind_problems(self) -> list[str]:
+        """What is wrong with ``gpu_kinds`` and ``exclude_kinds``: a name a job file could not
+        give (:data:`~orchestrator.kinds.KIND_NAME`)."""
+        return [
+            f"{column} must be kind names ({KIND_NAME}), space-separated, got {name!r}"
+            for column, names in (
+                ("gpu_kinds", self.gpu_kinds),
+                ("exclude_kinds", self.exclude_kinds),
+            )
+            for name in names.split()
+            if not _KIND.match(name)
+        ]
 
 
 _INT = {"gpus", "min_gpus", "max_gpus", "batch_size"}
 _FLOAT = {"submit_time", "duration", "wait_target", "checkpoint"}
 _OPT_FLOAT = {"deadline", "latency_ms", "gpu_memory_gb"}
+
+
+def _text(key: str, raw: object, where: str) -> str:
+    """A text column's value: a JSON list of kind names for ``gpu_kinds`` / ``exclude_kinds``
+    and an object of speeds for ``kind_speed`` are taken as their space-separated forms; any
+    other list or object is refused."""
+    if isinstance(raw, list) and key in ("gpu_kinds", "exclude_kinds"):
+        if all(isinstance(k, str) for k in raw):
+            return " ".join(raw)
+    elif isinstance(raw, dict) and key == "kind_speed":
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in raw.values()):
+            return " ".join(f"{k}:{v!r}" for k, v in raw.items())
+    elif not isinstance(raw, list | dict):
+        return str(raw)
+    form = {
+        "gpu_kinds": "kind names, space-separated (or a JSON list of them)",
+        "exclude_kinds": "kind names, space-separated (or a JSON list of them)",
+        "kind_speed": 'KIND:SPEED pairs, space-separated (or a JSON object {"KIND": SPEED})',
+    }.get(key, "a string")
+    raise TraceError(f"{where}: column {key!r} must be {form}, got {raw!r}")
 
 
 def _parse(row: dict[str, object], where: str) -> TraceJob:
@@ -164,7 +208,7 @@ def _parse(row: dict[str, object], where: str) -> TraceJob:
         if raw is None or raw == "":
             continue
         if key not in _INT and key not in _FLOAT and key not in _OPT_FLOAT:
-            kwargs[key] = str(raw)
+            kwargs[key] = _text(key, raw, where)
             continue
         try:
             number = float(str(raw)) if not isinstance(raw, bool) else math.nan

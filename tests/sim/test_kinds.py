@@ -4,6 +4,7 @@ its own speed on the kind it holds, and is held to its required and excluded kin
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,47 @@ def test_traces_and_nodes_files_carry_kinds(tmp_path: Path) -> None:
     )
     with pytest.raises(SpecError, match="one speed"):
         load_nodes(nodes)
+
+
+def _jsonl_row(tmp_path: Path, **cols: object) -> Path:
+    path = tmp_path / "t.jsonl"
+    row = {"name": "j", "submit_time": 0, "gpus": 1, "duration": 10, **cols}
+    path.write_text(json.dumps(row) + "\n")
+    return path
+
+
+def test_jsonl_lists_and_objects_are_the_columns_space_separated_forms(tmp_path: Path) -> None:
+    path = _jsonl_row(
+        tmp_path, gpu_kinds=["H100", "A100"], exclude_kinds=["L4"], kind_speed={"H100": 2.5}
+    )
+    (job,) = read_trace(path)
+    assert job.kinds() == (("H100", "A100"), ("L4",))
+    assert job.speeds() == (("H100", 2.5),)
+
+
+@pytest.mark.parametrize(
+    ("cols", "message"),
+    [
+        ({"gpu_kinds": [1, 2]}, "column 'gpu_kinds' must be kind names"),
+        ({"exclude_kinds": {"L4": 1}}, "column 'exclude_kinds' must be kind names"),
+        ({"kind_speed": ["H100:2"]}, "column 'kind_speed' must be KIND:SPEED pairs"),
+        ({"kind_speed": {"H100": "fast"}}, "column 'kind_speed' must be KIND:SPEED pairs"),
+        ({"team": ["a"]}, "column 'team' must be a string"),
+        ({"kind_speed": "H100:2:3"}, "kind_speed must be KIND:SPEED pairs"),
+        ({"kind_speed": "H100:2,L4:1"}, "kind_speed must be KIND:SPEED pairs"),
+        ({"kind_speed": "H100:2 H100:0.1"}, "kind_speed names H100 twice"),
+        ({"kind_speed": "H100:1e308"}, "at most 1e+06"),
+        ({"gpu_kinds": "H 100"}, None),  # two names, each fine
+        ({"gpu_kinds": "$(id)"}, "gpu_kinds must be kind names"),
+    ],
+)
+def test_bad_kind_columns_are_refused_naming_the_row(
+    tmp_path: Path, cols: dict[str, object], message: str | None
+) -> None:
+    path = _jsonl_row(tmp_path, **cols)
+    if message is None:
+        assert read_trace(path)
+        return
+    with pytest.raises(TraceError, match=re.escape(message)) as err:
+        read_trace(path)
+    assert f"{path}:1" in str(err.value)
