@@ -59,12 +59,18 @@ CATALOGUE: tuple[tuple[str, float, str], ...] = (
 )
 
 
+MAX_SPEED = 1e6
+"""The largest speed per GPU a kind may have (against an A100's 1.0)."""
+
+
 @dataclass(frozen=True)
 class Kind:
-    """A node's GPU kind as the pool reports it: its name and speed per GPU."""
+    """A node's GPU kind as the pool reports it: its name and speed per GPU, and what was
+    wrong with the node's own declaration of them (ignored, for the operator's log)."""
 
     name: str
     speed: float = 1.0
+    problems: tuple[str, ...] = ()
 
 
 NO_BF16 = re.compile(r"(?<![A-Za-z0-9])(V100|T4|P100|P40|P4|K80|M60)(?![A-Za-z0-9])")
@@ -105,9 +111,15 @@ def model_kind(model: str) -> str:
 def node_kind(resources: Mapping[str, float], models: Sequence[str]) -> Kind:
     """A node's kind from its Ray resources and its GPUs' NVML model names (see the module
     doc for the order); several models on one node: the slowest (a gang can count on it)."""
-    declared = sorted(
-        k.removeprefix(KIND_RESOURCE) for k in resources if k.startswith(KIND_RESOURCE)
-    )
+    named = sorted(k.removeprefix(KIND_RESOURCE) for k in resources if k.startswith(KIND_RESOURCE))
+    declared = [k for k in named if re.match(KIND_NAME, k)]
+    problems = [
+        f"declares the kind {k!r}, which is not a kind name ({KIND_NAME}): ignored"
+        for k in named
+        if k not in declared
+    ]
+    if len(declared) > 1:
+        problems.append(f"declares the kinds {', '.join(declared)}: {declared[0]} taken")
     if declared:
         name = declared[0]
     elif models:
@@ -118,9 +130,15 @@ def node_kind(resources: Mapping[str, float], models: Sequence[str]) -> Kind:
             k.removeprefix(RAY_ACCELERATOR) for k in resources if k.startswith(RAY_ACCELERATOR)
         )
         name = model_kind(ray_kinds[0]) if ray_kinds else VIRTUAL
-    declared_pct = resources.get(SPEED_RESOURCE)
-    speed = declared_pct / 100 if declared_pct else catalogue_speed(name) or 1.0
-    return Kind(name, float(speed))
+    pct = resources.get(SPEED_RESOURCE)
+    if pct is not None and not 0 < pct <= 100 * MAX_SPEED:
+        problems.append(
+            f"declares {SPEED_RESOURCE} {pct:g}, not a speed in percent above 0 and at most "
+            f"{100 * MAX_SPEED:g}: the kind's own speed taken"
+        )
+        pct = None
+    speed = pct / 100 if pct else catalogue_speed(name) or 1.0
+    return Kind(name, float(speed), tuple(problems))
 
 
 def job_speeds(measured: Mapping[str, float], priors: Mapping[str, float]) -> dict[str, float]:

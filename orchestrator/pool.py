@@ -139,6 +139,7 @@ class GPUPool:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._probes: dict[str, list[dict[str, Any]]] = {}
+        self._told: set[tuple[str, str]] = set()  # (node, problem) warnings given
         self._probed_at = 0.0
         self._pending: dict[str, Any] = {}  # node id -> the probe's object ref, not answered
         self.started_ray = False
@@ -207,6 +208,10 @@ class GPUPool:
             declared = n["Resources"].get(MEMORY_RESOURCE)
             memory = gpu_memory_gb(models, declared, self.settings.virtual_gpu_memory_gb)
             kind = node_kind(n["Resources"], [g.model for g in models])
+            for problem in kind.problems:  # an operator's declaration, told once per node
+                if (n["NodeID"], problem) not in self._told:
+                    self._told.add((n["NodeID"], problem))
+                    log.warning("node %s %s", n["NodeID"], problem)
             out.append(
                 NodeInfo(
                     node_id=n["NodeID"],
