@@ -89,11 +89,17 @@ class Resources(SpecModel):
 
     @model_validator(mode="after")
     def _kinds_apart(self) -> Self:
+        # (the error's location says "resources")
+        for field, names in (
+            ("gpu_kinds", self.gpu_kinds),
+            ("exclude_gpu_kinds", self.exclude_gpu_kinds),
+        ):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ValueError(f"{field} names {', '.join(twice)} more than once")
         both = sorted(set(self.gpu_kinds) & set(self.exclude_gpu_kinds))
         if both:
-            raise ValueError(
-                f"resources.gpu_kinds and resources.exclude_gpu_kinds both name {', '.join(both)}"
-            )
+            raise ValueError(f"gpu_kinds and exclude_gpu_kinds both name {', '.join(both)}")
         return self
 
     @property

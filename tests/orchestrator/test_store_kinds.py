@@ -80,3 +80,22 @@ def test_a_kind_the_pool_lacks_in_any_case_may_be_excluded(store: JobStore) -> N
     store.pool_view.publish(MIXED, ttl_ms=60_000)
     rec = store.submit(_spec(2, exclude_gpu_kinds=["T4"]))  # a kind nodes may bring later
     assert rec.state.value == "queued"
+
+
+@pytest.mark.parametrize(
+    ("resources", "problem"),
+    [
+        (
+            {"gpu_kinds": ["L4"], "exclude_gpu_kinds": ["L4"]},
+            "resources: gpu_kinds and exclude_gpu_kinds both name L4",
+        ),
+        ({"gpu_kinds": ["H100", "H100"]}, "resources: gpu_kinds names H100 more than once"),
+        ({"exclude_gpu_kinds": ["T4", "T4"]}, "exclude_gpu_kinds names T4 more than once"),
+    ],
+)
+def test_contradictory_or_repeated_kinds_are_refused(
+    resources: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(SpecError) as err:
+        _spec(1, **resources)
+    assert problem in err.value.problems[0], err.value.problems
