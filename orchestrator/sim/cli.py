@@ -85,7 +85,8 @@ def load_nodes(path: Path) -> list[NodeSpec]:
     try:
         nodes = TypeAdapter(list[NodeSpec]).validate_python(data)
     except ValidationError as err:
-        raise SpecError(str(path), describe_errors(err, NodeSpec)) from None
+        problems = [_node_named(p, data) for p in describe_errors(err, NodeSpec)]
+        raise SpecError(str(path), problems) from None
     names = [n.name for n in nodes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if not nodes or dupes:
@@ -103,6 +104,18 @@ def load_nodes(path: Path) -> list[NodeSpec]:
     if mixed:
         raise SpecError(str(path), mixed)
     return nodes
+
+
+def _node_named(problem: str, data: list[Any]) -> str:
+    """A nodes file's problem located by the node (``node 3 ('gpu-a'): speed: ...``), not by
+    its index in the list (``2.speed: ...``)."""
+    m = re.match(r"(\d+)(?:\.|: )(.*)", problem, re.S)
+    if m is None or int(m[1]) >= len(data):
+        return problem
+    entry = data[int(m[1])]
+    name = entry.get("name") if isinstance(entry, dict) else None
+    where = f"node {int(m[1]) + 1}" + (f" ({name!r})" if isinstance(name, str) else "")
+    return f"{where}: {m[2]}"
 
 
 def make_policies(names: Sequence[str]) -> dict[str, SchedulingPolicy]:

@@ -160,3 +160,13 @@ def test_bad_kind_columns_are_refused_naming_the_row(
     with pytest.raises(TraceError, match=re.escape(message)) as err:
         read_trace(path)
     assert f"{path}:1" in str(err.value)
+
+
+def test_a_nodes_file_problem_names_the_node(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text("- {name: a, gpus: 4}\n- {name: b, gpus: 4, speed: -1}\n- {gpus: 0}\n")
+    with pytest.raises(SpecError) as err:
+        load_nodes(nodes)
+    problems = err.value.problems
+    assert "node 2 ('b'): speed must be > 0.0, got -1" in problems, problems
+    assert any(p.startswith("node 3: ") and "gpus" in p for p in problems), problems
