@@ -21,7 +21,7 @@ cluster-wide assignment) is made.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 from policies.placement import Placement, without
@@ -99,11 +99,14 @@ def off_kind(
     the one the job is to start on, the first in :func:`kind_order`:
 
     1. with room for its gang free now;
-    2. (with ``room``) where shrinking bulk jobs alone makes that room, and that meets its
-       latency (``min_speed``): a kind where shrinks suffice is taken before one where bulk
-       jobs would lose their work since a checkpoint;
+    2. (with ``room``) where shrinking bulk jobs alone makes that room: a kind where shrinks
+       suffice is taken before one where bulk jobs would lose their work since a checkpoint;
     3. (with ``room``) where shrinks and preemptions can make that room;
     4. with room for it at all (nothing can be made now: it waits for that kind).
+
+    An interactive job whose latency some kinds meet (``min_speed``) goes through 1-3 on those
+    kinds first, then on the others: bulk jobs give way on a kind that meets its latency
+    before it starts on one too slow for it.
 
     Where room is made for an interactive start (bulk GPUs freed), it is made on that kind
     only (``Room.make`` with the kind)."""
@@ -113,22 +116,17 @@ def off_kind(
     order = kind_order(snapshot, job)
     have = {k: kind_free(free, snapshot, job, k) for k in order}
     gpus = job.gpus
-    target = next((k for k in order if have[k] >= gpus), None)
-    if target is None and room is not None:
-        # a shrink is not worth a kind too slow for the job's latency (preempting on one that
-        # meets it is): such kinds are taken only as they are now (above) or at all (below)
-        kinds, floor = snapshot.kinds, job.min_speed if job.interactive else 0.0
-        target = next(
-            (
-                k
-                for k in order
-                if (floor <= 0 or job.speed_on(k, kinds[k]) >= floor)
-                and have[k] + room.shrinkable(k, barred) >= gpus
-            ),
-            None,
-        )
-        if target is None:
-            target = next((k for k in order if have[k] + room.freeable(k, barred) >= gpus), None)
+    floor = job.min_speed if job.interactive else 0.0
+    groups = [order]
+    if floor > 0:  # the kinds that meet its latency first, whatever it takes there
+        kinds = snapshot.kinds
+        meets = [k for k in order if job.speed_on(k, kinds[k]) >= floor]
+        groups = [meets, [k for k in order if k not in meets]]
+    target: str | None = None
+    for group in groups:
+        target = _start_kind(group, have, gpus, barred, room)
+        if target is not None:
+            break
     if target is None:
         target = next((k for k in order if _kind_capacity(snapshot, job, k) >= gpus), None)
     key = ("off", job.gpu_memory_gb, job.gpu_kinds, job.exclude_kinds, target)
@@ -139,6 +137,29 @@ def off_kind(
         snapshot.memo[key] = off
     there = have.get(target, 0) if target is not None else 0
     return StartOn(off, there, target)  # type: ignore[arg-type]
+
+
+def _start_kind(
+    kinds: Sequence[str],
+    have: Mapping[str, int],
+    gpus: int,
+    barred: frozenset[str],
+    room: MakesRoom | None,
+) -> str | None:
+    """The first of ``kinds`` with ``gpus`` free now, else (with ``room``) where shrinks alone
+    make them free, else where shrinks and preemptions can (``None``: none of them)."""
+    for k in kinds:
+        if have[k] >= gpus:
+            return k
+    if room is None:
+        return None
+    for k in kinds:
+        if have[k] + room.shrinkable(k, barred) >= gpus:
+            return k
+    for k in kinds:
+        if have[k] + room.freeable(k, barred) >= gpus:
+            return k
+    return None
 
 
 def kind_free(

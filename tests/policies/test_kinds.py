@@ -392,3 +392,21 @@ def test_a_start_after_shrinks_used_up_a_kind_preempts_on_the_other() -> None:
     assert _kinds_of(snap, starts["q0"].nodes) == {"H100"}
     assert _kinds_of(snap, starts["q1"].nodes) == {"L4"}
     assert [d.job_id for d in decisions if d.kind is DecisionKind.PREEMPT] == ["rigid-l4"]
+
+
+def test_a_latency_job_preempts_on_a_kind_that_meets_it_before_a_free_kind_too_slow() -> None:
+    # L4 is idle, H100 full of rigid bulk jobs: a job whose latency only H100 meets starts on
+    # H100 by a preemption (on L4 it would miss its ceiling); one any kind meets takes L4 free
+    nodes = (*L4, *(dataclasses.replace(n, free_gpus=0) for n in H100))
+    running = tuple(
+        RunningJob(f"b-{n.node_id}", "bulk", "a", (n.node_id,) * 4, seq=i, started_at=0.0)
+        for i, n in enumerate(H100)
+    )
+    for min_speed, kind, preempts in ((1.0, "H100", 1), (0.4, "L4", 0), (0.0, "L4", 0)):
+        job = QueuedJob("i", "interactive", "c", 2, 9, 3590.0, min_speed=min_speed)
+        snap = Snapshot(nodes, (job,), running, now=3600.0)
+        decisions = SCHEDULING_POLICIES.create("shared").decide(snap)
+        (start,) = [d for d in decisions if d.job_id == "i"]
+        assert start.kind is DecisionKind.START and _kinds_of(snap, start.nodes) == {kind}
+        victims = [d for d in decisions if d.kind is DecisionKind.PREEMPT]
+        assert len(victims) == preempts, (min_speed, decisions)
