@@ -6,12 +6,13 @@ A gang starts on the kind it is fastest on among those with room then
 grows and shrinks there (:func:`policies.eligibility.grow_barred`). After a round's decisions, a
 running bulk job (one kind, its first step done, untouched this round, not a tuning gang) moves, at
 its size, to a kind where it is faster per GPU (:func:`~policies.eligibility.kind_order`) when that
-kind has its GPUs free after the round, and the time its work would save there is more than
-``margin`` times what the move costs: the restart (``Snapshot.restart_cost_s``) and the run since
-its last checkpoint. Its work left is ``remaining_work`` when known, else as long again as it has
-run (its run so far and its attained GPU time over its GPUs: the least-attained estimate,
-heavy-tailed jobs run about as long again as they have). At most ``most`` moves a round, the
-largest gain first: a move is a restart, and the kinds' free GPUs are shared.
+kind has its GPUs free after the round (the fastest such kind), and the time its work would save
+there is more than ``margin`` times what the move costs: the restart (``Snapshot.restart_cost_s``)
+and the run since its last checkpoint. Its work left is ``remaining_work`` when known, else as long
+again as it has run (its run so far and its attained GPU time over its GPUs: the least-attained
+estimate, heavy-tailed jobs run about as long again as they have). At most ``most`` moves a round,
+the largest gain first: a move is a restart, and the kinds' free GPUs are shared. A round whose
+decisions leave no kind a free GPU looks at no job (the simulator runs this every round).
 """
 
 from __future__ import annotations
@@ -63,30 +64,42 @@ def kind_moves(
     none in a pool of one kind."""
     if not snapshot.mixed:
         return []
+    # the kinds' free GPUs once the round's decisions are applied: a job moves only to a kind
+    # with room for it at its size, so a round with none anywhere looks at no job
+    free = FreeIndex(_free_after(snapshot, decisions), snapshot.kind_map)
+    room = free.group_free or {}
+    most_free = max(room.values(), default=0)
+    if most_free <= 0:
+        return []
     now = snapshot.now
     touched = {d.job_id for d in decisions if d.kind is not DecisionKind.WAIT}
-    kinds = snapshot.kinds
+    kinds, of = snapshot.kinds, snapshot.kind_map.get
     options: list[tuple[float, RunningJob, str, str]] = []
     for r in snapshot.running:
-        if r.interactive or r.tuning or r.job_id in touched or not r.stepped(now) or not r.nodes:
+        if r.gpus > most_free or r.interactive or r.tuning or r.job_id in touched:
             continue  # a tuning gang's trials measure the kind they got: it stays there
-        held = {snapshot.kind_of(n) for n in r.nodes}
+        if not r.nodes or not r.stepped(now):
+            continue
+        left = _left_s(r, now)
+        cost = snapshot.restart_cost_s + max(0.0, now - max(r.checkpoint_at, r.started_at))
+        if left <= margin * cost:
+            continue  # even an infinitely faster kind would save less than the move costs
+        held = {of(n, "") for n in set(r.nodes)}  # (a node's GPUs are one kind)
         if len(held) != 1:
             continue
         (here,) = held
         speed = r.speed_on(here, kinds[here])
-        left = _left_s(r, now)
-        cost = snapshot.restart_cost_s + max(0.0, now - max(r.checkpoint_at, r.started_at))
         for there in kind_order(snapshot, r):
             if there == here:
                 break  # the rest are no faster for it
+            if room.get(there, 0) < r.gpus:
+                continue  # no room there at its size now
             gain = left - left * speed / r.speed_on(there, kinds[there])
             if gain > margin * cost:
                 options.append((gain, r, here, there))
-                break
+            break  # the fastest kind with room: a slower one gains less
     if not options:
         return []
-    free = FreeIndex(_free_after(snapshot, decisions), snapshot.kind_map)
     out: list[Decision] = []
     for gain, r, here, there in sorted(options, key=lambda o: (-o[0], o[1].seq, o[1].job_id)):
         nodes = place_on(placement, r.gpus, free, snapshot, r, there)

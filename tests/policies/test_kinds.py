@@ -410,3 +410,20 @@ def test_a_latency_job_preempts_on_a_kind_that_meets_it_before_a_free_kind_too_s
         assert start.kind is DecisionKind.START and _kinds_of(snap, start.nodes) == {kind}
         victims = [d for d in decisions if d.kind is DecisionKind.PREEMPT]
         assert len(victims) == preempts, (min_speed, decisions)
+
+
+def test_a_move_goes_to_the_fastest_kind_with_room_for_it() -> None:
+    # it has run an hour on L4 (0.5); H100 (2.0) is full, A100 (1.0) idle: it moves to A100
+    # (before, it looked at H100 alone, found no room there, and stayed)
+    a100 = (NodeView("a0", 4, 4, 80.0, "A100", 1.0),)
+    full = tuple(dataclasses.replace(n, free_gpus=0) for n in H100)
+    holders = tuple(
+        RunningJob(f"b-{n.node_id}", "bulk", "t", (n.node_id,) * 4, seq=9 + i, started_at=3000.0)
+        for i, n in enumerate(full)
+    )
+    nodes = (dataclasses.replace(L4[0], free_gpus=2), L4[1], *full, *a100)
+    job = _on_l4("long", started_at=0.0, checkpoint_at=3590.0)
+    snap = Snapshot(nodes, (), (job, *holders), now=3600.0, restart_cost_s=30.0)
+    (move,) = [d for d in SCHEDULING_POLICIES.create("shared").decide(snap) if d.job_id == "long"]
+    assert move.kind is DecisionKind.RESIZE and _kinds_of(snap, move.nodes) == {"A100"}
+    assert "moves from L4 to A100" in move.reason
