@@ -112,7 +112,7 @@ def node_kind(resources: Mapping[str, float], models: Sequence[str]) -> Kind:
     """A node's kind from its Ray resources and its GPUs' NVML model names (see the module
     doc for the order); several models on one node: the slowest (a gang can count on it)."""
     named = sorted(k.removeprefix(KIND_RESOURCE) for k in resources if k.startswith(KIND_RESOURCE))
-    declared = [k for k in named if re.match(KIND_NAME, k)]
+    declared = [k for k in named if re.fullmatch(KIND_NAME, k)]
     problems = [
         f"declares the kind {k!r}, which is not a kind name ({KIND_NAME}): ignored"
         for k in named

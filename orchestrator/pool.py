@@ -209,6 +209,8 @@ class GPUPool:
             memory = gpu_memory_gb(models, declared, self.settings.virtual_gpu_memory_gb)
             kind = node_kind(n["Resources"], [g.model for g in models])
             for problem in kind.problems:  # an operator's declaration, told once per node
+                if len(self._told) > 10_000:  # node ids churn: forget, and tell again
+                    self._told.clear()
                 if (n["NodeID"], problem) not in self._told:
                     self._told.add((n["NodeID"], problem))
                     log.warning("node %s %s", n["NodeID"], problem)

@@ -148,7 +148,7 @@ class TraceJob:
                 speed = float(raw)
             except ValueError:
                 speed = math.nan
-            if not _KIND.match(kind) or not math.isfinite(speed) or not 0 < speed <= MAX_SPEED:
+            if not _KIND.fullmatch(kind) or not math.isfinite(speed) or not 0 < speed <= MAX_SPEED:
                 raise ValueError(
                     f"kind_speed must be KIND:SPEED pairs (a kind named by {KIND_NAME}, a speed "
                     f"> 0 and at most {MAX_SPEED:g}), got {item!r}"
@@ -168,7 +168,7 @@ class TraceJob:
                 ("exclude_kinds", self.exclude_kinds),
             )
             for name in names.split()
-            if not _KIND.match(name)
+            if not _KIND.fullmatch(name)
         ]
 
 

@@ -86,8 +86,6 @@ def memory_problem(spec: JobSpec, nodes: Sequence[Mapping[str, Any]]) -> str:
         for n in nodes
     )
     snapshot = Snapshot(views)
-    if not res.restricted and not snapshot.mixed:
-        return ""  # a pool of one kind: a job larger than it waits, saying so (nodes may join)
     if hint := _kind_case_hint(res.gpu_kinds, res.exclude_gpu_kinds, snapshot.kinds):
         return hint
     job = QueuedJob(
@@ -101,6 +99,9 @@ def memory_problem(spec: JobSpec, nodes: Sequence[Mapping[str, Any]]) -> str:
         gpu_kinds=tuple(res.gpu_kinds),
         exclude_kinds=tuple(res.exclude_gpu_kinds),
     )
+    ruled_out = bool(snapshot.barred(job))  # nodes its memory or kinds rule out
+    if not ruled_out and not snapshot.mixed:
+        return ""  # a pool of one kind, all of it usable: a larger job waits (nodes may join)
     fit = capacity(snapshot, job)
     gpus = res.gpus.min
     if fit >= gpus:
@@ -109,7 +110,7 @@ def memory_problem(spec: JobSpec, nodes: Sequence[Mapping[str, Any]]) -> str:
     kinds = ", ".join(
         f"{k or '(unnamed)'} x{snapshot.kind_gpus[k]}" for k in sorted(snapshot.kinds)
     )
-    if not res.restricted:
+    if not ruled_out:
         return (
             f"resources.gpus asks for at least {gpus} GPUs, but a job's GPUs are all of one "
             f"kind and the pool's largest kind has {fit} (its kinds: {kinds}): ask for at most "

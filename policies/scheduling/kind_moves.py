@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from policies.decisions import Decision, DecisionKind
-from policies.eligibility import kind_order, place_on
+from policies.eligibility import kind_free, kind_order, place_on
 from policies.placement import Placement
 from policies.placement.base import FreeIndex
 from policies.snapshot import RunningJob, Snapshot
@@ -84,16 +84,18 @@ def kind_moves(
         cost = snapshot.restart_cost_s + max(0.0, now - max(r.checkpoint_at, r.started_at))
         if left <= margin * cost:
             continue  # even an infinitely faster kind would save less than the move costs
-        held = {of(n, "") for n in set(r.nodes)}  # (a node's GPUs are one kind)
+        held = {of(n, "?") for n in set(r.nodes)}  # (a node's GPUs are one kind)
         if len(held) != 1:
-            continue
-        (here,) = held
+            continue  # across kinds
+        here = held.pop()
+        if here not in kinds:
+            continue  # on a node no longer in the pool (its end not yet seen)
         speed = r.speed_on(here, kinds[here])
         for there in kind_order(snapshot, r):
             if there == here:
                 break  # the rest are no faster for it
-            if room.get(there, 0) < r.gpus:
-                continue  # no room there at its size now
+            if room.get(there, 0) < r.gpus or kind_free(free, snapshot, r, there) < r.gpus:
+                continue  # no room there at its size now (on nodes it may use)
             gain = left - left * speed / r.speed_on(there, kinds[there])
             if gain > margin * cost:
                 options.append((gain, r, here, there))

@@ -21,7 +21,7 @@ def test_the_kind_comes_from_the_declaration_then_nvml_then_ray_then_virtual() -
     assert model_kind("NVIDIA RTX 6000 Ada Generation") == "RTX-6000-Ada-Generation"
 
 
-@pytest.mark.parametrize("name", ["H 100", "", "$(id)", "[red]bold[/red]", "x" * 65])
+@pytest.mark.parametrize("name", ["H 100", "", "$(id)", "[red]bold[/red]", "x" * 65, "H100\n"])
 def test_a_declared_name_that_is_no_kind_name_is_ignored_and_told(name: str) -> None:
     kind = node_kind({"GPU": 2, f"orch_gpu_kind:{name}": 2}, [])
     assert kind.name == "virtual" and kind.speed == 1.0

@@ -99,3 +99,17 @@ def test_contradictory_or_repeated_kinds_are_refused(
     with pytest.raises(SpecError) as err:
         _spec(1, **resources)
     assert problem in err.value.problems[0], err.value.problems
+
+
+def test_a_restriction_that_rules_nothing_out_is_judged_by_size_alone(store: JobStore) -> None:
+    # every node has 80 GB: a 40 GB need rules nothing out, so the message is the kinds' size
+    roomy = {"nodes": [{**n, "gpu_memory_gb": 80.0} for n in MIXED["nodes"]]}
+    store.pool_view.publish(roomy, ttl_ms=60_000)
+    with pytest.raises(SpecError) as err:
+        store.submit(_spec(7, gpu_memory_gb=40.0))
+    (problem,) = err.value.problems
+    assert "resources.gpus asks for at least 7 GPUs" in problem, problem
+    # in a pool of one kind, all of it usable, the larger job is queued as any other
+    one = {"nodes": [{"node_id": "n0", "gpus": 4, "gpu_memory_gb": 80.0, "kind": "L4"}]}
+    store.pool_view.publish(one, ttl_ms=60_000)
+    assert store.submit(_spec(8, gpu_memory_gb=40.0, gpu_kinds=["L4"])).state.value == "queued"

@@ -427,3 +427,30 @@ def test_a_move_goes_to_the_fastest_kind_with_room_for_it() -> None:
     (move,) = [d for d in SCHEDULING_POLICIES.create("shared").decide(snap) if d.job_id == "long"]
     assert move.kind is DecisionKind.RESIZE and _kinds_of(snap, move.nodes) == {"A100"}
     assert "moves from L4 to A100" in move.reason
+
+
+def test_a_move_needs_room_on_nodes_the_job_may_use() -> None:
+    # F (2.0) has 4 free GPUs, but on a 16 GB node the job's 40 GB rules out; M (1.0) has
+    # room it may use: it moves from S (0.5) to M
+    nodes = (
+        NodeView("s0", 4, 2, 48.0, "S", 0.5),
+        NodeView("f-small", 4, 4, 16.0, "F", 2.0),
+        NodeView("f-big", 4, 0, 80.0, "F", 2.0),
+        NodeView("m0", 4, 4, 80.0, "M", 1.0),
+    )
+    hold = RunningJob("hold", "bulk", "t", ("f-big",) * 4, seq=1, started_at=3000.0)
+    job = RunningJob(
+        "long", "bulk", "t", ("s0", "s0"), started_at=0.0, checkpoint_at=3590.0, gpu_memory_gb=40.0
+    )
+    snap = Snapshot(nodes, (), (job, hold), now=3600.0, restart_cost_s=30.0)
+    (move,) = [d for d in SCHEDULING_POLICIES.create("shared").decide(snap) if d.job_id == "long"]
+    assert move.kind is DecisionKind.RESIZE and set(move.nodes) == {"m0"}
+
+
+def test_a_job_on_a_node_gone_from_the_pool_is_not_moved_and_breaks_nothing() -> None:
+    # its node died and the runtime has not told yet: the round goes on, and moves it nowhere
+    nodes = (*L4, *H100)
+    gone = RunningJob("gone", "bulk", "t", ("dead", "dead"), started_at=0.0, checkpoint_at=3590.0)
+    snap = Snapshot(nodes, (), (gone,), now=3600.0, restart_cost_s=30.0)
+    decisions = SCHEDULING_POLICIES.create("shared").decide(snap)
+    assert not [d for d in decisions if d.job_id == "gone" and "moves" in d.reason], decisions
