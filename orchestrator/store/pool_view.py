@@ -16,7 +16,7 @@ from orchestrator.store.keys import KeyFamily
 from policies import NodeView, QueuedJob, Snapshot
 from policies.eligibility import capacity
 
-__all__ = ["HISTORY_LEN", "PoolHistoryStore", "PoolViewStore", "memory_problem"]
+__all__ = ["HISTORY_LEN", "PoolHistoryStore", "PoolViewStore", "pool_problem", "pool_snapshot"]
 
 HISTORY_LEN = 8640
 """Samples of the pool's use kept (a day at the scheduler's one per 10 s)."""
@@ -66,14 +66,11 @@ class PoolHistoryStore(KeyFamily):
         ]
 
 
-def memory_problem(spec: JobSpec, nodes: Sequence[Mapping[str, Any]]) -> str:
-    """Why the published pool's ``nodes`` can never run ``spec`` for its GPU memory, its kinds
-    or, in a pool of several kinds, its size (``""``: they can, or the pool is not known), by
-    the placement rules themselves (:meth:`policies.Snapshot.barred`,
-    :func:`policies.eligibility.capacity`: a gang runs on one kind)."""
-    res = spec.resources
+def pool_snapshot(nodes: Sequence[Mapping[str, Any]]) -> Snapshot | None:
+    """The published pool's ``nodes`` as a policy's snapshot, once for a batch of submissions
+    (``None``: the pool is not known)."""
     if not nodes:
-        return ""
+        return None
     views = tuple(
         NodeView(
             n["node_id"],
@@ -85,7 +82,17 @@ def memory_problem(spec: JobSpec, nodes: Sequence[Mapping[str, Any]]) -> str:
         )
         for n in nodes
     )
-    snapshot = Snapshot(views)
+    return Snapshot(views)
+
+
+def pool_problem(spec: JobSpec, snapshot: Snapshot | None) -> str:
+    """Why the published pool (:func:`pool_snapshot`) can never run ``spec`` for its GPU
+    memory, its kinds or, in a pool of several kinds, its size (``""``: it can, or the pool is
+    not known), by the placement rules themselves (:meth:`policies.Snapshot.barred`,
+    :func:`policies.eligibility.capacity`: a gang runs on one kind)."""
+    if snapshot is None:
+        return ""
+    res = spec.resources
     if hint := _kind_case_hint(res.gpu_kinds, res.exclude_gpu_kinds, snapshot.kinds):
         return hint
     job = QueuedJob(
@@ -117,7 +124,7 @@ def memory_problem(spec: JobSpec, nodes: Sequence[Mapping[str, Any]]) -> str:
             f"{fit}"
         )
     if fit == 0 and not res.gpu_kinds and not res.exclude_gpu_kinds and need is not None:
-        largest = max(v.gpu_memory_gb or 0.0 for v in views)
+        largest = max(v.gpu_memory_gb or 0.0 for v in snapshot.nodes)
         return (
             f"resources.gpu_memory_gb must be at most {largest:g} (the pool's largest GPUs), "
             f"got {need:g}"

@@ -27,7 +27,7 @@ from orchestrator.sla import work_seconds
 from orchestrator.spec import JobSpec
 from orchestrator.store.dependencies import DependencyReads, new_id, plan_ids
 from orchestrator.store.keys import Keys
-from orchestrator.store.pool_view import PoolViewStore, memory_problem
+from orchestrator.store.pool_view import PoolViewStore, pool_problem, pool_snapshot
 from orchestrator.store.records import JobRecord
 from orchestrator.store.tuning import ProfileStore
 from orchestrator.store.wake import WakeChannel
@@ -123,11 +123,11 @@ class JobSubmission:
             raise SpecError("team config", problems)
         # memory and kinds; in a pool of several kinds, a gang's size (one GPU fits any kind)
         if any(spec.resources.restricted or spec.resources.gpus.min > 1 for spec in specs):
-            view = self.pool_view.read() or {}
+            pool = pool_snapshot((self.pool_view.read() or {}).get("nodes") or [])
             problems = [
                 f"job {spec.name!r}: {problem}"
                 for spec in specs
-                if (problem := memory_problem(spec, view.get("nodes") or []))
+                if (problem := pool_problem(spec, pool))
             ]
             if problems:
                 raise SpecError("pool", problems)
