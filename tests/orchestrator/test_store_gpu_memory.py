@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import SpecError
-from orchestrator.spec import JobSpec, parse_spec
+from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
+from tests.orchestrator.test_store_kinds import _spec as kinds_spec
 
 POOL = {
     "nodes": [
@@ -22,17 +23,7 @@ POOL = {
 
 
 def _spec(gb: float, gpus: int = 1, name: str = "big") -> JobSpec:
-    return parse_spec(
-        {
-            "name": name,
-            "team": "t",
-            "class": "bulk",
-            "workload": "mlp",
-            "sla": {"throughput": {"min_samples_per_s": 1}},
-            "resources": {"gpus": gpus, "gpu_memory_gb": gb},
-            "run": {"steps": 10},
-        }
-    )
+    return kinds_spec(gpus, name, gpu_memory_gb=gb)
 
 
 def test_a_job_no_node_can_hold_is_refused_naming_the_field(store: JobStore) -> None:

@@ -303,10 +303,13 @@ def test_a_service_grows_on_its_kind_taking_room_from_bulk_there() -> None:
     assert victims and all(v.startswith("b-l") for v in victims), decisions
 
 
-def _elastic_l4_rigid_h100() -> tuple[tuple[NodeView, ...], tuple[RunningJob, ...]]:
-    """Every GPU held by bulk jobs started an hour ago: on each L4 node an elastic job
-    (1-4 GPUs, on 4), on each H100 node a rigid one (team a, nothing guaranteed)."""
-    nodes = tuple(dataclasses.replace(n, free_gpus=0) for n in POOL)
+def _elastic_l4_rigid_h100(
+    pool: tuple[NodeView, ...] = POOL,
+) -> tuple[tuple[NodeView, ...], tuple[RunningJob, ...]]:
+    """Every GPU of ``pool`` (4 per node) held by bulk jobs started an hour ago: on each L4
+    node an elastic job (1-4 GPUs, on 4), on each H100 node a rigid one (team a, nothing
+    guaranteed)."""
+    nodes = tuple(dataclasses.replace(n, free_gpus=0) for n in pool)
     running = tuple(
         RunningJob(
             f"b-{n.node_id}",
@@ -317,7 +320,7 @@ def _elastic_l4_rigid_h100() -> tuple[tuple[NodeView, ...], tuple[RunningJob, ..
             started_at=0.0,
             **({"min_gpus": 1, "max_gpus": 4} if n.kind == "L4" else {}),  # type: ignore[arg-type]
         )
-        for i, n in enumerate(POOL)
+        for i, n in enumerate(nodes)
     )
     return nodes, running
 
@@ -347,23 +350,13 @@ def test_an_interactive_start_takes_a_kind_where_shrinks_make_room_before_preemp
 def test_a_kind_whose_shrinks_would_free_gpus_the_job_cannot_use_is_passed_over() -> None:
     # L4's elastic jobs could shrink, but one sits on l1, whose 16 GB the job's 20 GB rules
     # out (room is not made on a kind then): it starts on H100 by a preemption, not waits
-    nodes = (
-        NodeView("l0", 4, 0, 24.0, "L4", 0.5),
-        NodeView("l1", 4, 0, 16.0, "L4", 0.5),
-        NodeView("h0", 4, 0, 80.0, "H100", 2.0),
-        NodeView("h1", 4, 0, 80.0, "H100", 2.0),
-    )
-    running = tuple(
-        RunningJob(
-            f"b-{n.node_id}",
-            "bulk",
-            "a",
-            (n.node_id,) * 4,
-            seq=i,
-            started_at=0.0,
-            **({"min_gpus": 1, "max_gpus": 4} if n.kind == "L4" else {}),  # type: ignore[arg-type]
+    nodes, running = _elastic_l4_rigid_h100(
+        (
+            NodeView("l0", 4, 0, 24.0, "L4", 0.5),
+            NodeView("l1", 4, 0, 16.0, "L4", 0.5),
+            NodeView("h0", 4, 0, 80.0, "H100", 2.0),
+            NodeView("h1", 4, 0, 80.0, "H100", 2.0),
         )
-        for i, n in enumerate(nodes)
     )
     job = QueuedJob("i", "interactive", "c", 2, 9, 3590.0, gpu_memory_gb=20.0)
     snap = Snapshot(nodes, (job,), running, now=3600.0)
