@@ -22,7 +22,8 @@ cluster-wide assignment) is made.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple, Protocol
+from functools import lru_cache
+from typing import NamedTuple, Protocol, cast
 
 from policies.placement import Placement, without
 from policies.placement.base import FreeIndex
@@ -114,10 +115,14 @@ def off_kind(
     if not snapshot.mixed:
         return StartOn(barred, None, None)
     order = kind_order(snapshot, job)
-    have = {k: kind_free(free, snapshot, job, k) for k in order}
+    sums = free.group_free if not barred and isinstance(free, FreeIndex) else None
+    if sums is not None:  # each kind's free GPUs, as the round's index keeps them
+        have = {k: sums.get(k, 0) for k in order}
+    else:
+        have = {k: kind_free(free, snapshot, job, k) for k in order}
     gpus = job.gpus
     floor = job.min_speed if job.interactive else 0.0
-    groups = [order]
+    groups: list[Sequence[str]] = [order]
     if floor > 0:  # the kinds that meet its latency first, whatever it takes there
         kinds = snapshot.kinds
         meets = [k for k in order if job.speed_on(k, kinds[k]) >= floor]
@@ -200,25 +205,55 @@ def capacity(snapshot: Snapshot, job: QueuedJob | RunningJob) -> int:
     return int(got)  # type: ignore[call-overload]
 
 
-def kind_order(snapshot: Snapshot, job: QueuedJob | RunningJob) -> list[str]:
+def kind_order(snapshot: Snapshot, job: QueuedJob | RunningJob) -> tuple[str, ...]:
     """The kinds the job allows, in the order it takes them (see the module doc)."""
-    interactive = job.interactive and job.min_speed > 0
-    key = ("order", job.gpu_kinds, job.exclude_kinds, job.kind_speed, interactive and job.min_speed)
-    got = snapshot.memo.get(key)
-    if got is not None:
-        return got  # type: ignore[return-value]
-    kinds = snapshot.kinds
-    allowed = [k for k in kinds if job.allows(k)]
-    speed = {k: job.speed_on(k, kinds[k]) for k in allowed}
-    if interactive:
-        meets = sorted((k for k in allowed if speed[k] >= job.min_speed), key=kinds.__getitem__)
-        rest = sorted((k for k in allowed if speed[k] < job.min_speed), key=lambda k: -speed[k])
-        order = meets + rest
-    else:
-        # fastest for the job first; among equals the cheaper kind (``kinds``: fastest first)
-        order = sorted(allowed, key=lambda k: (-speed[k], kinds[k]))
-    snapshot.memo[key] = order
-    return order
+    floor = job.min_speed if job.interactive and job.min_speed > 0 else 0.0
+    kinds = cast("tuple[tuple[str, float], ...] | None", snapshot.memo.get(_KINDS))
+    if kinds is None:
+        kinds = tuple(snapshot.kinds.items())
+        snapshot.memo[_KINDS] = kinds
+    return _kind_order(
+        kinds,
+        job.gpu_kinds,
+        job.exclude_kinds,
+        job.kind_speed,
+        floor,
+    )
+
+
+_KINDS = ("kinds",)  # the memo's key for the pool's kinds as a tuple (hashable)
+
+
+# A pure function of the pool's kinds and the job's requirements, asked for every job every
+# round (the simulator: each running job's move, each placement): kept across rounds, which
+# see the same kinds and mostly the same jobs (a per-round memo recomputed every job with
+# speeds of its own, a tenth of a simulated round). functools' LRU bounds it.
+@lru_cache(maxsize=1 << 16)
+def _kind_order(
+    kinds: tuple[tuple[str, float], ...],
+    gpu_kinds: tuple[str, ...],
+    exclude_kinds: tuple[str, ...],
+    kind_speed: tuple[tuple[str, float], ...],
+    floor: float,
+) -> tuple[str, ...]:
+    """:func:`kind_order` for the pool's ``kinds`` (name and speed, fastest first) and a job's
+    requirements (``floor``: an interactive job's ``min_speed``, else 0)."""
+    own: dict[str, float] = {}
+    for name, v in kind_speed:  # the first entry for a kind, as ``speed_on`` reads them
+        own.setdefault(name, v)
+    speed = {
+        k: own.get(k, s)
+        for k, s in kinds
+        if (not gpu_kinds or k in gpu_kinds) and k not in exclude_kinds
+    }
+    if floor > 0:
+        cost = dict(kinds)
+        meets = sorted((k for k, v in speed.items() if v >= floor), key=cost.__getitem__)
+        rest = sorted((k for k, v in speed.items() if v < floor), key=lambda k: -speed[k])
+        return (*meets, *rest)
+    # fastest for the job first; among equals the cheaper kind (``kinds``: fastest first)
+    cost = dict(kinds)
+    return tuple(sorted(speed, key=lambda k: (-speed[k], cost[k])))
 
 
 def place(

@@ -229,7 +229,8 @@ def decision_times(
         times = []
         for _ in range(reps):  # CPU time of this process: robust to other load on the machine
             # a fresh snapshot each call, as each live round has: nothing a call worked out
-            # about the pool (its kinds) or the jobs (their kind order) is kept for the next
+            # about the pool (its kinds, capacities) is kept for the next; what the process
+            # keeps across rounds live, it keeps here too (the jobs' kind order: an LRU)
             fresh = replace(snap)
             t0 = time.process_time()
             policy.decide(fresh)

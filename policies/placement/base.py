@@ -124,14 +124,15 @@ class FreeIndex(dict[str, int]):
         self._at: list[list[int]] | None = None
 
     def __setitem__(self, node: str, count: int) -> None:
-        sums = self.group_free
-        if sums is not None and self.groups is not None and self.parts is not None:
+        parts = self.parts
+        if parts is not None:  # (with groups: group_free and groups are set too)
             old = self.get(node, 0)
-            g = self.groups.get(node, "")
-            sums[g] = sums.get(g, 0) + (count if count > 0 else 0) - (old if old > 0 else 0)
-            part = self.parts.get(g)
+            g = self.groups.get(node, "")  # type: ignore[union-attr]
+            sums = self.group_free
+            sums[g] = sums.get(g, 0) + (count if count > 0 else 0) - (old if old > 0 else 0)  # type: ignore[index,union-attr]
+            part = parts.get(g)
             if part is None:
-                part = self.parts[g] = FreeIndex({})
+                part = parts[g] = FreeIndex({})
             part[node] = count
         dict.__setitem__(self, node, count)
         at = self._at

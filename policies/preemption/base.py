@@ -189,6 +189,8 @@ class OrderedVictimIndex(VictimIndex):
         self._total: dict[str, int] = {}
         self._old: dict[str, int] = {}
         self._by_pos: dict[tuple[str, int], list[int]] = {}
+        # the sorted lists of a group and class, made when a call first reads them (a round
+        # that preempts reads a few teams' lists, often one: the keys cost most of the index)
         self._rank: dict[tuple[str, int], list[tuple[Any, int]]] = {}
         self._single: dict[tuple[str, int], dict[int, list[tuple[Any, int]]]] = {}
         protect = policy.min_runtime_s
@@ -201,17 +203,29 @@ class OrderedVictimIndex(VictimIndex):
             if cls == _OLD:
                 self._old[g] = self._old.get(g, 0) + c.gpus
             self._by_pos.setdefault((g, cls), []).append(pos)
-            if cls == _NEITHER:
-                continue
-            self._rank.setdefault((g, cls), []).append((rank(c), pos))
-            if single is not None:
-                by_gpus = self._single.setdefault((g, cls), {})
-                by_gpus.setdefault(c.gpus, []).append((single(c), pos))
-        for ranked in self._rank.values():
-            ranked.sort()
-        for by_gpus in self._single.values():
+
+    def _ranked(self, key: tuple[str, int]) -> list[tuple[Any, int]]:
+        """The candidates left in a group and class by ``rank`` (made on first read)."""
+        ranked = self._rank.get(key)
+        if ranked is None:
+            rank, at = self._rank_key, self._at
+            ranked = self._rank[key] = sorted((rank(at[p]), p) for p in self._by_pos.get(key, ()))
+        return ranked
+
+    def _singles(self, key: tuple[str, int]) -> dict[int, list[tuple[Any, int]]]:
+        """The candidates left in a group and class per GPU count, by ``single`` (made on
+        first read; ``single`` is set)."""
+        by_gpus = self._single.get(key)
+        if by_gpus is None:
+            single, at = self._single_key, self._at
+            assert single is not None
+            by_gpus = self._single[key] = {}
+            for p in self._by_pos.get(key, ()):
+                c = at[p]
+                by_gpus.setdefault(c.gpus, []).append((single(c), p))
             for ranked in by_gpus.values():
                 ranked.sort()
+        return by_gpus
 
     def remove(self, job_id: str) -> None:
         """See :meth:`VictimIndex.remove`."""
@@ -219,15 +233,15 @@ class OrderedVictimIndex(VictimIndex):
         if c is None:
             return
         g, cls, pos = self.groups[job_id], self._cls[job_id], self._pos[job_id]
+        key = (g, cls)
         self._total[g] -= c.gpus
         if cls == _OLD:
             self._old[g] -= c.gpus
-        _discard(self._by_pos[(g, cls)], pos)
-        if cls == _NEITHER:
-            return
-        _discard(self._rank[(g, cls)], (self._rank_key(c), pos))
-        if self._single_key is not None:
-            by_gpus = self._single[(g, cls)]
+        _discard(self._by_pos[key], pos)
+        if (ranked := self._rank.get(key)) is not None:
+            _discard(ranked, (self._rank_key(c), pos))
+        if (by_gpus := self._single.get(key)) is not None:
+            assert self._single_key is not None
             _discard(by_gpus[c.gpus], (self._single_key(c), pos))
             if not by_gpus[c.gpus]:
                 del by_gpus[c.gpus]
@@ -258,17 +272,18 @@ class OrderedVictimIndex(VictimIndex):
 
     def _pick(self, groups: Collection[str], cls: int, need: int) -> list[RunningJob]:
         """:func:`pick_in_order` over the candidates left in ``groups`` and class ``cls``."""
+        keys = [(g, cls) for g in groups if (g, cls) in self._by_pos]
         if self._single_key is not None:
             best: tuple[Any, int] | None = None
-            for g in groups:
-                for gpus, ranked in self._single.get((g, cls), {}).items():
+            for key in keys:
+                for gpus, ranked in self._singles(key).items():
                     if gpus >= need and (best is None or ranked[0] < best):
                         best = ranked[0]
             if best is not None:
                 return [self._at[best[1]]]
         chosen: list[RunningJob] = []
         got = 0
-        for _, pos in heapq.merge(*(self._rank.get((g, cls), []) for g in groups)):
+        for _, pos in heapq.merge(*(self._ranked(key) for key in keys)):
             c = self._at[pos]
             chosen.append(c)
             got += c.gpus

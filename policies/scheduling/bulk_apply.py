@@ -60,8 +60,9 @@ def apply_sizes(
         sizes, queued, kept, hold, free, preempted, touched, placement, snapshot
     )
     # up to hundreds of gangs placed one after another (with its kinds' free GPUs kept, in a
-    # pool of several kinds)
-    free = FreeIndex(free, snapshot.kind_map if snapshot.mixed else None)
+    # pool of several kinds: the round's own index, kept since its start, where it has one)
+    if type(free) is not FreeIndex:
+        free = FreeIndex(free, snapshot.kind_map if snapshot.mixed else None)
     # grows and starts, largest first (placement quality), then priority order; then the
     # preemptions whose GPUs nobody took are undone; jobs preempted recently last (they
     # take only what the others leave)

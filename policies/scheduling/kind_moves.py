@@ -66,42 +66,51 @@ def kind_moves(
         return []
     # the kinds' free GPUs once the round's decisions are applied: a job moves only to a kind
     # with room for it at its size, so a round with none anywhere looks at no job
-    free = FreeIndex(_free_after(snapshot, decisions), snapshot.kind_map)
-    room = free.group_free or {}
+    free = _free_after(snapshot, decisions)
+    of = snapshot.kind_map.get
+    room: dict[str, int] = {}
+    for n, f in free.items():
+        if f > 0:
+            k = of(n, "")
+            room[k] = room.get(k, 0) + f
     most_free = max(room.values(), default=0)
     if most_free <= 0:
         return []
     now = snapshot.now
     touched = {d.job_id for d in decisions if d.kind is not DecisionKind.WAIT}
-    kinds, of = snapshot.kinds, snapshot.kind_map.get
+    kinds = snapshot.kinds
     options: list[tuple[float, RunningJob, str, str]] = []
     for r in snapshot.running:
-        if r.gpus > most_free or r.interactive or r.tuning or r.job_id in touched:
+        gpus = r.gpus
+        if gpus > most_free or r.interactive or r.tuning or r.job_id in touched or not r.nodes:
             continue  # a tuning gang's trials measure the kind they got: it stays there
-        if not r.nodes or not r.stepped(now):
+        # the kinds faster for it than the one it is on (a node's GPUs are one kind; a gang
+        # across kinds is passed over below), those with room for it at its size now
+        order = kind_order(snapshot, r)
+        here = of(r.nodes[0], "?")
+        if here not in order or order[0] == here:
+            continue  # the fastest for it already, or on a node no longer in the pool
+        faster = [k for k in order[: order.index(here)] if room.get(k, 0) >= gpus]
+        if not faster or not r.stepped(now):
             continue
         left = _left_s(r, now)
         cost = snapshot.restart_cost_s + max(0.0, now - max(r.checkpoint_at, r.started_at))
         if left <= margin * cost:
             continue  # even an infinitely faster kind would save less than the move costs
-        held = {of(n, "?") for n in set(r.nodes)}  # (a node's GPUs are one kind)
-        if len(held) != 1:
+        if len(set(map(of, r.nodes))) != 1:
             continue  # across kinds
-        here = held.pop()
-        if here not in kinds:
-            continue  # on a node no longer in the pool (its end not yet seen)
         speed = r.speed_on(here, kinds[here])
-        for there in kind_order(snapshot, r):
-            if there == here:
-                break  # the rest are no faster for it
-            if room.get(there, 0) < r.gpus or kind_free(free, snapshot, r, there) < r.gpus:
-                continue  # no room there at its size now (on nodes it may use)
+        barred = snapshot.barred(r)
+        for there in faster:
+            if barred and kind_free(free, snapshot, r, there) < gpus:
+                continue  # no room there on nodes it may use
             gain = left - left * speed / r.speed_on(there, kinds[there])
             if gain > margin * cost:
                 options.append((gain, r, here, there))
             break  # the fastest kind with room: a slower one gains less
     if not options:
         return []
+    free = FreeIndex(free, snapshot.kind_map)  # each kind's free GPUs kept as moves take them
     out: list[Decision] = []
     for gain, r, here, there in sorted(options, key=lambda o: (-o[0], o[1].seq, o[1].job_id)):
         nodes = place_on(placement, r.gpus, free, snapshot, r, there)

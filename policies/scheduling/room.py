@@ -90,7 +90,6 @@ class Room:
         self.touched = touched
         self.inter_held = inter_held
         self.bulk = bulk
-        self.running: dict[str, RunningJob] = {}  # by id, once victims are chosen
         self._parts: dict[str | None, _Part] = {}  # None: the whole pool's bulk jobs
         self._held: Counter[str] | None = None  # bulk GPUs per team, once victims are chosen
         self._above: Counter[str] | None = None  # GPUs per team above its guarantee, to shrink
@@ -162,11 +161,9 @@ class Room:
         of, hold = self.snapshot.kind_map.get, self.hold
         by_kind: dict[str, list[Bulk]] = {k: [] for k in self.snapshot.kinds}
         for b in self.bulk:
-            nodes = hold[b[0].job_id]
-            if nodes:
-                on = {of(n, "") for n in set(nodes)}
-                if len(on) == 1:
-                    by_kind.setdefault(on.pop(), []).append(b)
+            on = set(map(of, hold[b[0].job_id]))
+            if len(on) == 1 and (k := on.pop()) is not None:  # (None: a node not in the pool)
+                by_kind.setdefault(k, []).append(b)
         for k, jobs in by_kind.items():
             self._parts.setdefault(k, _Part(jobs))
         return self._parts.setdefault(kind, _Part([]))
@@ -257,11 +254,10 @@ class Room:
         if held is None:
             # each team's bulk GPUs (its interactive ones are ``inter_held``, counted once)
             held = self._held = Counter()
-            self.running = {r.job_id: r for r in self.snapshot.running}
-            for k, nodes in hold.items():
-                r = self.running[k]
-                if k not in self.gone and r.job_class != INTERACTIVE:  # not .interactive
-                    held[r.team] += len(nodes)
+            gone = self.gone
+            for r, _, _, _ in self.bulk:
+                if r.job_id not in gone:
+                    held[r.team] += len(hold[r.job_id])
         if part.victims is None:
             # each job as it holds now: the snapshot's own where no shrink changed it (``hold``
             # starts as the snapshot's node tuples; a shrink puts a new list in its place)

@@ -165,7 +165,7 @@ def test_the_kind_chosen_is_the_brute_force_best(snap: Snapshot) -> None:
 def test_place_tries_every_kind_in_order() -> None:
     snap = Snapshot(POOL, (), now=0.0)
     job = _bulk("j", 4)
-    assert kind_order(snap, job) == ["H100", "L4"]
+    assert kind_order(snap, job) == ("H100", "L4")
     free = {"l0": 4, "l1": 4, "h0": 2, "h1": 1}  # H100 has 3 free: the gang goes to L4
     nodes = place(PLACEMENTS.create("topology"), 4, free, snap, job)
     assert nodes is not None and _kinds_of(snap, nodes) == {"L4"}
