@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import ConfigError
+from orchestrator.names import ruled
 from orchestrator.storage import StorageLocation
 
 ENV_VARS = {
@@ -183,14 +184,21 @@ class Settings(BaseModel):
     redis_url: str | None = None
     ray_address: str | None = None
     data_dir: Path = Path(".orch-data")
-    namespace: str = Field(default="orch", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    namespace: str = Field(
+        default="orch",
+        pattern=ruled(r"^[A-Za-z0-9_.-]{1,64}$", "must be 1-64 letters, digits, '.', '_' or '-'"),
+    )
     virtual_gpus: int = Field(default=4, ge=1, le=1024)
     virtual_gpu_memory_gb: float = Field(default=80.0, gt=0, le=1 << 20)
     scheduler_interval_s: float = Field(default=0.5, gt=0, le=60)
     policy: str = Field(default="shared", min_length=1)
     stop_grace_s: float = Field(default=30.0, gt=0, le=3600)
     api_address: str = Field(
-        default="127.0.0.1:8321", pattern=r"^(\[[0-9A-Fa-f:.]+\]|[\w.-]+):\d{1,5}$"
+        default="127.0.0.1:8321",
+        pattern=ruled(
+            r"^(\[[0-9A-Fa-f:.]+\]|[\w.-]+):\d{1,5}$",
+            "must be HOST:PORT (a name, an IPv4 address or a bracketed IPv6 one)",
+        ),
     )
     retention_s: float = Field(default=DEFAULT_RETENTION_S, gt=0)
     standby: bool = False

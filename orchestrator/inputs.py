@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field, ValidationError
 from yaml.constructor import ConstructorError
 
 from orchestrator.errors import SpecError
-from orchestrator.names import NAME_PATTERN, NAME_RULE
+from orchestrator.names import NAME_PATTERN, PATTERN_RULES
 
 __all__ = [
     "MAX_DEPTH",
@@ -405,9 +405,11 @@ def _describe(
     got = _shown(err.get("input"))
     if kind == "missing":
         return [f"{where} is required"]
-    if kind == "invalid_key" or (loc and loc[-1] == "[key]"):  # a key that is not a string
+    if kind == "invalid_key" or (loc and loc[-1] == "[key]"):  # a mapping's key
         where = ".".join(str(p) for p in loc[:-2]) if kind != "invalid_key" else ""
-        return [f"{where + ': ' if where else ''}keys must be strings, got {got}"]
+        rule = None if kind in ("invalid_key", "string_type") else _rule(err, patterns)
+        said = f"key {got} {rule}" if rule else f"keys must be strings, got {got}"
+        return [f"{where + ': ' if where else ''}{said}"]
     if kind == "extra_forbidden":
         model = _model_at(root, loc)
         allowed = ""
@@ -419,15 +421,23 @@ def _describe(
     if kind == "value_error":
         msg = str(ctx.get("error", err["msg"]))
         return [f"{where}: {m}" if where else m for m in msg.splitlines()]
+    rule = _rule(err, patterns)
+    if rule is not None:
+        return [f"{where} {rule}, got {got}"]
+    return [f"{where}: {err['msg']}, got {got}" if where else str(err["msg"])]
+
+
+def _rule(err: Mapping[str, Any], patterns: Mapping[str, str]) -> str | None:
+    """What the value must be ("must be ..."), in words where the error's kind has them."""
+    kind, ctx = err["type"], err.get("ctx") or {}
     if kind == "string_pattern_mismatch" and ctx.get("pattern") in patterns:
-        return [f"{where} {patterns[ctx['pattern']]}, got {got}"]
+        return patterns[ctx["pattern"]]
     if kind in _TEMPLATES:
         try:
-            text = _TEMPLATES[kind].format(**ctx)
+            return _TEMPLATES[kind].format(**ctx)
         except (KeyError, IndexError):
-            text = str(err["msg"])
-        return [f"{where} {text}, got {got}"]
-    return [f"{where}: {err['msg']}, got {got}" if where else str(err["msg"])]
+            return str(err["msg"])
+    return None
 
 
 def describe_errors(
@@ -438,10 +448,10 @@ def describe_errors(
     Args:
         err: pydantic's error from validating ``root``.
         root: the model validated (to list the allowed fields of an unknown one).
-        patterns: regex -> words, for fields whose pattern reads badly (``NAME_PATTERN`` is
-            always known).
+        patterns: regex -> words, for fields whose pattern reads badly (those registered with
+            :func:`orchestrator.names.ruled` are always known).
     """
-    words = {NAME_PATTERN: NAME_RULE, **(patterns or {})}
+    words = {**PATTERN_RULES, **(patterns or {})}
     problems: list[str] = []
     for e in err.errors():
         for part in _describe(e, root, words):

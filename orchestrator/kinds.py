@@ -30,6 +30,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from orchestrator.names import ruled
+
 KIND_RESOURCE = "orch_gpu_kind:"
 """Prefix of the Ray resource by which a node declares its GPUs' kind (a label)."""
 SPEED_RESOURCE = "orch_gpu_speed_pct"
@@ -38,7 +40,9 @@ RAY_ACCELERATOR = "accelerator_type:"
 VIRTUAL = "virtual"
 """The kind of CPU-backed slots that declare none."""
 
-KIND_NAME = r"^[A-Za-z0-9._-]{1,64}$"
+KIND_NAME = ruled(
+    r"^[A-Za-z0-9._-]{1,64}$", "must be a GPU kind's name: 1-64 letters, digits, '.', '_' or '-'"
+)
 """What a kind's name may be (job files' ``resources.gpu_kinds`` are held to it)."""
 
 # name: (speed per GPU against an A100, the model names' patterns), most specific first

@@ -31,6 +31,7 @@ from pydantic import (
 
 from orchestrator.errors import SpecError
 from orchestrator.inputs import Name, describe_errors, load_document
+from orchestrator.names import ruled
 from policies.snapshot import TeamView
 
 MAX_TEAMS = 1000
@@ -40,7 +41,14 @@ MAX_ENTRY_MODULES = 64
 BUILTIN_PACKAGE = "workers.workloads"
 """Where the built-in workloads live: code the operator installed, which any team may name."""
 ModuleName = Annotated[
-    str, StringConstraints(pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", max_length=200)
+    str,
+    StringConstraints(
+        pattern=ruled(
+            r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$",
+            "must be a Python module's dotted name (package.module)",
+        ),
+        max_length=200,
+    ),
 ]
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 

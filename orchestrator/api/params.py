@@ -8,6 +8,7 @@ handed to Redis, which fails on it mid-answer (a 40-digit event id) or with a tr
 
 from __future__ import annotations
 
+from orchestrator.names import ruled
 from orchestrator.store.keys import LOG_MAXLEN
 
 __all__ = [
@@ -35,7 +36,7 @@ MAX_AUDIT = 10_000
 """Most audit entries one read returns."""
 MAX_ACTION_CHARS = 64
 """Longest audit action filter (``submit``, ``teams.apply``...)."""
-TOKEN_ID_PATTERN = r"^[0-9a-f]{8}$"
+TOKEN_ID_PATTERN = ruled(r"^[0-9a-f]{8}$", "must be a token id: 8 hex digits")
 """A token's id: the 8 hex digits after ``orch_`` in the token."""
 
 _U64 = 2**64

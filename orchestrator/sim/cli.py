@@ -27,6 +27,7 @@ from rich.table import Table
 
 from orchestrator.errors import ConfigError, SpecError
 from orchestrator.inputs import describe_errors, load_document
+from orchestrator.names import ruled
 from orchestrator.sim.config import SimConfig
 from orchestrator.sim.engine import Simulator, uniform_pool
 from orchestrator.sim.errors import StuckSimulation, UnplaceableJobs
@@ -52,7 +53,11 @@ class NodeSpec(BaseModel):
     gpus: int = Field(ge=1, le=1024)
     gpu_memory_gb: float | None = Field(default=None, gt=0, le=1 << 20)
     """Memory of each of its GPUs (GB); jobs' ``gpu_memory_gb`` is held to it."""
-    kind: str = Field(default="", max_length=64, pattern=r"^[A-Za-z0-9._-]*$")
+    kind: str = Field(
+        default="",
+        max_length=64,
+        pattern=ruled(r"^[A-Za-z0-9._-]*$", "must be letters, digits, '.', '_' or '-'"),
+    )
     """The kind of its GPUs (jobs' ``gpu_kinds``/``exclude_kinds`` are held to it)."""
     speed: float = Field(default=1.0, gt=0, le=1e6)
     """The kind's speed per GPU, in the unit of the trace's ``duration`` (every node of a kind

@@ -10,13 +10,6 @@ from pydantic import ValidationError
 from orchestrator.errors import SpecError
 from orchestrator.inputs import describe_errors, load_document
 from orchestrator.spec.job import JobSpec
-from orchestrator.spec.workload import DIGEST_PATTERN, ENTRY_PATTERN
-
-_ENTRY_RULE = {
-    ENTRY_PATTERN: "must be an entry point 'package.module:function'",
-    DIGEST_PATTERN: "must be a stored working directory's digest 'sha256:<64 hex>' "
-    "(orch submit --working-dir sets it)",
-}
 
 
 def parse_spec(data: Any, source: str = "<input>") -> JobSpec:
@@ -32,7 +25,7 @@ def parse_spec(data: Any, source: str = "<input>") -> JobSpec:
     try:
         return JobSpec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(source, describe_errors(err, JobSpec, _ENTRY_RULE)) from None
+        raise SpecError(source, describe_errors(err, JobSpec)) from None
 
 
 def load_spec(path: str | Path, *, working_dir: str | None = None) -> JobSpec:

@@ -6,6 +6,7 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
+from orchestrator.names import ruled
 from orchestrator.spec.base import SpecModel
 
 MAX_SERVE_BATCH = 4096
@@ -89,7 +90,11 @@ class ServeSpec(SpecModel):
     )
     from_job: str | None = Field(
         default=None,
-        pattern=r"^[a-z0-9][a-z0-9._-]*$",
+        pattern=ruled(
+            r"^[a-z0-9][a-z0-9._-]*$",
+            "must be a job id or name: lowercase letters, digits, '.', '_' or '-', starting with "
+            "a letter or digit",
+        ),
         max_length=200,
         description="serve the model a finished job of the same team trained: its final "
         "checkpoint (the service's workload is infer with model gpt or mlp and the model "

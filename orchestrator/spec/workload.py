@@ -10,14 +10,29 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
+from orchestrator.names import ruled
 from orchestrator.spec.base import MAX_SECONDS, SpecModel
 from workers.errors import WorkloadError
 from workers.workloads.registry import BUILTIN_WORKLOADS
 
-ENTRY_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
-DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+ENTRY_PATTERN = ruled(
+    r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", "must be an entry point 'package.module:function'"
+)
+DIGEST_PATTERN = ruled(
+    r"^sha256:[0-9a-f]{64}$",
+    "must be a stored working directory's digest 'sha256:<64 hex>' (orch submit --working-dir "
+    "sets it)",
+)
 PYTHONS = ("python", "python3")
-SettingName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")]
+SettingName = Annotated[
+    str,
+    Field(
+        pattern=ruled(
+            r"^[A-Za-z_][A-Za-z0-9_]{0,62}$",
+            "must be 1-63 letters, digits or '_', not starting with a digit",
+        )
+    ),
+]
 MAX_ARGS_BYTES = 64 * 1024
 _ARGS_DEPTH = 16
 
