@@ -69,6 +69,7 @@ from orchestrator.control.state import LoopState
 from orchestrator.control.telemetry import LoopTelemetry
 from orchestrator.control.transitions import StopReason
 from orchestrator.errors import IllegalTransition, JobNotFound
+from orchestrator.pool import NodeInfo
 from orchestrator.runtime.base import EventKind, RunEvent, Runtime
 from orchestrator.store import JobStore, LeaseLost
 from orchestrator.store.states import JobState
@@ -90,6 +91,10 @@ log = logging.getLogger(__name__)
 __all__ = ["ControlLoop"]
 
 HISTORY_EVERY_S = 10.0
+ABSENT_KEPT_S = 900.0
+"""How long a node gone from the pool is still published as the pool's (``absent_nodes``):
+a submission is judged against the pool with it (a restart or a network blip must not make a
+job that needs that node's kind or memory refused as one the pool can never run)."""
 """How often the pool's use is sampled for the dashboard's charts (a day kept: 8,640 samples)."""
 
 
@@ -130,6 +135,7 @@ class ControlLoop:
         self._sampled = -HISTORY_EVERY_S  # when the pool's use was last sampled (monotonic)
         self._queue_ids: tuple[int, list[str]] = (-1, [])  # (queue version, ids) last read
         self._published: tuple[float, object] = (0.0, None)  # when, and what the pool view was
+        self._seen: dict[str, tuple[NodeInfo, float]] = {}  # each node, when last in the pool
         self.facts = JobFactsReader(store)
         self.telemetry = LoopTelemetry(store.telemetry)  # counters for /metrics
         self.admission = AdmissionDesk()  # deadline jobs' verdicts (issue 26)
@@ -457,13 +463,14 @@ class ControlLoop:
 
     def publish(self, snapshot: Snapshot) -> None:
         """Publish the pool view for `orch pool`, with the admission plan a ``--strict``
-        submission is judged on: when the jobs holding GPUs changed, else at most once a
-        second (it is read by people, and costs a serialisation per round)."""
+        submission is judged on: when the jobs holding GPUs or the nodes changed, else at most
+        once a second (it is read by people, and costs a serialisation per round)."""
         holding = {
             j: (self.state.facts[j].team if j in self.state.facts else "", r.nodes)
             for j, r in self.runs.items()
         }
         now = time.monotonic()
+        absent = self._absent(now)
         if now - self._sampled >= HISTORY_EVERY_S:  # the dashboard's use over time
             self._sampled = now
             teams: dict[str, int] = {}
@@ -471,9 +478,11 @@ class ControlLoop:
                 teams[team] = teams.get(team, 0) + len(nodes)
             total = sum(n.gpus for n in self.state.nodes)
             self.store.pool_history.append(self.clock(), total, sum(teams.values()), teams)
-        if holding == self._published[1] and now - self._published[0] < 1.0:
+        # (the pool's nodes too: a node that joins or leaves is published at once)
+        what = (holding, [n.node_id for n in self.state.nodes], [n.node_id for n in absent])
+        if what == self._published[1] and now - self._published[0] < 1.0:
             return
-        self._published = (now, holding)
+        self._published = (now, what)
         view = pool_view(
             self.state.nodes,
             holding,
@@ -484,5 +493,19 @@ class ControlLoop:
             warm=self.runtime.warm_workers(),
             plan=base_plan(snapshot, (), self.admission.margin_frac),
             margin_frac=self.admission.margin_frac,
+            absent=absent,
         )
         self.store.pool_view.publish(view, ttl_ms=self.lease.ttl_ms)
+
+    def _absent(self, now: float) -> list[NodeInfo]:
+        """The nodes gone from the pool less than :data:`ABSENT_KEPT_S` ago (each node's
+        last sight kept; those gone longer forgotten)."""
+        seen = self._seen
+        for n in self.state.nodes:
+            seen[n.node_id] = (n, now)
+        if len(seen) == len(self.state.nodes):
+            return []
+        here = {n.node_id for n in self.state.nodes}
+        for node_id in [k for k, (_, at) in seen.items() if now - at > ABSENT_KEPT_S]:
+            del seen[node_id]
+        return [info for k, (info, _) in seen.items() if k not in here]

@@ -24,6 +24,7 @@ def pool_view(
     warm: Mapping[str, tuple[int, int]] | None = None,
     plan: Timeline | None = None,
     margin_frac: float = 0.1,
+    absent: Sequence[NodeInfo] = (),
 ) -> dict[str, Any]:
     """The published view: nodes with GPUs used, each job's GPUs, each team's use, and the
     admission plan (free GPUs over time, the admitted deadline jobs in place: a submission
@@ -35,6 +36,8 @@ def pool_view(
             a warm worker's GPU is free to the scheduler, so it is not in ``used_gpus``.
         plan: the plan (:func:`policies.scheduling.plan.base_plan` of ``snapshot``).
         margin_frac: the margin the plan keeps (the admission desk's).
+        absent: nodes gone from the pool lately (``absent_nodes``; the loop's
+            ``ABSENT_KEPT_S``): a submission is judged against the pool with them.
     """
     held = Counter(n for _, job_nodes in holding.values() for n in job_nodes)
     warm = warm or {}
@@ -57,6 +60,7 @@ def pool_view(
             }
             for n in nodes_to_json(list(nodes))
         ],
+        "absent_nodes": nodes_to_json(list(absent)),
         "jobs": {job_id: list(job_nodes) for job_id, (_, job_nodes) in holding.items()},
         # whose each job is: the API shows a member only its own team's (operations.pool_for)
         "job_teams": {job_id: team for job_id, (team, _) in holding.items()},

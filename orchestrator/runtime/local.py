@@ -76,6 +76,10 @@ class LocalRuntime:
         """See :meth:`Runtime.nodes`."""
         return list(self._nodes)
 
+    def set_nodes(self, nodes: Sequence[NodeInfo]) -> None:
+        """The pool from now on (a node leaves or joins, as a test says)."""
+        self._nodes = list(nodes)
+
     def launch(self, launch: Launch) -> None:
         """See :meth:`Runtime.launch`."""
         if launch.job_id in self._live:

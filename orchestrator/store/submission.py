@@ -123,7 +123,9 @@ class JobSubmission:
             raise SpecError("team config", problems)
         # memory and kinds; in a pool of several kinds, a gang's size (one GPU fits any kind)
         if any(spec.resources.restricted or spec.resources.gpus.min > 1 for spec in specs):
-            pool = pool_snapshot((self.pool_view.read() or {}).get("nodes") or [])
+            # the pool with the nodes gone from it lately: one restarting is still the pool's
+            view = self.pool_view.read() or {}
+            pool = pool_snapshot([*(view.get("nodes") or []), *(view.get("absent_nodes") or [])])
             problems = [
                 f"job {spec.name!r}: {problem}"
                 for spec in specs

@@ -12,6 +12,7 @@ import pytest
 
 from orchestrator.config import Settings
 from orchestrator.control.loop import ControlLoop
+from orchestrator.errors import SpecError
 from orchestrator.pool import NodeInfo
 from orchestrator.runtime.base import OutcomeKind
 from orchestrator.runtime.local import LocalRuntime
@@ -214,3 +215,41 @@ def test_a_job_tuned_to_bf16_runs_a_precision_a_kind_without_it_has(
         assert rt.launches[-1].spec.run.precision == "bf16"
     finally:
         loop.lease.release()
+
+
+def test_a_node_gone_lately_still_counts_for_a_submission(
+    store: JobStore, loop_rt: tuple[ControlLoop, LocalRuntime]
+) -> None:
+    """The only A100 node leaves (a restart, say): a job that needs an A100 is still accepted,
+    to wait for it, while the node is published as lately absent; one the pool never had is
+    refused as before."""
+    loop, rt = loop_rt
+    loop.round()
+    assert store.pool_view.read()["absent_nodes"] == []  # type: ignore[index]
+    rt.set_nodes([SMALL])
+    loop.round()
+    view = store.pool_view.read()
+    assert view is not None
+    assert [n["node_id"] for n in view["nodes"]] == ["small"]
+    assert [n["node_id"] for n in view["absent_nodes"]] == ["big"]
+    wants_a100 = job("a100", resources={"gpus": 2, "gpu_kinds": ["A100"]})
+    assert store.submit(wants_a100).state.value == "queued"
+    with pytest.raises(SpecError, match=r"resources\.gpu_kinds"):
+        store.submit(job("h100", resources={"gpus": 1, "gpu_kinds": ["H100"]}))
+    rt.set_nodes([BIG, SMALL])  # back: no longer absent
+    loop.round()
+    assert store.pool_view.read()["absent_nodes"] == []  # type: ignore[index]
+
+
+def test_a_node_gone_longer_than_kept_is_forgotten(
+    store: JobStore, loop_rt: tuple[ControlLoop, LocalRuntime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop, rt = loop_rt
+    loop.round()
+    rt.set_nodes([SMALL])
+    monkeypatch.setattr("orchestrator.control.loop.ABSENT_KEPT_S", 0.0)
+    time.sleep(0.01)
+    loop.round()
+    assert store.pool_view.read()["absent_nodes"] == []  # type: ignore[index]
+    with pytest.raises(SpecError, match=r"resources\.gpu_kinds"):
+        store.submit(job("a100", resources={"gpus": 1, "gpu_kinds": ["A100"]}))
