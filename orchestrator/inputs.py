@@ -223,6 +223,14 @@ class _StrictLoader(_Loader):  # type: ignore[misc,valid-type]
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+# A number with an exponent is a float, as in YAML 1.2 and JSON: PyYAML follows YAML 1.1, where
+# `1e7` and `1.5e7` are strings (its floats need a dot and a signed exponent), so `speed: 1e7`
+# was refused as "must be a number, got '1e7'". Integers keep their resolver (met first).
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
 
 
 def parse_yaml(text: str, source: str = "<input>") -> Any:

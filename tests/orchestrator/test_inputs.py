@@ -46,6 +46,20 @@ def test_numbers_json_and_yaml_agree_on() -> None:
     assert parse_yaml(json.dumps(doc)) == doc  # JSON is YAML
 
 
+def test_a_number_with_an_exponent_is_a_number_as_in_json() -> None:
+    # PyYAML's YAML 1.1 reads these as strings; a job file's `speed: 1e7` must not be refused
+    text = "a: 1e7\nb: 1.5e7\nc: -2E-3\nd: 1.0e+3\n"
+    assert parse_yaml(text) == {"a": 1e7, "b": 1.5e7, "c": -2e-3, "d": 1e3}
+    assert parse_yaml(text) == parse_json('{"a": 1e7, "b": 1.5e7, "c": -2E-3, "d": 1.0e+3}')
+    # integers stay integers, quoted text stays text, and a bare "1e" is no number
+    assert parse_yaml("n: 10\ng: 1_000\nq: '1e7'\nh: 1e\n") == {
+        "n": 10,
+        "g": 1000,
+        "q": "1e7",
+        "h": "1e",
+    }
+
+
 def test_a_file_of_exactly_the_limit_is_read(tmp_path: Path) -> None:
     path = tmp_path / "f.yaml"
     path.write_text("#" * 1000)
