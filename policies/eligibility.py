@@ -298,19 +298,30 @@ def place_on(
     return placement.place(gpus, part) if sum(part.values()) >= gpus else None
 
 
-def why_barred(snapshot: Snapshot, job: QueuedJob | RunningJob) -> str:
-    """What the job's GPU memory and kinds rule out, for its WAIT reason (``""``: nothing)."""
+JOB_FILE_FIELDS = ("resources.gpu_memory_gb", "resources.gpu_kinds", "resources.exclude_gpu_kinds")
+"""Where a job states its GPU memory, its kinds and the kinds it excludes: a job file's fields
+(:func:`why_barred` names them; a trace names its own columns)."""
+
+
+def why_barred(
+    snapshot: Snapshot,
+    job: QueuedJob | RunningJob,
+    fields: tuple[str, str, str] = JOB_FILE_FIELDS,
+) -> str:
+    """What the job's GPU memory and kinds rule out, for its WAIT reason (``""``: nothing),
+    naming where the job said them (``fields``: memory, kinds, excluded kinds)."""
     barred = snapshot.barred(job)
     if not barred:
         return ""
     need = job.gpu_memory_gb
+    memory, kinds, exclude = fields
     parts = []
     if need is not None:
-        parts.append(f"GPUs with {need:g} GB each (resources.gpu_memory_gb)")
+        parts.append(f"GPUs with {need:g} GB each ({memory})")
     if job.gpu_kinds:
-        parts.append(f"GPUs of kind {' or '.join(job.gpu_kinds)} (resources.gpu_kinds)")
+        parts.append(f"GPUs of kind {' or '.join(job.gpu_kinds)} ({kinds})")
     if job.exclude_kinds:
-        parts.append(f"no {', '.join(job.exclude_kinds)} (resources.exclude_gpu_kinds)")
+        parts.append(f"no {', '.join(job.exclude_kinds)} ({exclude})")
     what = " and ".join(parts) or "GPUs of the kind it runs on"
     if len(barred) == len(snapshot.nodes):
         if need is not None and not job.gpu_kinds and not job.exclude_kinds:

@@ -41,7 +41,7 @@ from orchestrator.sim.metrics import SimResult, Usage
 from orchestrator.sim.models import JobModel, ParametricJobModel, ProfileJobModel
 from orchestrator.sim.services import Services, ServiceSpec
 from orchestrator.sim.simjob import DONE, QUEUED, SimJob, record_of
-from orchestrator.sim.trace import TraceJob
+from orchestrator.sim.trace import TRACE_FIELDS, TraceJob
 from policies import Decision, DecisionKind, NodeView, QueuedJob, RunningJob, Snapshot
 from policies.eligibility import capacity, why_barred
 from policies.scheduling import SchedulingPolicy
@@ -199,8 +199,10 @@ class Simulator(DecisionApplier):
             )
             fit = capacity(views, probe)
             if s.lo > fit:
-                note = why_barred(views, probe) or f"the pool's largest kind has {fit}"
-                out[s.name] = f"needs {s.lo} GPUs; {note}"
+                note = (
+                    why_barred(views, probe, TRACE_FIELDS) or f"the pool's largest kind has {fit}"
+                )
+                out[s.name] = f"needs {s.lo} GPU{'' if s.lo == 1 else 's'}; {note}"
         return out
 
     # ---- main loop -------------------------------------------------------------------------

@@ -71,6 +71,12 @@ COLUMNS = (
 MAX_SPEED = 1e6
 """The largest speed per GPU a trace's ``kind_speed`` may give (as a nodes file's ``speed``)."""
 _KIND = re.compile(KIND_NAME)
+TRACE_FIELDS = (
+    "trace column gpu_memory_gb",
+    "trace column gpu_kinds",
+    "trace column exclude_kinds",
+)
+"""Where a trace's job states its GPU memory and kinds (``policies.eligibility.why_barred``)."""
 MAX_TRACE_BYTES = 256 << 20
 """Largest trace file read (about two million jobs as CSV)."""
 
