@@ -91,11 +91,11 @@ log = logging.getLogger(__name__)
 __all__ = ["ControlLoop"]
 
 HISTORY_EVERY_S = 10.0
+"""How often the pool's use is sampled for the dashboard's charts (a day kept: 8,640 samples)."""
 ABSENT_KEPT_S = 900.0
 """How long a node gone from the pool is still published as the pool's (``absent_nodes``):
 a submission is judged against the pool with it (a restart or a network blip must not make a
 job that needs that node's kind or memory refused as one the pool can never run)."""
-"""How often the pool's use is sampled for the dashboard's charts (a day kept: 8,640 samples)."""
 
 
 class ControlLoop:
