@@ -33,7 +33,7 @@ import random
 import statistics
 from array import array
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
@@ -56,9 +56,11 @@ __all__ = [
     "ServiceInput",
     "Spread",
     "make_bodies",
+    "offered_schedule",
     "poisson_schedule",
     "run_load",
     "run_schedule",
+    "send_load",
     "trace_schedule",
 ]
 
@@ -116,6 +118,21 @@ def trace_schedule(text: str, duration_s: float | None = None) -> Schedule:
             "duration (give two different times, or no duration)"
         )
     return Schedule(repeat_trace(times, duration_s, limit=MAX_REQUESTS), duration_s)
+
+
+def offered_schedule(serve: Mapping[str, Any], duration_s: float, seed: int) -> Schedule:
+    """The offered load a service's job file states (``serve.rate_rps``, seeded Poisson, or
+    ``serve.trace``, repeated) over ``duration_s``: what a tuning trial sends the service's
+    replicas and what ``orch demo`` sends its services, as ``orch load --rate`` or ``--trace``
+    would.
+
+    Raises:
+        ValueError: as :func:`poisson_schedule` and :func:`trace_schedule` do.
+    """
+    trace = serve.get("trace")
+    if trace is None:
+        return poisson_schedule(float(serve["rate_rps"]), duration_s, seed)
+    return trace_schedule("\n".join(str(t) for t in trace), duration_s)
 
 
 # ---- what each request sends -----------------------------------------------------------------
@@ -372,6 +389,27 @@ async def run_load(
         return await run_schedule(schedule, _http_send(pool, path, bodies), timeout_s=timeout_s)
     finally:
         await pool.aclose()
+
+
+def send_load(
+    client: Client,
+    job_id: str,
+    info: Mapping[str, Any],
+    schedule: Schedule,
+    *,
+    seed: int,
+    timeout_s: float,
+    connections: int,
+) -> LoadReport:
+    """Send ``schedule`` to a service's endpoint over HTTP and measure (:func:`run_load`), its
+    inputs random of the shape ``info`` (``GET /v1/services/JOB``) advertises, seeded, made
+    before the first request: ``orch load``'s run, and ``orch demo``'s clients'."""
+    from urllib.parse import quote
+
+    bodies = make_bodies(ServiceInput.advertised(dict(info)), len(schedule.offsets), seed)
+    path = f"/v1/services/{quote(job_id, safe='')}/infer"
+    load = run_load(client, path, schedule, bodies, timeout_s=timeout_s, connections=connections)
+    return asyncio.run(load)
 
 
 class _Connections:

@@ -42,6 +42,7 @@ __all__ = [
     "RequestPump",
     "RequestQueue",
     "clean_answer",
+    "clean_facts",
 ]
 
 MAX_OUTPUT_VALUES = 4096
@@ -145,10 +146,13 @@ class EndpointServe(ServeRun):
         _sync(h.device)
         del warm
         name = f"r{h.rank}-{time.time_ns() % 10**12}"
-        self.requests.join(name, {"input": self.facts, "max_batch": mb})
-        self.started = time.perf_counter()
         if self.start_at is None:
             self.start_at = time.time()
+        # when the service stops serving (its clients may stop sending then): its start
+        # (stamped at launch, before this replica loaded its model) plus its duration
+        ends_at = self.start_at + self.duration_s if self.duration_s else None
+        self.requests.join(name, {"input": self.facts, "max_batch": mb, "ends_at": ends_at})
+        self.started = time.perf_counter()
         # a replica added while the service serves (a scale-up) ends with the others: the
         # service's duration counts from its start (serve.start_at, set by its runtime)
         self.offset = min(self.duration_s, max(0.0, time.time() - self.start_at))
@@ -368,6 +372,43 @@ def _rate(value: object) -> float | None:
 MAX_ERROR_CHARS = 2000
 
 
+MAX_SHAPE_DIMS = 8
+MAX_DIM = 1 << 22
+
+
+def clean_facts(facts: object) -> dict[str, Any]:
+    """What the team's process says of its replica when it joins, as the worker passes it on
+    to the ingress (which checks requests by it and shows it to clients): a sample's shape
+    (at most :data:`MAX_SHAPE_DIMS` sizes, each 1 to :data:`MAX_DIM`), its dtype (one the
+    replicas decode), the vocabulary's size, the batch, when it stops serving; anything else,
+    or anything malformed, is dropped (the process is not trusted)."""
+
+    got: dict[str, Any] = facts if isinstance(facts, dict) else {}
+    raw: dict[str, Any] = got["input"] if isinstance(got.get("input"), dict) else {}
+    shape = raw.get("shape")
+    dims = [_whole(n, 1, MAX_DIM) for n in shape] if isinstance(shape, list) else [None]
+    sample = None
+    if len(dims) <= MAX_SHAPE_DIMS and None not in dims and raw.get("dtype") in _DTYPES:
+        high = _whole(raw.get("high"), 1, 1 << 40)
+        sample = {"shape": dims, "dtype": str(raw["dtype"]), "high": high}
+    ends = got.get("ends_at")
+    ends_at = None
+    if isinstance(ends, int | float) and not isinstance(ends, bool) and abs(ends) < 1e12:
+        ends_at = float(ends)  # a NaN fails the bound
+    return {
+        "input": sample,
+        "max_batch": _whole(got.get("max_batch"), 1, 4096) or 1,
+        "ends_at": ends_at,
+    }
+
+
+def _whole(v: object, lo: int, hi: int) -> int | None:
+    """``v`` if it is a whole number in ``[lo, hi]``, else ``None``."""
+    if isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi:
+        return v
+    return None
+
+
 def clean_answer(body: object) -> dict[str, Any]:
     """An answer the team's process said, as the worker passes it on: its output, its timing's
     numbers and its error's text, nothing else (the process is not trusted)."""
@@ -413,8 +454,8 @@ class RequestPump:
         """Handle one of the child's messages; ``True`` when it was the pump's."""
         if "join" in message:
             join = message["join"] if isinstance(message["join"], dict) else {}
-            facts: dict[str, Any] = join["facts"] if isinstance(join.get("facts"), dict) else {}
-            self.max_batch = max(1, min(4096, int(facts.get("max_batch") or 1)))
+            facts = clean_facts(join.get("facts"))
+            self.max_batch = facts["max_batch"]
             self.queue.join(str(join.get("name") or "replica")[:64], facts)
             self._joined.set()
             self._thread.start()

@@ -77,7 +77,7 @@ def service_spec(gpus: dict[str, int], ceiling_ms: float) -> Any:
             "sla": {"latency": {"percentile": 99, "max_ms": ceiling_ms}},
             "resources": {"gpus": gpus},
             "run": {"micro_batch": 1, "duration_s": PHASES[-1][0]},
-            "serve": {"trace": arrivals(), "max_delay_ms": 0},
+            "serve": {"trace": arrivals(), "max_delay_ms": 0, "endpoint": False},
         }
     )
 

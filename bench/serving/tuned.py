@@ -77,7 +77,7 @@ def _spec(name: str, rate: float) -> JobSpec:
             "sla": {"latency": {"percentile": 99, "max_ms": ceiling}},
             "resources": {"gpus": {"min": 1, "max": MAX_REPLICAS}},
             "run": {"micro_batch": 8, "duration_s": 60},
-            "serve": {"rate_rps": rate},
+            "serve": {"rate_rps": rate, "endpoint": False},
             "tuning": {"enabled": True, "bounds": {"micro_batch": {"min": 4, "max": top}}},
         }
     )

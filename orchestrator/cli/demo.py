@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from orchestrator.cli.demo_clients import ServiceClients
 from orchestrator.config import Settings
 from orchestrator.errors import OptionError, OrchError, SpecError
 from orchestrator.spec import JobSpec, load_spec
@@ -95,6 +96,7 @@ def run_demo(
     embedded = f"embedded under {settings.data_dir}"
     bulk = [(p, s) for p, s in examples if s.job_class == "bulk"]
     interactive = [(p, s) for p, s in examples if s.job_class != "bulk"]
+    clients = ServiceClients(store)
     try:
         console.print(
             f"pool up in {time.monotonic() - started:.1f} s: Redis "
@@ -113,9 +115,18 @@ def run_demo(
                 "[bold]interactive jobs arrive[/]: they start now, on GPUs the bulk jobs hold "
                 "if the pool is full (a preempted bulk job resumes from its checkpoint)"
             )
-        ids += _submit(store, interactive, console)
+        later = _submit(store, interactive, console)
+        for job_id, (_, spec) in zip(later, interactive, strict=True):
+            line = clients.offer(job_id, spec)
+            if line:
+                console.print(line, highlight=False)
+        ids += later
+        def read(job_id: str) -> tuple[JobRecord, dict[str, object]]:
+            rec = store.get(job_id)  # a service's figures as its ingress measured them
+            return rec, store.judged_metrics(rec)
+
         records = follow(
-            lambda j: (store.get(j), store.metrics(j)),
+            read,
             ids,
             console,
             timeout_s=timeout_s,
@@ -124,17 +135,20 @@ def run_demo(
         if running.errors:
             raise running.errors[0]
     finally:
+        clients.close()
         running.shutdown()
-    return _summary(store, records, console)
+    return _summary(store, records, console, clients.lines())
 
 
-def _summary(store: JobStore, records: list[JobRecord], console: Console) -> bool:
-    """The demo's last act: its preemptions, the SLA table, what did not finish and the next
-    commands; whether every job finished."""
+def _summary(
+    store: JobStore, records: list[JobRecord], console: Console, clients: list[str]
+) -> bool:
+    """The demo's last act: its preemptions, what the services' clients saw, the SLA table,
+    what did not finish and the next commands; whether every job finished."""
     from orchestrator.cli.views import jobs_table
     from orchestrator.store.states import JobState
 
-    for line in _preemptions(store, records):
+    for line in [*_preemptions(store, records), *clients]:
         console.print(line, highlight=False)
     title = "demo: measured against each job's SLA"
     console.print(jobs_table(store, records, title=title, wide=True))
@@ -149,6 +163,7 @@ _NEXT = """[bold]next[/], with `orch up` running (it serves the API and the dash
   orch submit examples/bulk-cnn.yaml --wait    a job, followed to its verdict
   orch list -o wide; orch show {job}; orch logs {job}
   orch tune examples/interactive-mlp.yaml       the tuner alone, its trials and choice
+  orch load SERVICE --rate 300 --duration 30    requests to a service (with a token)
   orch usage --since 1d                          GPU-hours per team
   orch tokens create --role member --team vision   then the dashboard: http://127.0.0.1:8321/"""
 

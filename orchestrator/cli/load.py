@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
-from urllib.parse import quote
 
 import typer
 from rich.markup import escape
@@ -22,7 +21,6 @@ from orchestrator.cli.output import Output, OutputOption, console, err_console, 
 from orchestrator.errors import ConfigError, OptionError
 
 if TYPE_CHECKING:
-    from orchestrator.client import Client
     from orchestrator.load import LoadReport, Schedule, Spread
 
 __all__ = ["load_command"]
@@ -32,12 +30,10 @@ LAG_WARN_MS = 10.0
 MAX_CONNECTIONS = 10_000
 
 
-# One thing: most of its lines declare its options (typer reads them from the signature); the
-# body checks the flags (_schedule, _positive), runs the engine and prints. Its docstring is
-# the command's --help, so the note is here.
 # One function though over 80 lines: 40 of them are its options (typer reads them from the
-# signature, each with its help); the body reads the service, makes the inputs, runs the load and
-# prints, about 35 lines, each step already a named helper (_schedule, _run, _table).
+# signature, each with its help); the body checks the flags, reads the service, runs the load
+# and prints, each step a named helper (_schedule, _positive, send_load, _table). Its docstring
+# is the command's --help, so the note is here.
 def load_command(
     service: Annotated[
         str, typer.Argument(help="The service: job id or unique name.", callback=options.job_ref)
@@ -89,7 +85,7 @@ def load_command(
     every request is answered or given up on, whatever the answers: they are the measurement.
     """
     from orchestrator.cli.backend import api_client
-    from orchestrator.load import ServiceInput, make_bodies
+    from orchestrator.load import send_load
 
     schedule = _schedule(rate, trace, duration, seed)
     _positive("--timeout", timeout)
@@ -102,21 +98,27 @@ def load_command(
     with client:
         info = client.service(service)
         job_id = str(info.get("job_id") or service)
-        spec = ServiceInput.advertised(info)
         if not info.get("ready_replicas"):
             err_console.print(
                 f"[yellow]warning:[/] {escape(job_id)} has no ready replica: it answers 503 "
                 "until one is",
                 highlight=False,
             )
-        bodies = make_bodies(spec, len(schedule.offsets), seed)
         if not output.data:
             err_console.print(
                 f"{len(schedule.offsets):,} requests to {escape(job_id)} over "
                 f"{schedule.span_s:g} s...",
                 highlight=False,
             )
-        report = _run(client, job_id, schedule, bodies, timeout, connections)
+        report = send_load(
+            client,
+            job_id,
+            info,
+            schedule,
+            seed=seed,
+            timeout_s=timeout,
+            connections=connections,
+        )
     if report.send_lag is not None and report.send_lag.p99 > LAG_WARN_MS:
         err_console.print(
             f"[yellow]warning:[/] requests left late (p99 {report.send_lag.p99:,.1f} ms, at "
@@ -170,23 +172,6 @@ def _schedule(
         return trace_schedule(text, duration)
     except ValueError as err:
         raise OptionError("--trace", f"{trace}: {err}") from None
-
-
-def _run(
-    client: Client,
-    job_id: str,
-    schedule: Schedule,
-    bodies: list[bytes],
-    timeout_s: float,
-    connections: int,
-) -> LoadReport:
-    import asyncio
-
-    from orchestrator.load import run_load
-
-    path = f"/v1/services/{quote(job_id, safe='')}/infer"
-    load = run_load(client, path, schedule, bodies, timeout_s=timeout_s, connections=connections)
-    return asyncio.run(load)
 
 
 def _table(job_id: str, report: LoadReport) -> Table:

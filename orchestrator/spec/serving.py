@@ -14,8 +14,10 @@ MAX_TRACE = 100_000
 
 
 class ServeSpec(SpecModel):
-    """A service: requests arrive open-loop at an offered load and are answered by the job's
-    replicas (one per GPU), each with a dynamic batcher (``workers.serving``): a batch leaves
+    """A service: its clients' requests reach its endpoint (``endpoint``, the default) and are
+    answered by the job's replicas (one per GPU), each with a dynamic batcher
+    (``workers.serving``); ``rate_rps`` or ``trace`` is the offered load its SLA is about and the
+    tuner tunes for (``orch load`` sends such a load from outside). A batch leaves
     when it holds ``run.micro_batch`` requests or its oldest request has waited
     ``max_delay_ms`` (``null``: a fixed batch, which waits until full). ``sla.latency`` is then
     about requests, arrival to answer; the service runs for ``run.duration_s``.
@@ -29,13 +31,13 @@ class ServeSpec(SpecModel):
     repeats to cover ``run.duration_s``). With ``resources.gpus`` a range, the SLA guard scales
     the replicas within it as the load and the tail move (``policies.replicas``). A service
     with an ``endpoint`` is resized in place (replicas added, or drained, while the others
-    serve); any other resize relaunches the service, and ``start_at`` (the wall-clock time,
-    Unix seconds, of the stream's time 0; ``null``: when the run starts) lets the new run go on
-    where the stream is:
-    the scheduler sets it on a service it resizes, with ``stopped_at`` (when the run before
-    last reported serving: a service stopped for a resize is killed at once). Requests due
-    while it restarts are not offered to it: the new run counts those due since
-    ``stopped_at`` as dropped. ``run.duration_s`` counts from the stream's start.
+    serve); a self-loading one (``endpoint: false``) is relaunched, and ``start_at`` (the
+    wall-clock time, Unix seconds, of the stream's time 0; ``null``: when the run starts) lets
+    the new run go on where the stream is: the scheduler sets it on a service it resizes, with
+    ``stopped_at`` (when the run before last reported serving: a service stopped for a resize
+    is killed at once). Requests due while it restarts are not offered to it: the new run
+    counts those due since ``stopped_at`` as dropped. ``run.duration_s`` counts from the
+    stream's start.
     """
 
     rate_rps: float | None = Field(
@@ -106,10 +108,12 @@ class ServeSpec(SpecModel):
         "what it was trained as (not for job files)",
     )
     endpoint: bool = Field(
-        default=False,
-        description="true: answer real requests sent to the service's endpoint "
-        "(POST /v1/services/{id}/infer; orch load sends them) instead of generating its own; "
-        "rate_rps or trace is then the load the SLA and the tuner are about",
+        default=True,
+        description="true (the default): answer the real requests clients send to the "
+        "service's endpoint (POST /v1/services/{id}/infer; orch load sends them); rate_rps or "
+        "trace is the load the SLA is judged at and the tuner tunes for. false: the service "
+        "load-tests itself, its worker generating rate_rps or trace as requests and answering "
+        "no client (benchmarks, the replica policy's relaunch path)",
     )
 
     @model_validator(mode="after")

@@ -70,6 +70,7 @@ __all__ = [
     "ReplicaQueue",
     "Request",
     "ServiceFigures",
+    "Unserved",
     "bucket_of",
     "figures_of",
     "forget_service",
@@ -90,6 +91,9 @@ RECLAIM_IDLE_S = 2 * READY_TTL_S
 """How long a request taken by a replica that is no longer ready waits before another replica
 claims it (twice the readiness's hold: a live replica renews it every second; a draining one
 answers what it took well within it)."""
+UNSERVED_CHECKS = 2
+"""A waiting request is refused (503) once this many checks :data:`READY_TTL_S` apart found no
+ready replica (two: one renewal missed by a replica starved of CPU is not its end)."""
 RECLAIM_EVERY_S = 1.0
 """How often a replica looks for such requests (one ``XPENDING`` when there are none)."""
 ANSWER_TTL_S = 60
@@ -533,6 +537,14 @@ def _until(raw: str) -> float:
         return 0.0
 
 
+class Unserved(Exception):
+    """A queued request no replica is left to answer (:meth:`IngressStore.ask`)."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"service {job_id} has no ready replica left to answer this request")
+        self.job_id = job_id
+
+
 def new_request_id() -> str:
     """A request's id: unguessable, so no one answers another's request."""
     return secrets.token_hex(12)
@@ -623,13 +635,21 @@ class IngressStore:
     async def ask(
         self, job_id: str, payload: dict[str, Any], arrived_at: float, timeout_s: float
     ) -> dict[str, Any] | None:
-        """Queue a request and wait for its answer; ``None`` if none came in ``timeout_s``."""
+        """Queue a request and wait for its answer; ``None`` if none came in ``timeout_s``.
+
+        Raises:
+            Unserved: the service has had no ready replica for :data:`UNSERVED_CHECKS`
+                checks :data:`READY_TTL_S` apart while the request waited (its run ended, or
+                its last replica died, with the request still queued): no replica is left to
+                answer it, so it is refused now rather than left to time out.
+        """
         import asyncio
 
         keys = service_keys(self.namespace, job_id)
         rid = new_request_id()
         client = self._async()
-        waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
         self._waiting[rid] = waiter
         fields = {
             "rid": rid,
@@ -637,23 +657,41 @@ class IngressStore:
             "body": json.dumps(payload),
             "reply": self.inbox,
         }
+        deadline = loop.time() + max(0.01, timeout_s)
+        unserved = 0
         try:
             await client.xadd(keys["req"], fields, maxlen=QUEUE_MAXLEN, approximate=True)
-            answer = await asyncio.wait_for(waiter, timeout=max(0.01, timeout_s))
-        except TimeoutError:
-            return None
+            while True:
+                left = deadline - loop.time()
+                if left <= 0:
+                    return None
+                try:
+                    answer = await asyncio.wait_for(
+                        asyncio.shield(waiter), timeout=min(left, READY_TTL_S)
+                    )
+                    break
+                except TimeoutError:
+                    # waited a readiness's hold: is any replica left to answer it?
+                    unserved = 0 if await self.ready(job_id) else unserved + 1
+                    if unserved >= UNSERVED_CHECKS:
+                        raise Unserved(job_id) from None
         finally:
             self._waiting.pop(rid, None)
+            waiter.cancel()
         return answer if isinstance(answer, dict) else None
 
     async def call(self, job_id: str, payload: dict[str, Any], timeout_s: float) -> str:
         """One checked request through the producer side, as the HTTP router takes it once its
         checks pass (queued, answered, counted in the service's figures): its HTTP status,
-        ``"200"`` answered, ``"500"`` failed at the replica, ``"504"`` no answer within
-        ``timeout_s``. A service's tuning trial sends its requests here
-        (``orchestrator.tuner.evaluators.serve``)."""
+        ``"200"`` answered, ``"500"`` failed at the replica, ``"503"`` no replica left to
+        answer it (:class:`Unserved`), ``"504"`` no answer within ``timeout_s``. A service's
+        tuning trial sends its requests here (``orchestrator.tuner.evaluators.serve``)."""
         arrived = time.time()
-        answer = await self.ask(job_id, payload, arrived, timeout_s)
+        try:
+            answer = await self.ask(job_id, payload, arrived, timeout_s)
+        except Unserved:
+            await self.record(job_id, "unavailable", None)
+            return "503"
         if answer is None:
             await self.record(job_id, "timeout", None)
             return "504"

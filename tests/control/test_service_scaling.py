@@ -25,7 +25,7 @@ SERVICE = {
     "sla": {"latency": {"percentile": 99, "max_ms": 20}},
     "resources": {"gpus": {"min": 1, "max": 3}},
     "run": {"micro_batch": 8, "duration_s": 600},
-    "serve": {"rate_rps": 100},
+    "serve": {"rate_rps": 100, "endpoint": False},
 }
 BULK = {
     "name": "train",

@@ -84,7 +84,7 @@ def _specs() -> tuple[JobSpec, JobSpec, JobSpec]:
             "sla": {"latency": {"percentile": 99, "max_ms": 50}},
             "resources": {"gpus": {"min": 1, "max": 2}},
             "run": {"micro_batch": 8, "duration_s": 600},
-            "serve": {"rate_rps": 100},
+            "serve": {"rate_rps": 100, "endpoint": False},
         }
     )
     return bulk, inter, service

@@ -6,6 +6,8 @@ import re
 import time
 from pathlib import Path
 
+from orchestrator.cli.demo_clients import ServiceClients
+from orchestrator.spec import load_spec
 from orchestrator.store.states import JobState
 from tests.e2e.conftest import ROOT, Orch, start_orch
 from tests.e2e.jobs import RESUMED_ONCE, mlp_job, state_events
@@ -18,8 +20,27 @@ def test_every_example_submitted_with_the_cli_finishes_with_metrics(orch: Orch) 
     assert out.returncode == 0, out.stderr
     ids = re.findall(r"submitted (\S+)", out.stdout)
     assert len(ids) == len(EXAMPLES)
-    for job_id in ids:
-        rec = orch.wait(job_id, {JobState.FINISHED, JobState.FAILED, JobState.CANCELLED})
+    # a service answers its clients: they send the load its file offers, through the API
+    clients = ServiceClients(orch.store)
+    services = [j for j, p in zip(ids, EXAMPLES, strict=True) if clients.offer(j, load_spec(p))]
+    assert len(services) == 1  # examples/service-infer.yaml
+    try:
+        records = [
+            orch.wait(job_id, {JobState.FINISHED, JobState.FAILED, JobState.CANCELLED})
+            for job_id in ids
+        ]
+    finally:
+        clients.close()
+    # its clients' requests were answered, or refused at once once no replica was left (the
+    # run's end, with requests queued: on two busy cores it runs near its capacity), none
+    # lost or left to time out; and it is judged on exactly them, as its ingress counted them
+    (report,) = clients.reports.values()
+    assert not isinstance(report, str), report
+    judged = orch.store.judged_metrics(orch.store.get(services[0]))
+    assert set(report.statuses) <= {"200", "503"}, (report, judged)
+    assert report.statuses["200"] >= 0.9 * report.requests, (report, judged)
+    assert judged["measured_at"] == "ingress" and judged["requests"] == report.requests
+    for job_id, rec in zip(ids, records, strict=True):
         assert rec.state is JobState.FINISHED, f"{job_id}: {rec.message}"
         metrics = orch.store.metrics(job_id)
         for key in ("p50_ms", "p95_ms", "p99_ms", "samples_per_s", "peak_mem_mb", "step"):

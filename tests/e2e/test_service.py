@@ -19,7 +19,7 @@ def test_a_service_answers_its_offered_load_and_is_judged_on_request_latency(orc
             "workload": {"name": "infer", "args": {"model": "mlp"}},
             "sla": {"latency": {"percentile": 99, "max_ms": 500}},
             "run": {"micro_batch": 8, "duration_s": 3},
-            "serve": {"rate_rps": 100, "max_delay_ms": 5},
+            "serve": {"rate_rps": 100, "max_delay_ms": 5, "endpoint": False},
         }
     )
     job_id = orch.store.submit(spec).id

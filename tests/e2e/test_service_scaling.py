@@ -89,7 +89,7 @@ def test_a_service_scales_up_when_its_load_doubles_and_down_when_it_falls(scaled
             "sla": {"latency": {"percentile": 99, "max_ms": 60000}},
             "resources": {"gpus": {"min": 1, "max": 3}},
             "run": {"micro_batch": 1, "duration_s": PHASES[-1][0]},
-            "serve": {"trace": _trace(), "max_delay_ms": 0},
+            "serve": {"trace": _trace(), "max_delay_ms": 0, "endpoint": False},
         }
     )
     job_id = scaled.store.submit(spec).id

@@ -44,7 +44,7 @@ def test_a_service_resized_changes_its_replicas_never_its_batch() -> None:
             "sla": {"latency": {"percentile": 99, "max_ms": 20}},
             "resources": {"gpus": {"min": 1, "max": 3}},
             "run": {"duration_s": 5, "micro_batch": 16, "data_parallel": 2},
-            "serve": {"rate_rps": 100},
+            "serve": {"rate_rps": 100, "endpoint": False},
         }
     )
     for gpus in (1, 3):

@@ -27,7 +27,7 @@ from orchestrator.store.ingress import (
     service_keys,
     with_service_figures,
 )
-from workers.serve_endpoint import answer_of, clean_answer, decode, sample_facts
+from workers.serve_endpoint import answer_of, clean_answer, clean_facts, decode, sample_facts
 
 
 def test_a_percentile_from_the_buckets_is_within_their_relative_error() -> None:
@@ -177,6 +177,26 @@ def test_a_team_process_answer_is_cleaned_before_it_leaves_the_worker() -> None:
     assert got == {"output": [1], "timing": {"model_ms": 1.5}}
 
 
+def test_what_a_team_process_says_of_its_replica_is_cleaned_before_the_ingress_reads_it() -> None:
+    """The facts a replica joins with reach the ingress (it checks requests by them) and every
+    client (``GET /v1/services/JOB``): only their known fields, each well-formed, pass."""
+    good = {"input": {"shape": [16], "dtype": "float32", "high": None}, "max_batch": 8}
+    assert clean_facts({**good, "ends_at": 1.7e9, "extra": "x" * 10_000}) == {
+        **good,
+        "ends_at": 1.7e9,
+    }
+    hostile = {
+        "input": {"shape": [16, "x"], "dtype": "float32"},
+        "max_batch": "lots",
+        "ends_at": float("nan"),
+    }
+    assert clean_facts(hostile) == {"input": None, "max_batch": 1, "ends_at": None}
+    assert clean_facts({"input": {"shape": [1] * 9, "dtype": "float32"}})["input"] is None
+    assert clean_facts({"input": {"shape": [4], "dtype": "complex128"}})["input"] is None
+    assert clean_facts({"max_batch": True, "ends_at": 1e300})["ends_at"] is None
+    assert clean_facts("nope") == {"input": None, "max_batch": 1, "ends_at": None}
+
+
 def test_requests_reach_one_replica_each_and_are_answered_and_requeued(redis_url: str) -> None:
     """The queue over a real Redis: two replicas share the requests (each taken once); what
     one takes and puts back is taken again by the other."""
@@ -304,3 +324,55 @@ def test_many_waiting_requests_share_one_inbox_and_get_their_own_answers(
         for k in redis_client.scan_iter(f"{ns}:*"):
             redis_client.delete(k)
     assert answers == [{"output": 2 * i} for i in range(n)]
+
+
+def test_a_request_queued_when_the_last_replica_leaves_is_refused_not_left_to_time_out(
+    redis_client: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service's run ends (its last replica leaves) with requests still queued: no replica
+    is left to answer them, so each is refused (503, counted unavailable) within two
+    readiness holds, not at its timeout; while a replica stays ready (busy, renewing), a
+    request waits for it."""
+    import asyncio
+
+    import orchestrator.store.ingress as ingress_mod
+    from orchestrator.store.ingress import IngressStore, Unserved
+
+    monkeypatch.setattr(ingress_mod, "READY_TTL_S", 0.3)
+    ns = f"test-unserved-{time.time_ns()}"
+    ingress = IngressStore(redis_client, ns)
+    replica = ReplicaQueue(redis_url, ns, "svc")
+    replica.join("r0", {"max_batch": 4})
+
+    async def main() -> tuple[Any, float, str]:
+        try:
+            # the replica is ready and renews, but takes nothing yet: the request waits
+            asked = asyncio.ensure_future(ingress.ask("svc", {"i": 1}, time.time(), 30.0))
+            for _ in range(4):
+                await asyncio.sleep(0.3)
+                replica.heartbeat()
+            assert not asked.done()
+            taken = replica.take(4, 0.5)
+            replica.answer([(r, {"output": 7}) for r in taken])
+            answered = await asyncio.wait_for(asked, 5)
+            # the run ends with a request queued: refused within seconds, not at 30 s
+            replica.leave()
+            started = time.monotonic()
+            with pytest.raises(Unserved, match="no ready replica left"):
+                await ingress.ask("svc", {"i": 2}, time.time(), 30.0)
+            waited = time.monotonic() - started
+            status = await ingress.call("svc", {"i": 3}, 30.0)  # a trial's path says 503
+            return answered, waited, status
+        finally:
+            await ingress.aclose()
+
+    try:
+        answered, waited, status = asyncio.run(main())
+        figures = ingress.figures("svc", None)
+    finally:
+        replica.close()
+        for k in redis_client.scan_iter(f"{ns}:*"):
+            redis_client.delete(k)
+    assert answered == {"output": 7}
+    assert waited < 5.0 and status == "503"
+    assert figures.counts["unavailable"] == 1  # the trial path's refusal, counted

@@ -5,7 +5,8 @@ service's replicas), its figures as measured there, and its own clients' tokens.
 nested lists>}``, or the sample's raw bytes (``Content-Type: application/octet-stream``,
 little-endian, of the shape and dtype ``GET /v1/services/{job}`` gives). It is answered with
 ``{"output": ..., "timing": {...}}``; a malformed body 400 or 422, an oversized one 413 (the
-API's body limit), no ready replica 503 at once with ``Retry-After``, no answer within the
+API's body limit), no ready replica 503 at once with ``Retry-After`` (and a request queued
+when the service's last replica left, its run over, 503 within seconds), no answer within the
 service's ``serve.timeout_ms`` (else :data:`DEFAULT_TIMEOUT_S`) 504. Every request is counted
 where it arrives, its latency from its arrival here to its answer
 (:mod:`orchestrator.store.ingress`).
@@ -38,7 +39,7 @@ from orchestrator.api.params import TOKEN_ID_PATTERN
 from orchestrator.errors import Forbidden, JobNotFound
 from orchestrator.spec import NAME_PATTERN
 from orchestrator.store import JobStore
-from orchestrator.store.ingress import IngressStore
+from orchestrator.store.ingress import IngressStore, Unserved
 from orchestrator.store.records import JobRecord
 from orchestrator.store.states import JobState
 from orchestrator.store.tokens import Role, TokenInfo
@@ -163,7 +164,8 @@ def _unavailable(detail: str) -> JSONResponse:
 @router.get("/{ref}")
 async def service(ref: Ref, who: Caller, request: Request) -> dict[str, Any]:
     """The service's endpoint: its ready replicas, the input a request carries (one sample's
-    shape and dtype), and its requests' figures over its whole life, as measured here."""
+    shape and dtype), when it stops serving (``ends_at``, Unix seconds; ``None``: not
+    serving, or no end), and its requests' figures over its whole life, as measured here."""
     store: JobStore = request.app.state.store
     rec = await run_in_threadpool(_resolve, store, who, ref)
     ingress = ingress_of(request)
@@ -181,6 +183,7 @@ async def service(ref: Ref, who: Caller, request: Request) -> dict[str, Any]:
         "ready_replicas": len(ready),
         "input": facts.get("input"),
         "max_batch": facts.get("max_batch"),
+        "ends_at": facts.get("ends_at"),
         "sla": None
         if latency is None
         else {"percentile": latency.percentile, "max_ms": latency.max_ms},
@@ -214,7 +217,11 @@ async def infer(ref: Ref, who: Caller, request: Request) -> JSONResponse:
     except ValueError as err:
         known.record(ingress, svc.job_id, "refused", None)
         return JSONResponse({"detail": str(err)}, status_code=400)
-    answer = await ingress.ask(svc.job_id, payload, arrived, svc.timeout_s)
+    try:
+        answer = await ingress.ask(svc.job_id, payload, arrived, svc.timeout_s)
+    except Unserved as err:  # queued, then its last replica left: said now, not at the timeout
+        known.record(ingress, svc.job_id, "unavailable", None)
+        return _unavailable(str(err))
     latency_ms = (time.time() - arrived) * 1000.0
     if answer is None:
         known.record(ingress, svc.job_id, "timeout", None)

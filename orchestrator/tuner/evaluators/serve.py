@@ -258,7 +258,7 @@ class ServeEvaluator(Evaluator):
         import asyncio
         import json
 
-        from orchestrator.load import ServiceInput, make_bodies, poisson_schedule, trace_schedule
+        from orchestrator.load import ServiceInput, make_bodies, offered_schedule
 
         spec = ServiceInput.model_validate(facts["input"])
         wait = self._wait_s()
@@ -270,12 +270,7 @@ class ServeEvaluator(Evaluator):
             reports: list[LoadReport] = []
             try:
                 for k in range(self.streams):
-                    trace = self.serve.get("trace")
-                    schedule = (
-                        poisson_schedule(float(self.serve["rate_rps"]), self.trial_s, self.seed + k)
-                        if trace is None
-                        else trace_schedule("\n".join(str(t) for t in trace), self.trial_s)
-                    )
+                    schedule = offered_schedule(self.serve, self.trial_s, self.seed + k)
                     bodies = make_bodies(spec, len(schedule.offsets), self.seed + k)
                     payloads = [json.loads(b) for b in bodies]  # made before the clock starts
                     send = _ingress_send(ingress, service, payloads, wait)
