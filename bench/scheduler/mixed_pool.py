@@ -7,8 +7,11 @@ Workload (fixed by the arguments and seeds; a re-run gives the same figures):
 
 * **Pool**: ``--nodes`` x ``--gpus-per-node`` GPUs (default 16 x 8 = 128); a round every
   ``--interval`` s (default 10: services need every round, their load moves), 30 s restart
-  cost for bulk starts/resizes, ``--startup`` s (default 10) for a service's start or resize
-  (live, a resize stops and relaunches every replica: it serves nothing meanwhile).
+  cost for bulk starts/resizes, ``--startup`` s (default 10) for a service's start or a new
+  replica's. A service is resized in place, as a service with an endpoint is live (the
+  replicas that stay serve throughout, a scale-up's new ones after ``--startup``);
+  ``--relaunch``: as a self-loading one (``serve.endpoint: false``), every resize relaunches
+  every replica, which serve nothing meanwhile (the figures before 2026-11-29).
 * **Bulk**: the Philly jobs of ``mixed.py`` (submitted in ``--days`` days from ``--start``,
   arrivals ``--speed`` times faster, durations capped at ``--max-hours``; elastic from half to
   twice their GPUs; a checkpoint every 30 minutes; deadlines 2x run time + 1 h), one team per
@@ -87,7 +90,9 @@ def services(args: argparse.Namespace) -> dict[str, ServiceSpec]:
             seed=args.seed + i,
             phase=rnd.random(),
         )
-        out[f"svc-{i}"] = ServiceSpec(load, curve, CEILING_MS, span, startup_s=args.startup)
+        out[f"svc-{i}"] = ServiceSpec(
+            load, curve, CEILING_MS, span, startup_s=args.startup, in_place=not args.relaunch
+        )
     return out
 
 
@@ -210,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--period-hours", type=float, default=8.0)
     ap.add_argument("--service-hours", type=float, default=48.0)
     ap.add_argument("--startup", type=float, default=10.0, help="service start/resize, s")
+    ap.add_argument(
+        "--relaunch",
+        action="store_true",
+        help="a resize relaunches every replica (serve.endpoint: false), not in place",
+    )
     ap.add_argument("--interval", type=float, default=10.0, help="seconds between rounds")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="", help="results file name under results/, no .json")

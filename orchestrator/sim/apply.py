@@ -92,6 +92,13 @@ class DecisionApplier:
             job.state = RUNNING
             self.running[d.job_id] = job
             job.resizes += 1
+            model = job.model
+            if isinstance(model, ServiceJobModel) and model.spec.in_place:
+                # resized in place, as a service with an endpoint is live: the replicas that
+                # stay serve throughout, the new ones once loaded; its clock goes on
+                job.restart_left = 0.0
+                job.warm_replicas = min(len(old), len(job.nodes))
+                job.warm_left = job.start_s if len(job.nodes) > len(old) else 0.0
 
     def _take(self, d: Decision, job: SimJob, old: tuple[str, ...]) -> None:
         s = job.spec

@@ -195,8 +195,12 @@ class ServiceSpec:
         duration: seconds it serves, then it ends.
         percentile: the SLA's percentile (the curve is a p99 curve).
         scale: whether the SLA guard scales it (``False``: a fixed replica count).
-        startup_s: seconds a start or resize leaves it serving nothing (``None``: the
-            simulator's ``restart_s``).
+        startup_s: seconds a start leaves it serving nothing, and a new replica takes to
+            serve (``None``: the simulator's ``restart_s``).
+        in_place: resized in place, as a service with an endpoint is live (``serve.endpoint``,
+            the default): the replicas that stay serve throughout, a scale-up's new ones
+            after ``startup_s``, a scale-down's leave at once. ``False``: a resize relaunches
+            every replica (``serve.endpoint: false``), which serve nothing for ``startup_s``.
     """
 
     load: LoadProfile
@@ -206,6 +210,7 @@ class ServiceSpec:
     percentile: int = 99
     scale: bool = True
     startup_s: float | None = None
+    in_place: bool = True
 
 
 def peak_replicas(spec: ServiceSpec, cfg: ReplicaConfig | None = None) -> int:
@@ -323,29 +328,42 @@ class Services:
         return ServiceJobModel(self.specs[name])
 
     def window(
-        self, name: str, t0: float, dt: float, replicas: int, down_s: float, left_s: float
+        self,
+        name: str,
+        t0: float,
+        dt: float,
+        replicas: int,
+        down_s: float,
+        left_s: float,
+        warm: tuple[float, int] = (0.0, 0),
     ) -> None:
         """Account for ``[t0, t0 + dt)`` of service ``name``: ``replicas`` GPUs held (0:
         queued), the first ``down_s`` seconds starting (serving nothing), ``left_s`` seconds
-        of serving left before it ends (of the time after ``down_s``)."""
+        of serving left before it ends (of the time after ``down_s``); ``warm``: for its
+        first seconds only this many replicas serve (a scale-up in place, the new replicas
+        loading)."""
         spec, st = self.specs[name], self.stats[name]
         live = min(dt, down_s + left_s)
         w = _Window(at=t0 + live)
         t, worst = t0, 0.0
+        warm_s, warm_n = warm
         for secs, rps in spec.load.pieces(t0, t0 + live):
             down = min(secs, max(0.0, down_s - (t - t0))) if replicas else secs
-            up = secs - down
             w.offered += rps * secs
             if down > 0 and rps > 0:
                 worst = math.inf
             elif rps == 0:
                 st.met_s += down
-            if up > 0:
-                per = rps / replicas
+            # the seconds served: first by the warm replicas alone, then by all
+            few = min(secs - down, max(0.0, warm_s - (t + down - t0))) if warm_n else 0.0
+            for up, n in ((few, warm_n), (secs - down - few, replicas)):
+                if up <= 0:
+                    continue
+                per = rps / n
                 p99 = spec.curve.p99(per)
                 worst = max(worst, p99)
-                w.served += min(rps, spec.curve.capacity * replicas) * up
-                w.busy_s += spec.curve.busy(per) * up
+                w.served += min(rps, spec.curve.capacity * n) * up
+                w.busy_s += spec.curve.busy(per) * up * n / replicas
                 if p99 <= spec.max_ms:
                     st.met_s += up
             t += secs
@@ -412,7 +430,9 @@ class Services:
             job = jobs[name]
             if job.state == RUNNING and job.completed_at is None:
                 left = job.model.remaining_time(job.placement)
-                self.window(name, now, dt, len(job.nodes), job.restart_left, left)
+                warm = (job.warm_left, job.warm_replicas)
+                self.window(name, now, dt, len(job.nodes), job.restart_left, left, warm)
+                job.warm_left = max(0.0, job.warm_left - dt)
             elif job.state == QUEUED:
                 self.window(name, now, dt, 0, dt, 0.0)
 
@@ -438,8 +458,9 @@ class Services:
             room = quota_room(job.team, caps.get(job.team, 0), held)
             model = job.model
             stream = None
-            if isinstance(model, ServiceJobModel):
-                stream = (model.remaining_time(()), model.start_s(restart_s))  # any placement
+            if isinstance(model, ServiceJobModel):  # in place: no gap (as the live guard)
+                cost = 0.0 if model.spec.in_place else model.start_s(restart_s)
+                stream = (model.remaining_time(()), cost)  # any placement
             if self.scale(name, now, len(job.nodes), s.lo, s.hi, room, stream):
                 job.view = None
 

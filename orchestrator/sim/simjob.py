@@ -25,6 +25,10 @@ class SimJob:
     nodes: tuple[str, ...] = ()
     placement: tuple[int, ...] = ()
     restart_left: float = 0.0
+    # a service resized in place: for ``warm_left`` seconds only ``warm_replicas`` of its
+    # replicas serve (the new ones load their model; see ``orchestrator.sim.services``)
+    warm_left: float = 0.0
+    warm_replicas: int = 0
     start_s: float = 0.0  # the current run's start-up (the restart cost, or measured)
     started_at: float = 0.0
     since_ckpt: float = 0.0

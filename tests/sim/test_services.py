@@ -133,3 +133,37 @@ def test_bad_load_profiles_are_refused_naming_the_problem() -> None:
         LoadProfile.steps((0.0, 1.0), (0.0, 2.0))
     with pytest.raises(ValueError, match="capacity must be > 0"):
         LatencyCurve((1.0,), (1.0,), capacity=0.0)
+
+
+def test_warm_replicas_alone_serve_while_a_scale_up_in_place_loads() -> None:
+    # 1,500 req/s on 2 replicas held, the second loading for its first 10 s: 1 replica alone
+    # is past its capacity (a miss), then 750 each meets 60 ms
+    load = LoadProfile.steps((0.0, 1500.0))
+    services = Services({"s": ServiceSpec(load, CURVE, max_ms=60.0, duration=1000.0)})
+    services.window("s", 0.0, 30.0, 2, 0.0, 1000.0, warm=(10.0, 1))
+    st = services.stats["s"]
+    assert (st.life_s, st.met_s) == (30.0, 20.0)
+    assert st.gpu_s == 60.0  # both held throughout
+    # 400 req/s: one replica carries it while the other loads: met throughout
+    low = Services({"s": ServiceSpec(LoadProfile.steps((0.0, 400.0)), CURVE, 60.0, 1000.0)})
+    low.window("s", 0.0, 30.0, 2, 0.0, 1000.0, warm=(10.0, 1))
+    assert low.stats["s"].met_s == 30.0
+
+
+def test_a_service_resized_in_place_serves_through_its_scales_and_a_relaunch_does_not() -> None:
+    """Live, a service with an endpoint (the default) is resized in place and a self-loading
+    one relaunched: the simulator models both, and the guard weighs a relaunch's gap only
+    for the second."""
+    load = LoadProfile.steps((0.0, 200.0), (300.0, 2000.0), (900.0, 200.0))
+    stats = {}
+    for in_place in (True, False):
+        spec = ServiceSpec(load, CURVE, 60.0, 1800.0, startup_s=30.0, in_place=in_place)
+        stats[in_place] = run([service_row()], {"svc": spec}).services.stats["svc"]
+    for st in stats.values():
+        assert max(n for _, _, n, _ in st.windows) == 4 and st.windows[-1][2] == 1
+    # after the load falls (900 s on) it scales down: in place nothing is missed, the
+    # replicas that stay serve; relaunched, each step down serves nothing for 30 s
+    after = {k: [p99 for t, _, _, p99 in st.windows if t >= 900.0] for k, st in stats.items()}
+    assert all(p99 <= 60.0 for p99 in after[True])
+    assert math.inf in after[False]
+    assert stats[True].attainment > stats[False].attainment

@@ -41,6 +41,9 @@ def test_the_example_model_is_served_at_a_rate_with_request_percentiles() -> Non
     assert spec.workload.entry == RANKER and spec.serve is not None
     config = job_harness_config(spec)  # the job's run, as a worker actor gets it
     config["duration_s"] = 1.0  # the job file's 60 s, shortened
+    # its offered load made up in the harness (serve.endpoint false): no ingress here (its
+    # endpoint on the pool: tests/e2e/test_service_endpoint.py)
+    config["serve"]["endpoint"] = False
     reports: list[dict[str, Any]] = []
     # a worker actor runs an entry in its sandboxed child (workers.sandbox; the tuner's trials
     # in tests/tuner/test_serve_own_model.py go through it); the harness is the same here
