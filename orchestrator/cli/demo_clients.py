@@ -40,6 +40,7 @@ class ServiceClients:
         self.api: ApiServer | None = None
         self.threads: list[threading.Thread] = []
         self.reports: dict[str, LoadReport | str] = {}
+        self.tokens: list[tuple[str, str]] = []  # (service, token id): revoked at the end
         self.closed = threading.Event()
 
     def offer(self, job_id: str, spec: JobSpec) -> str | None:
@@ -56,7 +57,8 @@ class ServiceClients:
         if self.api is None:
             self.api = start(self.store, "127.0.0.1:0")
         who = Principal.local("demo")
-        token, _ = operations.create_service_token(self.store, who, job_id, "demo-clients")
+        token, info = operations.create_service_token(self.store, who, job_id, "demo-clients")
+        self.tokens.append((job_id, info.id))
         thread = threading.Thread(
             target=self._run, args=(job_id, spec, token), name=f"clients-{job_id}", daemon=True
         )
@@ -131,11 +133,19 @@ class ServiceClients:
         return out
 
     def close(self, timeout_s: float = 60.0) -> None:
-        """Stop waiting for services to be ready, wait for the loads sent, stop the API."""
+        """Stop waiting for services to be ready, wait for the loads sent, revoke the
+        clients' tokens (none outlives the demo), stop the API."""
+        from orchestrator.api import operations
+        from orchestrator.api.identity import Principal
+
         self.closed.set()
         deadline = time.monotonic() + timeout_s
         for thread in self.threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        who = Principal.local("demo")
+        for job_id, token_id in self.tokens:
+            operations.revoke_service_token(self.store, who, job_id, token_id)
+        self.tokens.clear()
         if self.api is not None:
             self.api.stop()
             self.api = None

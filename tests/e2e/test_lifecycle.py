@@ -30,7 +30,10 @@ def test_every_example_submitted_with_the_cli_finishes_with_metrics(orch: Orch) 
             for job_id in ids
         ]
     finally:
+        minted = list(clients.tokens)
         clients.close()
+    # the clients' token reached the service, and no longer outlives them
+    assert [orch.store.tokens.get(t).revoked_by for _, t in minted] == ["demo"]
     # its clients' requests were answered, or refused at once once no replica was left (the
     # run's end, with requests queued: on two busy cores it runs near its capacity), none
     # lost or left to time out; and it is judged on exactly them, as its ingress counted them
