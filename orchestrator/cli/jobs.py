@@ -109,6 +109,13 @@ def submit(
     elif not output.data:
         for job_id, spec in zip(done.ids, specs, strict=True):
             console.print(f"submitted [bold]{job_id}[/] ({spec.job_class}, team {spec.team})")
+            if spec.serve is not None and spec.serve.endpoint:  # it answers only its clients
+                console.print(
+                    f"  a service: its clients POST to /v1/services/{job_id}/infer "
+                    f"(`orch load {job_id} --rate R --duration S` sends a load; a token for "
+                    f"them: POST /v1/services/{job_id}/tokens)",
+                    highlight=False,
+                )
     if wait:
         _follow(backend, done.ids, timeout, output)
 

@@ -24,6 +24,7 @@ def test_every_example_submitted_with_the_cli_finishes_with_metrics(orch: Orch) 
     clients = ServiceClients(orch.store)
     services = [j for j, p in zip(ids, EXAMPLES, strict=True) if clients.offer(j, load_spec(p))]
     assert len(services) == 1  # examples/service-infer.yaml
+    assert f"its clients POST to /v1/services/{services[0]}/infer" in out.stdout
     try:
         records = [
             orch.wait(job_id, {JobState.FINISHED, JobState.FAILED, JobState.CANCELLED})
