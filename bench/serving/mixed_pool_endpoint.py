@@ -90,7 +90,7 @@ def one(setup: str, args: argparse.Namespace, ray_address: str) -> dict[str, Any
         scheduler_interval_s=0.2,
         policy="shared",
         guard_hold_s=1.0,
-        warm_workers=0,
+        warm_workers=args.warm_workers,
     )
     running = serve_in_background(settings)
     store = running.scheduler.store
@@ -200,6 +200,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379"))
     ap.add_argument("--ceiling-ms", type=float, default=1000.0)
     ap.add_argument("--bulk", type=int, default=4)
+    ap.add_argument(
+        "--warm-workers",
+        type=int,
+        default=Settings().warm_workers,
+        help="warm workers per node (default: the product's; 0: every replica a new "
+        "process, as the figures before 2026-11-29 ran)",
+    )
     ap.add_argument("--bulk-s", type=float, default=30.0)
     ap.add_argument("--timeout", type=float, default=240.0)
     ap.add_argument("--setups", default="shared,dedicated")
