@@ -121,6 +121,7 @@ def run_demo(
             if line:
                 console.print(line, highlight=False)
         ids += later
+
         def read(job_id: str) -> tuple[JobRecord, dict[str, object]]:
             rec = store.get(job_id)  # a service's figures as its ingress measured them
             return rec, store.judged_metrics(rec)
