@@ -143,8 +143,8 @@ class JobEnded(OrchError):
 
 
 class NotAService(OrchError):
-    """A service's endpoint was asked of a job that is not a service with an endpoint
-    (``serve.endpoint: true``)."""
+    """A service's endpoint was asked of a job that is not a service with an endpoint (no
+    ``serve:``, or ``serve.endpoint: false``)."""
 
     exit_code = 2
 

@@ -3,8 +3,10 @@
 Pure (plain values in, a value out): the live loop's guard feeds it each service's measured
 window (``orchestrator.control.sla_guard``), and any simulator that models request latency
 can feed it the same figures. It only *chooses* a replica count; the scheduling policy makes
-room for it as it does for any interactive work (``RunningJob.want_gpus``), and the loop acts
-by the resize path every elastic job takes (a graceful stop, a relaunch at the new size).
+room for it as it does for any interactive work (``RunningJob.want_gpus``), and the loop acts:
+a service with an endpoint (the default) is resized in place, its staying replicas serving
+throughout; a self-loading one (``serve.endpoint: false``) by the resize path every elastic
+job takes (a graceful stop, a relaunch at the new size).
 
 Two signals, as the autoscalers that serve models use them (Knative's and Kubernetes' HPA
 rule ``desired = ceil(current x measured / target)``; Ray Serve's target ongoing requests):
@@ -25,8 +27,9 @@ hold without a break for ``up_hold_s`` (up) or the longer ``down_hold_s`` (down)
 acts; a window of fewer than ``min_requests`` answered requests says nothing of the tail. The
 count stays within the job's GPU range and what its team's quota leaves.
 
-**A resize is a relaunch**, and a relaunch answers nothing for as long as the service takes to
-start (``ServiceLimits.relaunch_s``: its current run's, launch to first answer). A service's
+**A relaunch** answers nothing for as long as the service takes to start
+(``ServiceLimits.relaunch_s``: its current run's, launch to first answer; 0 for a service
+resized in place, which has no gap, so nothing below holds it back). A service's
 stream has an end (``ServiceReading.time_left_s``), so a resize is worth its relaunch only with
 enough of the stream left: up, only if the new run would serve before the end (more than
 ``relaunch_s`` left); down, only if the GPU it frees is free for at least as long as the

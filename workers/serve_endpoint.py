@@ -388,9 +388,11 @@ def clean_facts(facts: object) -> dict[str, Any]:
     shape = raw.get("shape")
     dims = [_whole(n, 1, MAX_DIM) for n in shape] if isinstance(shape, list) else [None]
     sample = None
-    if len(dims) <= MAX_SHAPE_DIMS and None not in dims and raw.get("dtype") in _DTYPES:
+    dtype = raw.get("dtype")
+    known = isinstance(dtype, str) and dtype in _DTYPES  # a list or dict is not hashable
+    if known and len(dims) <= MAX_SHAPE_DIMS and None not in dims:
         high = _whole(raw.get("high"), 1, 1 << 40)
-        sample = {"shape": dims, "dtype": str(raw["dtype"]), "high": high}
+        sample = {"shape": dims, "dtype": dtype, "high": high}
     ends = got.get("ends_at")
     ends_at = None
     if isinstance(ends, int | float) and not isinstance(ends, bool) and abs(ends) < 1e12:
@@ -453,6 +455,8 @@ class RequestPump:
     def on_message(self, message: dict[str, Any]) -> bool:
         """Handle one of the child's messages; ``True`` when it was the pump's."""
         if "join" in message:
+            if self._joined.is_set():  # a replica joins once; a second join says nothing
+                return True
             join = message["join"] if isinstance(message["join"], dict) else {}
             facts = clean_facts(join.get("facts"))
             self.max_batch = facts["max_batch"]

@@ -658,8 +658,8 @@ def check_endpoint(rec: JobRecord) -> None:
     serve = rec.spec.serve
     if serve is None or not serve.endpoint:
         raise NotAService(
-            f"job {rec.id} is not a service with an endpoint: its job file needs serve: with "
-            "endpoint: true"
+            f"job {rec.id} is not a service with an endpoint: its job file needs a serve: "
+            "section without endpoint: false"
         )
 
 

@@ -97,6 +97,7 @@ def run_demo(
     bulk = [(p, s) for p, s in examples if s.job_class == "bulk"]
     interactive = [(p, s) for p, s in examples if s.job_class != "bulk"]
     clients = ServiceClients(store)
+    followed = False
     try:
         console.print(
             f"pool up in {time.monotonic() - started:.1f} s: Redis "
@@ -133,10 +134,11 @@ def run_demo(
             timeout_s=timeout_s,
             alive=running.thread.is_alive,
         )
+        followed = True
         if running.errors:
             raise running.errors[0]
     finally:
-        clients.close()
+        clients.close(timeout_s=60.0 if followed else 0.0)  # interrupted: no wait for them
         running.shutdown()
     return _summary(store, records, console, clients.lines())
 

@@ -12,9 +12,12 @@ reported beside the verdict, which is on the requests as the ingress measured th
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import TYPE_CHECKING
+
+from orchestrator.errors import OrchError
 
 if TYPE_CHECKING:
     from orchestrator.api.server import ApiServer
@@ -143,9 +146,12 @@ class ServiceClients:
         for thread in self.threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         who = Principal.local("demo")
-        for job_id, token_id in self.tokens:
-            operations.revoke_service_token(self.store, who, job_id, token_id)
-        self.tokens.clear()
-        if self.api is not None:
-            self.api.stop()
-            self.api = None
+        try:
+            for job_id, token_id in self.tokens:
+                with contextlib.suppress(OrchError):  # its job is gone: so is its reach
+                    operations.revoke_service_token(self.store, who, job_id, token_id)
+            self.tokens.clear()
+        finally:
+            if self.api is not None:
+                self.api.stop()
+                self.api = None

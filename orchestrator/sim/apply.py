@@ -4,6 +4,7 @@ that the engine stays one concern per module."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from orchestrator.sim.errors import PolicyViolation
@@ -95,10 +96,15 @@ class DecisionApplier:
             model = job.model
             if isinstance(model, ServiceJobModel) and model.spec.in_place:
                 # resized in place, as a service with an endpoint is live: the replicas that
-                # stay serve throughout, the new ones once loaded; its clock goes on
-                job.restart_left = 0.0
-                job.warm_replicas = min(len(old), len(job.nodes))
-                job.warm_left = job.start_s if len(job.nodes) > len(old) else 0.0
+                # stay (on GPUs it keeps, and already serving) serve throughout, the new ones
+                # once loaded; its clock goes on
+                kept = sum((Counter(old) & Counter(job.nodes)).values())
+                serving = min(kept, job.warm_replicas) if job.warm_left > 0 else kept
+                job.warm_replicas = serving
+                job.warm_left = 0.0
+                if serving:  # else every replica is new: nothing serves until they load
+                    job.restart_left = 0.0
+                    job.warm_left = job.start_s if len(job.nodes) > serving else 0.0
 
     def _take(self, d: Decision, job: SimJob, old: tuple[str, ...]) -> None:
         s = job.spec

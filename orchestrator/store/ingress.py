@@ -94,6 +94,9 @@ answers what it took well within it)."""
 UNSERVED_CHECKS = 2
 """A waiting request is refused (503) once this many checks :data:`READY_TTL_S` apart found no
 ready replica (two: one renewal missed by a replica starved of CPU is not its end)."""
+SERVED_EVERY_S = 1.0
+"""How long one read of whether a service has a ready replica answers for every request
+waiting on it."""
 RECLAIM_EVERY_S = 1.0
 """How often a replica looks for such requests (one ``XPENDING`` when there are none)."""
 ANSWER_TTL_S = 60
@@ -575,6 +578,7 @@ class IngressStore:
         # task on one connection (a wait per request would hold a connection each)
         self.inbox = f"{namespace}:svc-inbox:{secrets.token_hex(8)}"
         self._waiting: dict[str, Any] = {}
+        self._served_at: dict[str, tuple[float, bool]] = {}  # service -> (when read, ready)
 
     def _async(self) -> Any:
         import asyncio
@@ -671,14 +675,34 @@ class IngressStore:
                     )
                     break
                 except TimeoutError:
+                    if waiter.done():  # answered while the wait gave up
+                        answer = waiter.result()
+                        break
                     # waited a readiness's hold: is any replica left to answer it?
-                    unserved = 0 if await self.ready(job_id) else unserved + 1
+                    served = await self._served(job_id)
+                    unserved = 0 if served is not False else unserved + 1
                     if unserved >= UNSERVED_CHECKS:
                         raise Unserved(job_id) from None
         finally:
             self._waiting.pop(rid, None)
             waiter.cancel()
         return answer if isinstance(answer, dict) else None
+
+    async def _served(self, job_id: str) -> bool | None:
+        """Whether the service has a ready replica, as read at most :data:`SERVED_EVERY_S`
+        ago (one read a service shared by every request waiting on it, not one each: a
+        backlog is when the store is busiest); ``None`` when the store cannot say (a blip:
+        the waits go on)."""
+        now = time.monotonic()
+        seen = self._served_at.get(job_id)
+        if seen is not None and now - seen[0] < SERVED_EVERY_S:
+            return seen[1]
+        try:
+            served = bool(await self.ready(job_id))
+        except Exception:  # the store briefly unreachable: not a verdict on the service
+            return None
+        self._served_at[job_id] = (now, served)
+        return served
 
     async def call(self, job_id: str, payload: dict[str, Any], timeout_s: float) -> str:
         """One checked request through the producer side, as the HTTP router takes it once its

@@ -75,7 +75,7 @@ def test_a_job_that_is_not_a_service_or_not_callable_is_refused(
     other = store.submit(plain).id
     with http(api, tokens["member"]) as c:
         r = c.post(f"/v1/services/{other}/infer", json={"input": [0.0]})
-        assert r.status_code == 409 and "endpoint: true" in r.json()["detail"]
+        assert r.status_code == 409 and "without endpoint: false" in r.json()["detail"]
     with http(api, tokens["viewer"]) as c:  # reads, never calls
         assert c.post(f"/v1/services/{job_id}/infer", json={"input": [0.0]}).status_code == 403
         assert c.get(f"/v1/services/{job_id}").status_code == 200

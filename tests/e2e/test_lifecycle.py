@@ -42,8 +42,10 @@ def test_every_example_submitted_with_the_cli_finishes_with_metrics(orch: Orch) 
     assert not isinstance(report, str), report
     judged = orch.store.judged_metrics(orch.store.get(services[0]))
     assert set(report.statuses) <= {"200", "503"}, (report, judged)
-    assert report.statuses["200"] >= 0.9 * report.requests, (report, judged)
-    assert judged["measured_at"] == "ingress" and judged["requests"] == report.requests
+    assert report.statuses.get("200", 0) >= 0.9 * report.requests, (report, judged)
+    # every one counted where it arrived (one arriving after the service ended: refused)
+    assert judged["measured_at"] == "ingress"
+    assert judged["requests"] + judged["requests_refused"] == report.requests, (report, judged)
     for job_id, rec in zip(ids, records, strict=True):
         assert rec.state is JobState.FINISHED, f"{job_id}: {rec.message}"
         metrics = orch.store.metrics(job_id)

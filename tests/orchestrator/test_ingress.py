@@ -193,6 +193,7 @@ def test_what_a_team_process_says_of_its_replica_is_cleaned_before_the_ingress_r
     assert clean_facts(hostile) == {"input": None, "max_batch": 1, "ends_at": None}
     assert clean_facts({"input": {"shape": [1] * 9, "dtype": "float32"}})["input"] is None
     assert clean_facts({"input": {"shape": [4], "dtype": "complex128"}})["input"] is None
+    assert clean_facts({"input": {"shape": [4], "dtype": ["float32"]}})["input"] is None
     assert clean_facts({"max_batch": True, "ends_at": 1e300})["ends_at"] is None
     assert clean_facts("nope") == {"input": None, "max_batch": 1, "ends_at": None}
 
@@ -339,6 +340,7 @@ def test_a_request_queued_when_the_last_replica_leaves_is_refused_not_left_to_ti
     from orchestrator.store.ingress import IngressStore, Unserved
 
     monkeypatch.setattr(ingress_mod, "READY_TTL_S", 0.3)
+    monkeypatch.setattr(ingress_mod, "SERVED_EVERY_S", 0.1)
     ns = f"test-unserved-{time.time_ns()}"
     ingress = IngressStore(redis_client, ns)
     replica = ReplicaQueue(redis_url, ns, "svc")
@@ -376,3 +378,36 @@ def test_a_request_queued_when_the_last_replica_leaves_is_refused_not_left_to_ti
     assert answered == {"output": 7}
     assert waited < 5.0 and status == "503"
     assert figures.counts["unavailable"] == 1  # the trial path's refusal, counted
+
+
+def test_a_hostile_join_reaches_the_ingress_cleaned_and_a_second_join_changes_nothing(
+    redis_url: str,
+) -> None:
+    """The worker's pump between a team's process and the service's queue (real Redis): a
+    join whose facts are malformed (an unhashable dtype, a junk batch) neither raises in the
+    worker nor reaches the ingress as sent; a second join is ignored."""
+    import json
+
+    import redis
+
+    from workers.serve_endpoint import RequestPump
+
+    ns = f"test-pump-{time.time_ns()}"
+    queue = ReplicaQueue(redis_url, ns, "svc")
+    sent: list[Any] = []
+    pump = RequestPump(queue, sent.append)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    keys = service_keys(ns, "svc")
+    hostile = {"input": {"shape": [4], "dtype": ["float32"]}, "max_batch": {"x": 1}}
+    try:
+        assert pump.on_message({"join": {"name": "r0", "facts": hostile}})
+        assert pump.on_message({"join": {"name": "r1", "facts": {"max_batch": 7}}})
+        ready = client.hgetall(keys["ready"])
+        assert set(ready) == {"r0"}
+        facts = json.loads(ready["r0"])
+        assert facts["input"] is None and facts["max_batch"] == 1 and facts["ends_at"] is None
+        assert pump.max_batch == 1
+    finally:
+        pump.close()
+        for k in client.scan_iter(f"{ns}:*"):
+            client.delete(k)

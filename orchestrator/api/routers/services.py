@@ -5,9 +5,10 @@ service's replicas), its figures as measured there, and its own clients' tokens.
 nested lists>}``, or the sample's raw bytes (``Content-Type: application/octet-stream``,
 little-endian, of the shape and dtype ``GET /v1/services/{job}`` gives). It is answered with
 ``{"output": ..., "timing": {...}}``; a malformed body 400 or 422, an oversized one 413 (the
-API's body limit), no ready replica 503 at once with ``Retry-After`` (and a request queued
-when the service's last replica left, its run over, 503 within seconds), no answer within the
-service's ``serve.timeout_ms`` (else :data:`DEFAULT_TIMEOUT_S`) 504. Every request is counted
+API's body limit), no ready replica 503 at once with ``Retry-After`` (and a request still
+queued once the service has had no ready replica for two readiness holds, about 6 s: its run
+over, or its only replica gone, 503 then), no answer within the service's
+``serve.timeout_ms`` (else :data:`DEFAULT_TIMEOUT_S`) 504. Every request is counted
 where it arrives, its latency from its arrival here to its answer
 (:mod:`orchestrator.store.ingress`).
 
@@ -219,7 +220,7 @@ async def infer(ref: Ref, who: Caller, request: Request) -> JSONResponse:
         return JSONResponse({"detail": str(err)}, status_code=400)
     try:
         answer = await ingress.ask(svc.job_id, payload, arrived, svc.timeout_s)
-    except Unserved as err:  # queued, then its last replica left: said now, not at the timeout
+    except Unserved as err:  # queued, then no replica left: said now, not at the timeout
         known.record(ingress, svc.job_id, "unavailable", None)
         return _unavailable(str(err))
     latency_ms = (time.time() - arrived) * 1000.0
