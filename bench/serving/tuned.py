@@ -192,12 +192,16 @@ def main() -> None:
     p.add_argument("--smoke", action="store_true", help="one load, one seed, a short search")
     p.add_argument("--trials", type=int, default=12, help="tuning trials per load and seed")
     p.add_argument("--seeds", default="0", help="comma-separated seeds (TPE and the streams)")
+    p.add_argument(
+        "--loads", default=",".join(f"{x:g}" for x in LOADS), help="offered loads, req/s"
+    )
+    p.add_argument("--out", default="tuned", help="results file name, no .json")
     p.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379"))
     a = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
     seeds = [int(s) for s in a.seeds.split(",")]
-    loads: tuple[float, ...] = LOADS
+    loads = tuple(float(x) for x in a.loads.split(","))
     batches: tuple[int, ...] = (8, 16, 32)
     trials = a.trials
     if a.smoke:
@@ -226,7 +230,7 @@ def main() -> None:
                 flush=True,
             )
     out["wall_s"] = round(time.perf_counter() - started, 1)
-    path = Path(__file__).parent / "results" / ("tuned-smoke.json" if a.smoke else "tuned.json")
+    path = Path(__file__).parent / "results" / f"{a.out}{'-smoke' if a.smoke else ''}.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {path} in {out['wall_s']} s")
 
