@@ -252,6 +252,13 @@ class Client:
         body = {"name": name, "role": str(role), "team": team}
         return TokenCreated.model_validate(self._call("POST", "/v1/tokens", json=body))
 
+    def create_service_token(self, ref: str, *, name: str) -> TokenCreated:
+        """Make a token for a service's own clients (an admin or a member of its team): it
+        reaches that service's endpoint and nothing else; shown this once."""
+        body = {"name": name}
+        path = f"/v1/services/{_path(ref)}/tokens"
+        return TokenCreated.model_validate(self._call("POST", path, json=body))
+
     def tokens(self) -> builtins.list[TokenInfo]:
         """Every token's record (admins)."""
         return [TokenInfo.model_validate(t) for t in self._call("GET", "/v1/tokens")]

@@ -26,6 +26,7 @@ from orchestrator.cli.output import (
     iso,
     print_data,
 )
+from orchestrator.errors import OptionError
 from orchestrator.store.roles import Role
 
 if TYPE_CHECKING:
@@ -68,6 +69,17 @@ def serve_command(
 
 # ---- orch tokens -----------------------------------------------------------------------------
 
+
+def _service_ref(value: str | None) -> str | None:
+    """The check of ``--service``: a job id or name, as ``JOB`` arguments are checked."""
+    if value is None:
+        return None
+    try:
+        return options.job_ref(value)
+    except OptionError as err:
+        raise OptionError("--service", err.problem) from None
+
+
 tokens_app = typer.Typer(
     help="API tokens (admins): create one per principal, list them, revoke them.",
     no_args_is_help=True,
@@ -76,7 +88,17 @@ tokens_app = typer.Typer(
 
 @tokens_app.command("create")
 def tokens_create(
-    role: Annotated[Role, typer.Option(help="admin, member (of --team) or viewer.")],
+    role: Annotated[
+        Role | None, typer.Option(help="admin, member (of --team) or viewer (or give --service).")
+    ] = None,
+    service: Annotated[
+        str | None,
+        typer.Option(
+            help="A service (job id or name): a token for its own clients, which reaches its "
+            "endpoint and nothing else (an admin or a member of its team may make one).",
+            callback=_service_ref,
+        ),
+    ] = None,
     team: Annotated[
         str | None,
         typer.Option(
@@ -94,6 +116,18 @@ def tokens_create(
     ] = None,
 ) -> None:
     """Make a token and print it once on stdout (only its hash is kept)."""
+    if service is not None:
+        if role not in (None, Role.SERVICE) or team is not None:
+            raise OptionError("--service", "takes no --role or --team: its team is the service's")
+        token, info = connect().create_service_token(service, name=name or "clients")
+        err_console.print(
+            f"token {info.id} for {info.name}, the clients of service {info.service}; reaches "
+            "its endpoint only; shown once, keep it secret:"
+        )
+        sys.stdout.write(token + "\n")
+        return
+    if role is None:
+        raise OptionError("--role", "is needed: admin, member or viewer (or --service JOB)")
     # ROLE-TEAM can outgrow a name (a 60-character team): said as the option to give.
     name = options.name("--name")(name or "-".join(p for p in (role.value, team) if p))
     token, info = connect().create_token(name=name, role=role, team=team)

@@ -65,6 +65,7 @@ class Backend(Protocol):
     def whoami(self) -> WhoAmI: ...
     def usage(self, *, since: float, team: str | None) -> Usage: ...
     def create_token(self, *, name: str, role: Role, team: str | None) -> tuple[str, TokenInfo]: ...
+    def create_service_token(self, ref: str, *, name: str) -> tuple[str, TokenInfo]: ...
     def tokens(self) -> builtins.list[TokenInfo]: ...
     def revoke_token(self, token_id: str) -> TokenInfo: ...
     def audit(self, count: int, action: str | None) -> builtins.list[AuditEntry]: ...
@@ -171,6 +172,10 @@ class ApiBackend:
         created = self.sdk.create_token(name=name, role=role, team=team)
         return created.token, created.info
 
+    def create_service_token(self, ref: str, *, name: str) -> tuple[str, TokenInfo]:
+        created = self.sdk.create_service_token(ref, name=name)
+        return created.token, created.info
+
     def tokens(self) -> builtins.list[TokenInfo]:
         return self.sdk.tokens()
 
@@ -274,6 +279,11 @@ class StoreBackend:
         from orchestrator.api import operations
 
         return operations.create_token(self.store, self.who, name=name, role=role, team=team)
+
+    def create_service_token(self, ref: str, *, name: str) -> tuple[str, TokenInfo]:
+        from orchestrator.api import operations
+
+        return operations.create_service_token(self.store, self.who, ref, name)
 
     def tokens(self) -> builtins.list[TokenInfo]:
         from orchestrator.api import operations

@@ -113,7 +113,7 @@ def submit(
                 console.print(
                     f"  a service: its clients POST to /v1/services/{job_id}/infer "
                     f"(`orch load {job_id} --rate R --duration S` sends a load; a token for "
-                    f"them: POST /v1/services/{job_id}/tokens)",
+                    f"them: `orch tokens create --service {job_id}`)",
                     highlight=False,
                 )
     if wait:

@@ -203,3 +203,40 @@ def test_submit_warns_the_same_directly_and_through_the_api(
     with http(api, tokens["member"]) as client:
         single = client.post("/v1/jobs", json=json.loads(files[0].read_text()))
     assert single.status_code == 201 and single.json()["warnings"] == expected[:1]
+
+
+def test_a_member_makes_a_token_for_a_services_clients_that_reaches_it_and_nothing_else(
+    api: ApiServer, store: JobStore, direct: dict[str, str]
+) -> None:
+    """`orch tokens create --service JOB` through the API (as the refusal of `--role service`
+    says to): a member of the service's team may; the token reads its service's endpoint and
+    is refused everywhere else; a member of another team may not make one."""
+    from orchestrator.spec import parse_spec
+
+    service = parse_spec(
+        {
+            **spec_data("vision", "scorer"),
+            "workload": {"name": "infer", "args": {"model": "mlp"}},
+            "run": {"micro_batch": 8, "duration_s": 60},
+            "serve": {"rate_rps": 10},
+        }
+    )
+    job_id = store.submit(service).id
+    member = orch("tokens", "create", "--role", "member", "--team", "vision", env=direct)
+    outsider = orch("tokens", "create", "--role", "member", "--team", "nlp", env=direct)
+    alice, mallory = as_token(api, member.stdout.strip()), as_token(api, outsider.stdout.strip())
+    made = orch("tokens", "create", "--service", "scorer", "--name", "web", env=alice)
+    assert made.returncode == 0, made.stderr
+    assert f"the clients of service {job_id}" in made.stderr
+    token = made.stdout.strip()
+    with http(api, token) as c:
+        seen = c.get(f"/v1/services/{job_id}")
+        assert seen.status_code == 200 and seen.json()["job_id"] == job_id
+        assert c.get("/v1/jobs").status_code == 403  # its endpoint and nothing else
+    refused = orch("tokens", "create", "--service", job_id, env=mallory)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    # a role with --service, or a service token by --role, is refused naming the option
+    both = orch("tokens", "create", "--service", job_id, "--role", "admin", env=alice)
+    assert both.returncode == 2 and "--service takes no --role or --team" in both.stderr
+    asked = orch("tokens", "create", "--role", "service", env=direct)
+    assert asked.returncode == 2 and "orch tokens create --service JOB" in asked.stderr
