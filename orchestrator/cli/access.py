@@ -81,7 +81,8 @@ def _service_ref(value: str | None) -> str | None:
 
 
 tokens_app = typer.Typer(
-    help="API tokens (admins): create one per principal, list them, revoke them.",
+    help="API tokens: create one per principal (admins) or for a service's clients (--service: "
+    "its team's members too), list them, revoke them.",
     no_args_is_help=True,
 )
 
