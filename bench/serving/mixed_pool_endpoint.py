@@ -30,6 +30,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,6 +54,11 @@ from orchestrator.errors import JobEnded  # noqa: E402
 from orchestrator.load import Schedule, ServiceInput, make_bodies, run_load  # noqa: E402
 from orchestrator.services import serve_in_background  # noqa: E402
 from orchestrator.spec import parse_spec  # noqa: E402
+from orchestrator.store.ingress import (  # noqa: E402
+    WINDOW_S,
+    service_keys,
+    window_percentiles,
+)
 from orchestrator.store.states import JobState  # noqa: E402
 from orchestrator.store.tokens import Role  # noqa: E402
 from orchestrator.teams import TeamConfig, TeamSpec  # noqa: E402
@@ -77,6 +83,38 @@ def service_spec(gpus: dict[str, int], ceiling_ms: float, smoke: bool) -> Any:
             "serve": {"trace": arrivals(), "max_delay_ms": 0, "endpoint": True},
         }
     )
+
+
+def scale_windows(
+    store: Any, svc: str, began: float, scales: list[dict[str, Any]], ceiling_ms: float
+) -> dict[str, Any]:
+    """The ingress's 10 s windows (p99 each), those a scale-up overlaps (from its decision to
+    its new replica serving) set beside the steady ones: the issue's "p99 during the scale
+    within 2x the steady p99"."""
+    keys = service_keys(store.keys.namespace, svc)
+    rows = window_percentiles(store.client, keys, 0.99)
+    spans = [
+        (began + sc["at_s"], began + sc["at_s"] + (sc["to_serving_s"] or 0.0))
+        for i, sc in enumerate(scales)
+        if i == 0 or sc["to"] > scales[i - 1]["to"]  # the scale-ups (the first is one)
+    ]
+    during: list[float] = []
+    steady: list[float] = []
+    for at, p99, n in rows:
+        if p99 is None or not n:
+            continue
+        hit = any(a < at + WINDOW_S and b >= at for a, b in spans)
+        (during if hit else steady).append(p99)
+    mid = statistics.median(steady) if steady else None
+    worst = max(during) if during else None
+    return {
+        "window_p99_ms": [
+            (round(at - began, 1), None if p is None else round(p, 1), n) for at, p, n in rows
+        ],
+        "scale_window_p99_ms": worst,
+        "steady_window_p99_ms": mid,
+        "scale_over_steady": None if worst is None or not mid else round(worst / mid, 2),
+    }
 
 
 def one(setup: str, args: argparse.Namespace, ray_address: str) -> dict[str, Any]:
@@ -167,6 +205,7 @@ def one(setup: str, args: argparse.Namespace, ray_address: str) -> dict[str, Any
                         "to_serving_s": None if served is None else round(served - at, 2),
                     }
                 )
+        windows = scale_windows(store, svc, began, scales, args.ceiling_ms)
         lat = report.latency
         return {
             "setup": setup,
@@ -180,6 +219,7 @@ def one(setup: str, args: argparse.Namespace, ray_address: str) -> dict[str, Any
             "ingress_p99_ms": figures["p99_ms"],
             "replicas_seen": sorted({n for _, n in ready_seen}),
             "scales": scales,
+            **windows,
             "bulk_finished": len(jcts),
             "bulk_mean_jct_s": sum(jcts) / len(jcts) if jcts else None,
             "bulk_jcts_s": jcts,
@@ -233,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{setup:<10} lost {row['lost']} of {row['requests']}, client p99 "
                 f"{row['client_p99_ms']:.0f} ms, SLA windows {row['attainment']} of "
                 f"{row['windows']}, replicas {row['replicas_seen']}, scales {row['scales']}, "
+                f"p99 in a scale-up's windows {row['scale_window_p99_ms']} ms against "
+                f"{row['steady_window_p99_ms']} ms steady ({row['scale_over_steady']}x), "
                 f"bulk mean JCT {row['bulk_mean_jct_s']} s ({row['bulk_finished']} finished), "
                 f"{row['wall_s']:.0f} s",
                 flush=True,

@@ -77,6 +77,7 @@ __all__ = [
     "quantile",
     "read_figures",
     "service_keys",
+    "window_percentiles",
     "with_service_figures",
 ]
 
@@ -299,6 +300,25 @@ def read_figures(
     for k in numbers:
         pipe.hgetall(f"{keys['win']}{k.decode() if isinstance(k, bytes) else k}")
     return figures_of(_text(life), (_text(w) for w in pipe.execute()), ceiling)
+
+
+def window_percentiles(
+    client: redis.Redis, keys: Mapping[str, str], q: float
+) -> list[tuple[float, float | None, int]]:
+    """Each kept window of a service, oldest first: its start (Unix seconds), its answered
+    requests' ``q`` latency percentile (``None``: none answered) and how many were answered
+    (blocking client; what the benchmarks read to set a scale's windows beside the steady
+    ones)."""
+    numbers = cast(list[Any], client.zrange(keys["wins"], -WINDOWS_KEPT, -1))
+    pipe = client.pipeline(transaction=False)
+    for k in numbers:
+        pipe.hgetall(f"{keys['win']}{k.decode() if isinstance(k, bytes) else k}")
+    out = []
+    for k, raw in zip(numbers, pipe.execute(), strict=True):
+        buckets, _ = _split(_text(raw))
+        start = int(k.decode() if isinstance(k, bytes) else k) * WINDOW_S
+        out.append((start, quantile(buckets, q), sum(buckets.values())))
+    return out
 
 
 def _text(raw: Mapping[Any, Any]) -> dict[str, str]:

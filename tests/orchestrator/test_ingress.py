@@ -411,3 +411,35 @@ def test_a_hostile_join_reaches_the_ingress_cleaned_and_a_second_join_changes_no
         pump.close()
         for k in client.scan_iter(f"{ns}:*"):
             client.delete(k)
+
+
+def test_each_windows_percentile_is_read_apart(redis_client: Any) -> None:
+    """A window's percentile from its own buckets (what the benchmarks set a scale's windows
+    beside the steady ones by), oldest first, with its start and its answered requests."""
+    from orchestrator.store.ingress import WINDOW_S, record_commands, window_percentiles
+
+    ns = f"test-windows-{time.time_ns()}"
+    keys = service_keys(ns, "svc")
+    t0 = 1_000 * WINDOW_S
+    try:
+        for at, ms in [(t0 + 1, 5.0), (t0 + 2, 6.0), (t0 + WINDOW_S + 1, 200.0)]:
+            pipe = redis_client.pipeline(transaction=False)
+            for cmd in record_commands(keys, "ok", ms, at):
+                pipe.execute_command(*cmd)
+            pipe.execute()
+        pipe = redis_client.pipeline(transaction=False)
+        for cmd in record_commands(keys, "unavailable", None, t0 + 2 * WINDOW_S + 1):
+            pipe.execute_command(*cmd)
+        pipe.execute()
+        got = window_percentiles(redis_client, keys, 0.99)
+    finally:
+        for k in redis_client.scan_iter(f"{ns}:*"):
+            redis_client.delete(k)
+    assert [(start, n) for start, _, n in got] == [
+        (t0, 2),
+        (t0 + WINDOW_S, 1),
+        (t0 + 2 * WINDOW_S, 0),
+    ]
+    first, second, third = (p for _, p, _ in got)
+    assert first == pytest.approx(6.0, rel=0.03) and second == pytest.approx(200.0, rel=0.03)
+    assert third is None  # a window of refusals only: no latency
