@@ -3,9 +3,10 @@ interactive ones arriving on a busy pool), a verdict table, the next commands.""
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -116,24 +117,9 @@ def run_demo(
                 "[bold]interactive jobs arrive[/]: they start now, on GPUs the bulk jobs hold "
                 "if the pool is full (a preempted bulk job resumes from its checkpoint)"
             )
-        later = _submit(store, interactive, console)
-        for job_id, (_, spec) in zip(later, interactive, strict=True):
-            line = clients.offer(job_id, spec)
-            if line:
-                console.print(line, highlight=False)
-        ids += later
-
-        def read(job_id: str) -> tuple[JobRecord, dict[str, object]]:
-            rec = store.get(job_id)  # a service's figures as its ingress measured them
-            return rec, store.judged_metrics(rec)
-
-        records = follow(
-            read,
-            ids,
-            console,
-            timeout_s=timeout_s,
-            alive=running.thread.is_alive,
-        )
+        ids += _submit(store, interactive, console, clients)
+        read = functools.partial(_judged, store)
+        records = follow(read, ids, console, timeout_s=timeout_s, alive=running.thread.is_alive)
         followed = True
         if running.errors:
             raise running.errors[0]
@@ -231,13 +217,28 @@ def _tune_one(
     return [*examples[:pick], (path, run_spec(asked, config)), *examples[pick + 1 :]]
 
 
-def _submit(store: JobStore, jobs: list[tuple[Path, JobSpec]], console: Console) -> list[str]:
+def _submit(
+    store: JobStore,
+    jobs: list[tuple[Path, JobSpec]],
+    console: Console,
+    clients: ServiceClients | None = None,
+) -> list[str]:
+    """Submit the jobs; with ``clients``, a service among them is sent its offered load."""
     ids = []
     for path, spec in jobs:
         rec = store.submit(spec, by="demo")
         ids.append(rec.id)
         console.print(f"submitted {path.name} -> [bold]{rec.id}[/] ({spec.job_class})")
+        line = clients.offer(rec.id, spec) if clients is not None else None
+        if line:
+            console.print(line, highlight=False)
     return ids
+
+
+def _judged(store: JobStore, job_id: str) -> tuple[JobRecord, dict[str, Any]]:
+    """A job and the metrics it is judged on (a service's as its ingress measured them)."""
+    rec = store.get(job_id)
+    return rec, store.judged_metrics(rec)
 
 
 def _wait_for_checkpoints(
