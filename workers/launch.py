@@ -23,6 +23,7 @@ stand in for this package; the script's folder is put first on the path here ins
 
 from __future__ import annotations
 
+import atexit
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -40,6 +41,29 @@ HOOKED_MODULE = "torch.optim.optimizer"
 """The module whose import installs the hook (it defines the global step hooks)."""
 
 _installed = False
+_finished = False
+
+
+def _leave_process_group() -> None:
+    """At exit, after the script finished cleanly: leave the ``torch.distributed`` group it
+    joined and did not leave (Lightning's and the Hugging Face Trainer's DDP do not).
+
+    Without this, Gloo's worker threads can still hold a finished collective's tensors when the
+    interpreter is torn down; freeing them then takes the GIL of a dying interpreter and the
+    process aborts (``terminate called without an active exception``, signal 6) after its run
+    completed and saved: a finished rank reported as a crash. ``torch`` considered doing this
+    itself (pytorch/pytorch#179291, not merged), so it is done here, for exactly the process the
+    command names. Registered before the script runs, so it runs after the script's own exit
+    handlers (which may still use the group); skipped after a failure (that exit is an error
+    anyway, and a collective a failed rank left pending could block its leaving)."""
+    dist = sys.modules.get("torch.distributed")
+    if not _finished or dist is None:
+        return
+    try:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception as err:  # the run is over; leaving the group is best effort
+        print(f"orch: could not leave the process group at exit: {err}", file=sys.stderr)
 
 
 def install_step_hook(module: ModuleType | None = None) -> None:
@@ -93,16 +117,22 @@ def main(argv: Sequence[str]) -> None:
         install_step_hook(sys.modules[HOOKED_MODULE])
     else:
         sys.meta_path.insert(0, _WhenImported())
+    global _finished
+    atexit.register(_leave_process_group)
     try:
         if argv[0] == "-m" and len(argv) > 1:
             sys.argv = [argv[1], *argv[2:]]  # runpy sets argv[0] to the module's file
             sys.path.insert(0, os.getcwd())  # as `python -m` puts the current folder first
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-            return
-        script = os.path.abspath(argv[0])
-        sys.argv = list(argv)
-        sys.path.insert(0, os.path.dirname(script))  # as `python SCRIPT` puts its folder first
-        runpy.run_path(script, run_name="__main__")
+        else:
+            script = os.path.abspath(argv[0])
+            sys.argv = list(argv)
+            sys.path.insert(0, os.path.dirname(script))  # as `python SCRIPT` puts its folder first
+            runpy.run_path(script, run_name="__main__")
+        _finished = True
+    except SystemExit as end:
+        _finished = end.code in (None, 0)
+        raise
     except Exception as err:
         # the traceback `python SCRIPT` prints, without this module's and runpy's frames: a
         # failed job quotes the script's last lines, which must be its own
