@@ -50,6 +50,7 @@ __all__ = [
     "CONNECTION_ERROR",
     "MAX_REQUESTS",
     "TIMEOUT",
+    "Answered",
     "LoadReport",
     "Schedule",
     "Send",
@@ -300,6 +301,7 @@ class _Tally:
     latency_s: array[float] = field(default_factory=lambda: array("d"))
     lag_s: array[float] = field(default_factory=lambda: array("d"))
     last_s: float = 0.0
+    on_answer: Answered | None = None
 
 
 Send = Callable[[int], Awaitable[tuple[str, float | None]]]
@@ -308,7 +310,14 @@ status as text, or :data:`CONNECTION_ERROR`) and the loop time it left (``None``
 is called at the request's intended time, and cancelled at its timeout."""
 
 
-async def run_schedule(schedule: Schedule, send: Send, *, timeout_s: float) -> LoadReport:
+Answered = Callable[[int, float, float], None]
+"""Told of each answered request (status 200): ``(i, due_s, latency_s)``, its index, when it
+was due (seconds from the first request's due time) and its latency."""
+
+
+async def run_schedule(
+    schedule: Schedule, send: Send, *, timeout_s: float, on_answer: Answered | None = None
+) -> LoadReport:
     """Send request ``i`` with ``send(i)`` at each of the schedule's times, open loop, and
     measure: the engine of :func:`run_load`, apart from what carries a request (HTTP there;
     a service's tuning trial enters at the ingress's producer side,
@@ -316,15 +325,16 @@ async def run_schedule(schedule: Schedule, send: Send, *, timeout_s: float) -> L
 
     Each request is a task started at its intended time (the loop sleeps until then; it never
     waits for an answer); its latency runs from that time to its answer. A request unanswered
-    ``timeout_s`` after its intended time counts as :data:`TIMEOUT`.
+    ``timeout_s`` after its intended time counts as :data:`TIMEOUT`. ``on_answer``, if given,
+    is told of each answered request as it ends (a benchmark's latency over time).
     """
     loop = asyncio.get_running_loop()
-    tally = _Tally()
+    tally = _Tally(on_answer=on_answer)
     running: set[asyncio.Task[None]] = set()
     start = loop.time()
     for i, offset in enumerate(schedule.offsets):
         await asyncio.sleep(max(0.0, start + offset - loop.time()))  # 0: still yields
-        task = loop.create_task(_one(send, i, start + offset, timeout_s, tally))
+        task = loop.create_task(_one(send, i, start, offset, timeout_s, tally))
         running.add(task)
         task.add_done_callback(running.discard)
     if running:
@@ -339,9 +349,13 @@ async def run_schedule(schedule: Schedule, send: Send, *, timeout_s: float) -> L
     )
 
 
-async def _one(send: Send, i: int, due: float, timeout_s: float, tally: _Tally) -> None:
-    """Send request ``i``, due at loop time ``due``; tally its outcome, latency and send lag."""
+async def _one(
+    send: Send, i: int, start: float, offset: float, timeout_s: float, tally: _Tally
+) -> None:
+    """Send request ``i``, due at loop time ``start + offset``; tally its outcome, latency and
+    send lag."""
     loop = asyncio.get_running_loop()
+    due = start + offset
     left: float | None = None
     try:
         async with asyncio.timeout(timeout_s):
@@ -353,6 +367,8 @@ async def _one(send: Send, i: int, due: float, timeout_s: float, tally: _Tally) 
     tally.last_s = max(tally.last_s, ended)
     if outcome == "200":
         tally.latency_s.append(ended - due)
+        if tally.on_answer is not None:
+            tally.on_answer(i, offset, ended - due)
     if left is not None:
         tally.lag_s.append(max(0.0, left - due))
 
@@ -365,9 +381,10 @@ async def run_load(
     *,
     timeout_s: float,
     connections: int,
+    on_answer: Answered | None = None,
 ) -> LoadReport:
     """POST ``bodies`` (in turn) to ``path`` at the schedule's times, open loop, and measure
-    (:func:`run_schedule`).
+    (:func:`run_schedule`; ``on_answer`` as there).
 
     At most ``connections`` requests are in flight, each on a connection of its own
     (:class:`_Connections`); the others wait their turn in order, and the wait counts in
@@ -386,7 +403,8 @@ async def run_load(
         lambda: client.async_http(timeout_s=timeout_s, connections=1, tls=tls), most=connections
     )
     try:
-        return await run_schedule(schedule, _http_send(pool, path, bodies), timeout_s=timeout_s)
+        send = _http_send(pool, path, bodies)
+        return await run_schedule(schedule, send, timeout_s=timeout_s, on_answer=on_answer)
     finally:
         await pool.aclose()
 

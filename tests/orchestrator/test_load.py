@@ -20,6 +20,7 @@ from orchestrator.load import (
     DISTINCT_INPUTS,
     MAX_REQUESTS,
     TIMEOUT,
+    Answered,
     LoadReport,
     Schedule,
     ServiceInput,
@@ -106,6 +107,7 @@ def _load(
     timeout_s: float = 10.0,
     connections: int = 100,
     meanwhile: Callable[[asyncio.AbstractEventLoop], object] | None = None,
+    on_answer: Answered | None = None,
 ) -> LoadReport:
     """``run_load`` against ``stub`` through the SDK client (its clock started with it)."""
     bodies = make_bodies(ServiceInput.model_validate(INPUT), len(schedule.offsets), seed=0)
@@ -116,7 +118,13 @@ def _load(
         with Client(stub.url, TOKEN) as client:
             stub.start_clock()
             return await run_load(
-                client, PATH, schedule, bodies, timeout_s=timeout_s, connections=connections
+                client,
+                PATH,
+                schedule,
+                bodies,
+                timeout_s=timeout_s,
+                connections=connections,
+                on_answer=on_answer,
             )
 
     return asyncio.run(session())
@@ -131,10 +139,22 @@ def test_requests_due_during_a_server_stall_carry_their_wait() -> None:
     # the requests due meanwhile wait for one in the client, and are sent when the stall ends.
     # Measured from when they were sent, they would look fast; from when they were due, the
     # first of them waited ~0.5 s and a quarter of all ~0-0.5 s, so p95 is ~0.4 s.
+    answers: dict[int, tuple[float, float]] = {}
     with serving(stall_at=0.5, stall_s=0.5) as stub:
-        report = _load(stub, _every(0.01, 200), connections=2)
+        report = _load(
+            stub,
+            _every(0.01, 200),
+            connections=2,
+            on_answer=lambda i, due, lat: answers.setdefault(i, (due, lat)),
+        )
         assert stub.stalled and len(stub.peers) <= 2  # never more connections than allowed
     assert report.statuses == {"200": 200}
+    # each answer told once, with when it was due: the stall shows in time, not only in sum
+    assert sorted(answers) == list(range(200))
+    assert all(due == pytest.approx(i * 0.01) for i, (due, _) in answers.items())
+    before = max(lat for due, lat in answers.values() if due < 0.4)
+    during = max(lat for due, lat in answers.values() if 0.5 <= due < 0.6)
+    assert during >= 0.25 and during > before
     assert report.latency is not None and report.send_lag is not None
     assert report.latency.max >= 400  # ms: the first request of the stall waited it through
     assert report.latency.p95 >= 250  # and so did the ones due after it, less each
