@@ -13,6 +13,7 @@ proposes different ones.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
@@ -21,12 +22,18 @@ from orchestrator.tuner.objective import Goal, Measurement, Verdict
 from orchestrator.tuner.oom import FitFrontier
 from orchestrator.tuner.space import Config, SearchSpace
 
-__all__ = ["LATENCY_NOISE", "History", "Source", "TrialRecord"]
+__all__ = ["LATENCY_NOISE", "SERVING_TIE", "History", "Source", "TrialRecord"]
 
 LATENCY_NOISE = 0.02
 """The least relative noise assumed of a measured latency percentile: a ceiling missed by less
 prunes nothing (run-to-run variation of a profiled step on a shared machine is of that order;
 see ``History.latency_noise``)."""
+
+SERVING_TIE = 0.05
+"""A service's configs whose cost (GPU-seconds per request) is within this fraction of the
+cheapest's are equally cheap. At a fixed offered load every config that meets the ceiling
+serves the whole load, so their costs differ by their replica counts (a third or more apart)
+and by when a trial's last answer came (a percent or two), which says nothing of cost."""
 
 Source = Literal["measured", "repeat", "pruned", "cached"]
 
@@ -104,14 +111,28 @@ class History:
 
     @property
     def best(self) -> TrialRecord | None:
-        """The best feasible trial, or ``None``."""
+        """The best feasible trial, or ``None``.
+
+        For a service, of the equally cheap feasible trials (:data:`SERVING_TIE`) the one with
+        the most room under its latency ceiling: its trial is a short load test, and a pick
+        that met the ceiling with little room misses it on the next stream as often as not
+        (``bench/serving/README.md``: a pick at 11.1 ms in its trial measured 25.2 ms on a
+        re-run against 20 ms, while a config of the same cost measured 5.7 ms)."""
         best: TrialRecord | None = None
-        for r in self._by_config.values():
-            if r.verdict.feasible and (
-                best is None or self.goal.better(r.verdict.value, best.verdict.value)
-            ):
+        feasible = [r for r in self._by_config.values() if r.verdict.feasible]
+        for r in feasible:
+            if best is None or self.goal.better(r.verdict.value, best.verdict.value):
                 best = r
-        return best
+        if best is None or not self.goal.serving:
+            return best
+        cheapest = best.verdict.value
+        ties = [r for r in feasible if not self.goal.better(cheapest, r.verdict.value, SERVING_TIE)]
+        return min(ties, key=self._room_key)
+
+    def _room_key(self, r: TrialRecord) -> tuple[float, float]:
+        """Most room under the ceiling first (its latency), then the cheaper."""
+        lat = self.goal.latency(r.measurement)
+        return (math.inf if lat is None else lat, r.verdict.value)
 
     @property
     def closest(self) -> TrialRecord | None:

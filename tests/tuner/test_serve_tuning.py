@@ -208,3 +208,35 @@ def test_a_service_goal_and_bad_serving_bounds_name_their_field() -> None:
         )
     with pytest.raises(SpecError, match="quantize"):
         _spec(serve={"quantize": "int4"})
+
+
+def test_of_equally_cheap_configs_a_service_runs_the_one_with_most_room_under_its_ceiling() -> None:
+    from orchestrator.tuner.history import History, TrialRecord
+    from orchestrator.tuner.objective import Measurement
+
+    spec = _spec(ceiling_ms=20.0)
+    goal = Goal.from_spec(spec)
+    space = service_space(spec, CPU)
+
+    def trial(i: int, gpus: int, delay: float, p99: float, rps: float) -> TrialRecord:
+        c = Config(micro_batch=32, gpus=gpus, max_delay_ms=delay)
+        m = Measurement("ok", p50_ms=p99 / 3, p95_ms=p99 / 2, p99_ms=p99, samples_per_s=rps)
+        return TrialRecord(i, c, m, goal.judge(c, m))
+
+    h = History(space, goal)
+    h.add(trial(0, 1, 1.0, 11.1, 600.0))  # the cheapest by a hair, little room: not it
+    h.add(trial(1, 1, 0.0, 5.7, 596.0))  # as cheap within noise, most room: this one
+    h.add(trial(2, 2, 0.0, 3.0, 600.0))  # more room, but twice the GPUs
+    h.add(trial(3, 1, 2.0, 25.0, 600.0))  # misses the ceiling
+    assert h.best is not None and h.best.number == 1
+    h.add(trial(4, 1, 5.0, 9.0, 400.0))  # a third dearer (it lost requests' worth of rate)
+    assert h.best.number == 1
+
+    # a training job's latency goal is not a service's: its best is still the highest rate
+    plain = Goal("latency", ceiling_ms=20.0, percentile=99)
+    t = History(space, plain)
+    for i, (p99, rate) in enumerate([(11.1, 600.0), (5.7, 596.0)]):
+        c = Config(micro_batch=32, gpus=1, max_delay_ms=float(i))
+        m = Measurement("ok", p50_ms=1.0, p95_ms=1.0, p99_ms=p99, samples_per_s=rate)
+        t.add(TrialRecord(i, c, m, plain.judge(c, m)))
+    assert t.best is not None and t.best.number == 0
