@@ -55,11 +55,18 @@ from policies.replicas import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CHECK_EVERY_S", "SLAGuard"]
+__all__ = ["CHECK_EVERY_S", "SETTLE_S", "SLAGuard"]
 
 CHECK_EVERY_S = 0.5
 """The shortest gap between two checks: workers report once a second, so reading their reports
 in every round (rounds come every 50 ms when submissions flood in) would only re-read them."""
+
+SETTLE_S = 5.0
+"""Seconds after a resize in place before a service's readings count again: a replica's busy
+share is measured over its last 5 s (``workers.serve_run.LOAD_WINDOW_S``), and the load rule
+scales it by the replicas the run holds now. Right after a scale-up the one replica that
+carried the load alone reads ~100% busy, times two replicas: a need that is neither count's,
+which scaled a service 1 -> 2 -> 3 where 2 carried its load (``bench/serving/README.md``)."""
 
 Retune = tuple[Run, str]
 """A run to stop for a re-tune, and why (the stop's note)."""
@@ -231,6 +238,11 @@ class SLAGuard:
         at, watch, said = self._scaled.get(job_id, (serial, ScaleWatch(), False))
         if at != serial:
             watch, said = ScaleWatch(), False
+        if run.resized_at is not None and now - run.resized_at < SETTLE_S:
+            # its window is partly of the count before the resize: no decision, and the holds
+            # start over on readings of the count it holds now
+            self._scaled[job_id] = (serial, ScaleWatch(), said)
+            return
 
         def num(key: str) -> float | None:
             v = report.get(key)

@@ -250,3 +250,56 @@ def test_an_endpoint_service_scales_up_near_its_end_a_relaunching_one_would_not(
         assert rt.resizes == [(svc, ("n0", "n0", "n0"))] and rt.stops == []
     finally:
         loop.release(grace_s=5)
+
+
+def _lone(store: JobStore, svc: str) -> None:
+    """The window of one replica carrying 60 req/s alone before its scale-up: busy all the
+    time, a backlog (served 50): 1.0 x 60/50 = 1.2 replicas' time, 2 replicas at 60% busy."""
+    _window(
+        store,
+        svc,
+        window_p99_ms=9.0,
+        window_offered_rps=60.0,
+        window_served_rps=50.0,
+        window_busy=1.0,
+    )
+
+
+def test_a_service_just_scaled_up_is_not_scaled_again_on_its_lone_replicas_window(
+    store: JobStore, tmp_path: Path
+) -> None:
+    # the window right after a scale-up in place is the lone replica's (busy 100%), and the
+    # load rule scales it by the 2 replicas held now: 2.4 replicas' time, "3 needed"; only a
+    # window measured on the two counts, SETTLE_S after the resize
+    from orchestrator.control.sla_guard import SETTLE_S
+    from workers.serve_run import LOAD_WINDOW_S
+
+    assert SETTLE_S >= LOAD_WINDOW_S  # the busy share's window, over which the count mixes
+    rt = LocalRuntime([("n0", 3)], resize_ends=False)
+    loop = _loop(store, tmp_path, rt)
+    try:
+        svc = store.submit(parse_spec(ENDPOINT)).id
+        loop.round()
+        loop.round()
+        _lone(store, svc)
+        _checks(loop)
+        assert loop.sla_guard.want == {svc: 2}
+        loop.round()
+        rt.resized(svc)
+        loop.round()
+        run = loop.runs[svc]
+        assert len(run.nodes) == 2 and run.resized_at is not None
+        guard, done = loop.sla_guard, run.resized_at
+        _lone(store, svc)  # the worker's next reports: still the lone replica's window
+        for dt in (0.6, 1.2, 2.4, 3.6, SETTLE_S - 0.2):
+            guard._checked = 0.0
+            guard.check(loop.runs, done + dt)
+        assert guard.want == {}, store.events(svc)
+        # past it, a window of the two that says more is needed scales it (after the hold)
+        _lone(store, svc)
+        for dt in (SETTLE_S + 0.1, SETTLE_S + 0.7, SETTLE_S + 1.3):
+            guard._checked = 0.0
+            guard.check(loop.runs, done + dt)
+        assert guard.want == {svc: 3}
+    finally:
+        loop.release(grace_s=5)
