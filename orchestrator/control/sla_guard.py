@@ -23,6 +23,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import redis
+
 from orchestrator.control.facts import at_or_after, tuned_of
 from orchestrator.control.guard import (
     GUARD_KEYS,
@@ -43,6 +45,7 @@ from orchestrator.errors import JobNotFound
 from orchestrator.runtime.base import in_place
 from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
+from orchestrator.store.ingress import ready_count
 from orchestrator.store.records import JobRecord
 from orchestrator.tuner.profile import expected, record_live
 from policies.replicas import (
@@ -55,18 +58,22 @@ from policies.replicas import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CHECK_EVERY_S", "SETTLE_S", "SLAGuard"]
+__all__ = ["CHECK_EVERY_S", "READY_WAIT_S", "SETTLE_S", "SLAGuard"]
 
 CHECK_EVERY_S = 0.5
 """The shortest gap between two checks: workers report once a second, so reading their reports
 in every round (rounds come every 50 ms when submissions flood in) would only re-read them."""
 
 SETTLE_S = 5.0
-"""Seconds after a resize in place before a service's readings count again: a replica's busy
-share is measured over its last 5 s (``workers.serve_run.LOAD_WINDOW_S``), and the load rule
-scales it by the replicas the run holds now. Right after a scale-up the one replica that
-carried the load alone reads ~100% busy, times two replicas: a need that is neither count's,
-which scaled a service 1 -> 2 -> 3 where 2 carried its load (``bench/serving/README.md``)."""
+"""Seconds a service resized in place is left alone once every replica it holds is ready: a
+replica's busy share is measured over its last 5 s (``workers.serve_run.LOAD_WINDOW_S``), and
+the load rule scales it by the replicas the run holds. Until a scale-up's replica serves, and
+for a window after, the replica that carried the load alone reads ~100% busy, times the new
+count: a need that is neither count's, which scaled a service 1 -> 2 -> 3 where 2 carried its
+load (``bench/serving/README.md``)."""
+READY_WAIT_S = 60.0
+"""The longest a resize waits for its replicas to be ready before the guard decides again
+anyway: a replica that never gets ready (replaced over and over) must not freeze the scaling."""
 
 Retune = tuple[Run, str]
 """A run to stop for a re-tune, and why (the stop's note)."""
@@ -107,6 +114,7 @@ class SLAGuard:
         self._watch: dict[str, tuple[int, Watch]] = {}  # (run serial, hysteresis state)
         self._services: dict[str, ServiceLimits] = {}  # scaled services, as their run started
         self._scaled: dict[str, tuple[int, ScaleWatch, bool]] = {}  # (serial, state, capped said)
+        self._ready_at: dict[str, tuple[float, float | None]] = {}  # (resized at, all ready at)
         self._checked = -float("inf")  # the clock of the last check
 
     def watch(self, rec: JobRecord, spec: JobSpec, gpus: int) -> None:
@@ -127,6 +135,7 @@ class SLAGuard:
         self._watch.pop(job_id, None)
         self._services.pop(job_id, None)
         self._scaled.pop(job_id, None)
+        self._ready_at.pop(job_id, None)
         self.want.pop(job_id, None)
 
     def check(self, runs: Mapping[str, Run], now: float) -> list[Retune]:
@@ -238,7 +247,7 @@ class SLAGuard:
         at, watch, said = self._scaled.get(job_id, (serial, ScaleWatch(), False))
         if at != serial:
             watch, said = ScaleWatch(), False
-        if run.resized_at is not None and now - run.resized_at < SETTLE_S:
+        if not self._settled(run, now):
             # its window is partly of the count before the resize: no decision, and the holds
             # start over on readings of the count it holds now
             self._scaled[job_id] = (serial, ScaleWatch(), said)
@@ -269,6 +278,27 @@ class SLAGuard:
             up = scale.replicas > limits.replicas
             self.telemetry.guarded("scale-up" if up else "scale-down", "replicas")
         self._scaled[job_id] = (serial, watch, said)
+
+    def _settled(self, run: Run, now: float) -> bool:
+        """Whether a service resized in place has had every replica it holds ready for
+        :data:`SETTLE_S` (or waited :data:`READY_WAIT_S` for them): until then its readings
+        are partly of the count before (see :data:`SETTLE_S`). Its ready set is read only
+        while it settles; a store error reads as not ready yet."""
+        at = run.resized_at
+        if at is None:
+            return True
+        since, ready_at = self._ready_at.get(run.job_id, (at, None))
+        if since != at:
+            ready_at = None
+        if ready_at is None:
+            if now - at >= READY_WAIT_S:
+                ready_at = at + READY_WAIT_S - SETTLE_S
+            else:
+                with contextlib.suppress(redis.RedisError):
+                    ready = ready_count(self.store.client, self.store.namespace, run.job_id)
+                    ready_at = now if ready >= len(run.nodes) else None
+            self._ready_at[run.job_id] = (at, ready_at)
+        return ready_at is not None and now - ready_at >= SETTLE_S
 
     def _found(self, job_id: str, f: Finding) -> None:
         """Record a check that tripped or cleared: an event, a ``/metrics`` count."""

@@ -76,6 +76,7 @@ __all__ = [
     "forget_service",
     "quantile",
     "read_figures",
+    "ready_count",
     "service_keys",
     "window_percentiles",
     "with_service_figures",
@@ -328,6 +329,12 @@ def _text(raw: Mapping[Any, Any]) -> dict[str, str]:
         )
         for k, v in raw.items()
     }
+
+
+def ready_count(client: redis.Redis, namespace: str, job_id: str) -> int:
+    """How many of a service's replicas are ready now (one read of its ready set)."""
+    raw = cast(dict[Any, Any], client.hgetall(service_keys(namespace, job_id)["ready"]))
+    return len(ready_facts(_text(raw), time.time()))
 
 
 def ready_facts(raw: Mapping[str, str], now: float) -> dict[str, dict[str, Any]]:

@@ -7,6 +7,7 @@ tuned replicas."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from orchestrator.services import make_policy
 from orchestrator.spec import parse_spec
 from orchestrator.storage import StorageLocation
 from orchestrator.store import JobStore
+from orchestrator.store.ingress import service_keys
 from orchestrator.store.states import JobState
 from tests.control.test_service_scaling import BULK, SERVICE, _checks, _window
 
@@ -89,6 +91,7 @@ def test_an_endpoint_service_scales_in_place_and_the_ledger_follows_its_runtime(
 
         rt.resized(svc)
         loop.round()
+        _ready(store, svc, 3)  # its replicas joined the endpoint
         run = loop.runs[svc]
         assert run.nodes == ("n0", "n0", "n0") and run.resize_to is None
         assert run.launch.spec.run.data_parallel == 3
@@ -104,7 +107,7 @@ def test_an_endpoint_service_scales_in_place_and_the_ledger_follows_its_runtime(
         loop.round()
         assert store.get(bulk).state is JobState.QUEUED
         _calm(store, svc)
-        _checks(loop, times=4)
+        _checks(loop, times=8)  # ready: 5 s of a window of the three, then the down hold
         assert loop.sla_guard.want == {svc: 2}
         loop.round()
         assert rt.resizes[-1] == (svc, ("n0", "n0"))
@@ -265,13 +268,21 @@ def _lone(store: JobStore, svc: str) -> None:
     )
 
 
+def _ready(store: JobStore, svc: str, n: int) -> None:
+    """The service's endpoint has ``n`` ready replicas (as their workers say when they join)."""
+    key = service_keys(store.namespace, svc)["ready"]
+    store.client.delete(key)
+    until = json.dumps({"until": time.time() + 3600})
+    store.client.hset(key, mapping={f"r{i}": until for i in range(n)})
+
+
 def test_a_service_just_scaled_up_is_not_scaled_again_on_its_lone_replicas_window(
     store: JobStore, tmp_path: Path
 ) -> None:
-    # the window right after a scale-up in place is the lone replica's (busy 100%), and the
-    # load rule scales it by the 2 replicas held now: 2.4 replicas' time, "3 needed"; only a
-    # window measured on the two counts, SETTLE_S after the resize
-    from orchestrator.control.sla_guard import SETTLE_S
+    # right after a scale-up in place, and until the new replica serves, the window is the lone
+    # replica's (busy 100%), and the load rule scales it by the 2 replicas held: 2.4 replicas'
+    # time, "3 needed". The guard decides again SETTLE_S after every replica is ready.
+    from orchestrator.control.sla_guard import READY_WAIT_S, SETTLE_S
     from workers.serve_run import LOAD_WINDOW_S
 
     assert SETTLE_S >= LOAD_WINDOW_S  # the busy share's window, over which the count mixes
@@ -281,25 +292,39 @@ def test_a_service_just_scaled_up_is_not_scaled_again_on_its_lone_replicas_windo
         svc = store.submit(parse_spec(ENDPOINT)).id
         loop.round()
         loop.round()
+        _ready(store, svc, 1)
         _lone(store, svc)
         _checks(loop)
         assert loop.sla_guard.want == {svc: 2}
         loop.round()
-        rt.resized(svc)
+        rt.resized(svc)  # the new replica's worker is up; its model still loads
         loop.round()
         run = loop.runs[svc]
         assert len(run.nodes) == 2 and run.resized_at is not None
         guard, done = loop.sla_guard, run.resized_at
-        _lone(store, svc)  # the worker's next reports: still the lone replica's window
-        for dt in (0.6, 1.2, 2.4, 3.6, SETTLE_S - 0.2):
-            guard._checked = 0.0
-            guard.check(loop.runs, done + dt)
+
+        def checks(*after: float) -> None:
+            for dt in after:
+                _lone(store, svc)  # the worker's next report: still the lone replica's window
+                guard._checked = 0.0
+                guard.check(loop.runs, done + dt)
+
+        checks(0.6, 1.2, 2.4, 6.0, 12.0, 20.0)  # not ready yet: however long, no decision
         assert guard.want == {}, store.events(svc)
-        # past it, a window of the two that says more is needed scales it (after the hold)
-        _lone(store, svc)
-        for dt in (SETTLE_S + 0.1, SETTLE_S + 0.7, SETTLE_S + 1.3):
-            guard._checked = 0.0
-            guard.check(loop.runs, done + dt)
+        _ready(store, svc, 2)
+        checks(21.0, 22.0, 25.0, 20.0 + SETTLE_S)  # ready at 21 s: 5 s of a window of the two
+        assert guard.want == {}, store.events(svc)
+        checks(21.0 + SETTLE_S, 21.6 + SETTLE_S)  # then its window says more: after the hold
+        assert guard.want == {svc: 3}
+
+        # a replica that never gets ready does not freeze its scaling
+        guard.want.clear()
+        guard.forget(svc)
+        guard.watch(store.get(svc), run.launch.spec, 2)
+        _ready(store, svc, 1)
+        checks(READY_WAIT_S - 1.0)
+        assert guard.want == {}
+        checks(READY_WAIT_S + 0.1, READY_WAIT_S + 0.7)
         assert guard.want == {svc: 3}
     finally:
         loop.release(grace_s=5)
