@@ -82,31 +82,40 @@ class DecisionApplier:
                 raise PolicyViolation(f"RESIZE for {d.job_id}, which is not running")
             if tuple(d.nodes) == job.nodes:
                 return
+            model = job.model
+            in_place = isinstance(model, ServiceJobModel) and model.spec.in_place
             self._lose_work(job)
             old = job.nodes
-            self._release(job, goes_on=True)
+            self._release(job, goes_on=True, in_place=in_place)
             try:
-                self._take(d, job, old)
+                self._take(d, job, old, in_place=in_place)
             except PolicyViolation:
-                self._take(Decision(DecisionKind.START, d.job_id, old), job, ())
+                self._take(Decision(DecisionKind.START, d.job_id, old), job, (), in_place=in_place)
                 raise
             job.state = RUNNING
             self.running[d.job_id] = job
             job.resizes += 1
-            model = job.model
-            if isinstance(model, ServiceJobModel) and model.spec.in_place:
-                # resized in place, as a service with an endpoint is live: the replicas that
-                # stay (on GPUs it keeps, and already serving) serve throughout, the new ones
-                # once loaded; its clock goes on
+            if in_place:
+                # resized in place, as a service with an endpoint is live: one run throughout
+                # (its history advances when it ends, its launch and first answer stay); the
+                # replicas that stay (on GPUs it keeps, and already serving) serve throughout,
+                # the new ones once loaded
                 kept = sum((Counter(old) & Counter(job.nodes)).values())
                 serving = min(kept, job.warm_replicas) if job.warm_left > 0 else kept
                 job.warm_replicas = serving
                 job.warm_left = 0.0
-                if serving:  # else every replica is new: nothing serves until they load
-                    job.restart_left = 0.0
-                    job.warm_left = job.start_s if len(job.nodes) > serving else 0.0
+                start = model.start_s(self.config.restart_s)
+                if serving:
+                    job.warm_left = start if len(job.nodes) > serving else 0.0
+                else:  # every replica is new: nothing serves until they load
+                    job.restart_left = start
 
-    def _take(self, d: Decision, job: SimJob, old: tuple[str, ...]) -> None:
+    def _take(
+        self, d: Decision, job: SimJob, old: tuple[str, ...], *, in_place: bool = False
+    ) -> None:
+        """The job takes ``d.nodes`` (a start, or the new GPUs of a resize from ``old``); a
+        new run starts on them, unless it is ``in_place`` (a service resized in place: the
+        same run goes on, its start and launch kept)."""
         s = job.spec
         if not s.lo <= len(d.nodes) <= s.hi:
             raise PolicyViolation(
@@ -130,6 +139,12 @@ class DecisionApplier:
         self._ask(job, gpus if gpus >= job.lo else job.lo, 1)
         job.placement = placement_of(job.nodes)
         job.speed = self._speed_on(job)
+        job.view = None
+        if in_place:
+            job.run_most_gpus = max(job.run_most_gpus, gpus)
+            job.run_since = self.now
+            return
+        job.run_most_gpus, job.run_gpu_s, job.run_since = gpus, 0.0, self.now
         model = job.model
         job.start_s = (
             model.start_s(self.config.restart_s)
@@ -139,28 +154,39 @@ class DecisionApplier:
         job.restart_left = job.start_s
         job.started_at = self.now
         job.since_ckpt = 0.0
-        job.view = None
 
     def _release(
-        self, job: SimJob, *, goes_on: bool = False, requeued: bool = False, preempted: bool = False
+        self,
+        job: SimJob,
+        *,
+        goes_on: bool = False,
+        requeued: bool = False,
+        preempted: bool = False,
+        in_place: bool = False,
     ) -> None:
         """The job's run ends (completed, preempted or resized): its GPUs go back to the pool
         and its history is advanced by the live loop's rule (its work left is read from its
-        model at each view, the simulator's exact progress report)."""
-        end = RunEnd(
-            at=self.now,
-            gpus=len(job.nodes),
-            held_s=self.now - job.started_at,
-            trained=True,
-            goes_on=goes_on,
-            requeued=requeued,
-            preempted=preempted,
-        )
-        job.history = advance(job.history, end)
+        model at each view, the simulator's exact progress report). ``in_place``: only its
+        GPUs change (a service resized in place), its run goes on: its GPU-seconds so far are
+        kept for the run's end, as the live ledger keeps them."""
+        gpus = len(job.nodes)
+        job.run_gpu_s += (self.now - job.run_since) * gpus
+        if not in_place:
+            resized = job.run_most_gpus != gpus or job.run_since != job.started_at
+            end = RunEnd(
+                at=self.now,
+                gpus=max(job.run_most_gpus, gpus),
+                held_s=self.now - job.started_at,
+                trained=True,
+                goes_on=goes_on,
+                requeued=requeued,
+                preempted=preempted,
+                gpu_s=job.run_gpu_s if resized else None,
+            )
+            job.history = advance(job.history, end)
         for node in job.nodes:
             self.free[node] += 1
         self._changed.update(job.nodes)
-        gpus = len(job.nodes)
         self._team_gpus[job.team] -= gpus
         self._ask(job, -(gpus if gpus >= job.lo else job.lo), -1)
         job.nodes = ()

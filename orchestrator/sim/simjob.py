@@ -31,6 +31,11 @@ class SimJob:
     warm_replicas: int = 0
     start_s: float = 0.0  # the current run's start-up (the restart cost, or measured)
     started_at: float = 0.0
+    # the current run's GPUs as a service resized in place changes them (live's ledger):
+    # GPU-seconds before ``run_since`` (its last resize), the most it held at once
+    run_gpu_s: float = 0.0
+    run_since: float = 0.0
+    run_most_gpus: int = 0
     since_ckpt: float = 0.0
     ckpt: tuple[float, int] = (0.0, 0)
     history: JobHistory = NEVER_RUN  # advanced as live, by ``policies.history.advance``

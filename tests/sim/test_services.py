@@ -16,7 +16,7 @@ from orchestrator.sim.services import (
     ServiceSpec,
     peak_replicas,
 )
-from policies import SCHEDULING_POLICIES
+from policies import SCHEDULING_POLICIES, Decision
 
 # one replica: p99 10 ms at 100 req/s, 50 ms at 1,000 req/s (its capacity)
 CURVE = LatencyCurve((100.0, 1000.0), (10.0, 50.0), capacity=1000.0)
@@ -167,3 +167,44 @@ def test_a_service_resized_in_place_serves_through_its_scales_and_a_relaunch_doe
     assert all(p99 <= 60.0 for p99 in after[True])
     assert math.inf in after[False]
     assert stats[True].attainment > stats[False].attainment
+
+
+def _launches(spec: ServiceSpec) -> tuple[Simulator, set[float]]:
+    """A service run to its end, and every ``started_at`` its run had while it held GPUs."""
+    sim = Simulator(
+        [service_row()],
+        SCHEDULING_POLICIES.create("shared"),
+        uniform_pool(1, 4),
+        config=SimConfig(interval_s=10.0, restart_s=0.0, sigma=0.0, every_round=False),
+        services={"svc": spec},
+    )
+    launched: set[float] = set()
+    apply = sim._apply
+
+    def watched(d: Decision) -> None:
+        apply(d)
+        if sim.by_id["svc"].nodes:
+            launched.add(sim.by_id["svc"].started_at)
+
+    sim._apply = watched  # type: ignore[method-assign]
+    sim.run()
+    return sim, launched
+
+
+def test_a_service_resized_in_place_stays_one_run_as_live() -> None:
+    """Live, a resize in place is not a run's end: the job's history advances once, when the
+    service ends (no restart counted, its GPU-seconds those of each size for as long as it
+    held it), and its view keeps its launch and first answer. A relaunched one restarts."""
+    load = LoadProfile.steps((0.0, 200.0), (300.0, 2000.0), (900.0, 200.0))
+    for in_place in (True, False):
+        spec = ServiceSpec(load, CURVE, 60.0, 1800.0, startup_s=30.0, in_place=in_place)
+        sim, launched = _launches(spec)
+        job, st = sim.by_id["svc"], sim.services.stats["svc"]
+        assert job.resizes >= 4  # up to 4 replicas and down again to 1
+        if in_place:
+            assert launched == {0.0}  # one run, from its start
+            assert job.history.restarts == 0 and job.history.most_gpus == 4
+            assert job.history.attained_service == pytest.approx(st.gpu_s)
+        else:
+            assert len(launched) == job.resizes + 1
+            assert job.history.restarts == job.resizes
