@@ -44,6 +44,7 @@ class ServiceClients:
         self.threads: list[threading.Thread] = []
         self.reports: dict[str, LoadReport | str] = {}
         self.tokens: list[tuple[str, str]] = []  # (service, token id): revoked at the end
+        self.ends_at: dict[str, float] = {}  # when each service said it stops serving
         self.closed = threading.Event()
 
     def offer(self, job_id: str, spec: JobSpec) -> str | None:
@@ -91,6 +92,7 @@ class ServiceClients:
                 ends_at = info.get("ends_at")
                 left = spec.run.duration_s
                 if isinstance(ends_at, int | float):
+                    self.ends_at[job_id] = float(ends_at)
                     left = min(left, float(ends_at) - time.time())
                 span = max(1.0, left - END_MARGIN_S)
                 schedule = offered_schedule(spec.serve.model_dump(), span, spec.run.seed)

@@ -45,7 +45,6 @@ from orchestrator.errors import JobNotFound
 from orchestrator.runtime.base import in_place
 from orchestrator.spec import JobSpec
 from orchestrator.store import JobStore
-from orchestrator.store.ingress import ready_count
 from orchestrator.store.records import JobRecord
 from orchestrator.tuner.profile import expected, record_live
 from policies.replicas import (
@@ -295,7 +294,7 @@ class SLAGuard:
                 ready_at = at + READY_WAIT_S - SETTLE_S
             else:
                 with contextlib.suppress(redis.RedisError):
-                    ready = ready_count(self.store.client, self.store.namespace, run.job_id)
+                    ready = self.store.ready_replicas(run.job_id)
                     ready_at = now if ready >= len(run.nodes) else None
             self._ready_at[run.job_id] = (at, ready_at)
         return ready_at is not None and now - ready_at >= SETTLE_S

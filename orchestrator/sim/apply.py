@@ -95,7 +95,7 @@ class DecisionApplier:
             job.state = RUNNING
             self.running[d.job_id] = job
             job.resizes += 1
-            if in_place:
+            if in_place and isinstance(model, ServiceJobModel):
                 # resized in place, as a service with an endpoint is live: one run throughout
                 # (its history advances when it ends, its launch and first answer stay); the
                 # replicas that stay (on GPUs it keeps, and already serving) serve throughout,

@@ -674,6 +674,13 @@ class JobStore:
         raw = _hash(self.client.hgetall(self.keys.metrics(job_id)))
         return {k: json.loads(v) for k, v in raw.items()}
 
+    def ready_replicas(self, job_id: str) -> int:
+        """How many of a service's replicas are ready now: its endpoint's ready set (one read;
+        0 for a job with none)."""
+        from orchestrator.store.ingress import ready_count
+
+        return ready_count(self.client, self.namespace, job_id)
+
     def judged_metrics(self, rec: JobRecord) -> dict[str, Any]:
         """The metrics a job is judged and shown on: its latest reports, and for a service
         with an endpoint its requests' figures over its whole life as its ingress measured

@@ -4,15 +4,31 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from pathlib import Path
+from typing import cast
 
 from orchestrator.cli.demo_clients import ServiceClients
 from orchestrator.spec import load_spec
+from orchestrator.store import JobStore
+from orchestrator.store.ingress import OUTCOMES, WINDOW_S, service_keys
 from orchestrator.store.states import JobState
 from tests.e2e.conftest import ROOT, Orch, start_orch
 from tests.e2e.jobs import RESUMED_ONCE, mlp_job, state_events
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.*"))
+
+
+def _outcomes_before(store: JobStore, job_id: str, until: float) -> Counter[str]:
+    """A service's requests' outcomes, summed over its ingress's windows that ended by
+    ``until`` (recorded as each request ended)."""
+    keys = service_keys(store.namespace, job_id)
+    total: Counter[str] = Counter()
+    for k in (int(cast(str, k)) for k in store.client.zrange(keys["wins"], 0, -1)):
+        if (k + 1) * WINDOW_S <= until:
+            row = store.client.hmget(f"{keys['win']}{k}", *OUTCOMES)
+            total.update({o: int(v or 0) for o, v in zip(OUTCOMES, row, strict=True)})
+    return total
 
 
 def test_every_example_submitted_with_the_cli_finishes_with_metrics(orch: Orch) -> None:
@@ -42,7 +58,16 @@ def test_every_example_submitted_with_the_cli_finishes_with_metrics(orch: Orch) 
     assert not isinstance(report, str), report
     judged = orch.store.judged_metrics(orch.store.get(services[0]))
     assert set(report.statuses) <= {"200", "503"}, (report, judged)
-    assert report.statuses.get("200", 0) >= 0.9 * report.requests, (report, judged)
+    # while it served, none was refused: the ingress's windows that ended before it stopped
+    # serving counted answers alone (a 503 comes two readiness checks after its last replica)
+    svc = services[0]
+    serving = _outcomes_before(orch.store, svc, clients.ends_at[svc])
+    assert serving["ok"] > 0 and set(+serving) == {"ok"}, (serving, report, judged)
+    # and, when the clients kept up with their schedule (on two busy cores they may not: the
+    # requests they send late arrive after the service stopped, refused), most were answered
+    assert report.send_lag is not None
+    if report.send_lag.p99 < 1000.0:
+        assert report.statuses.get("200", 0) >= 0.9 * report.requests, (report, judged)
     # every one counted where it arrived (one arriving after the service ended: refused)
     assert judged["measured_at"] == "ingress"
     assert judged["requests"] + judged["requests_refused"] == report.requests, (report, judged)
