@@ -312,7 +312,8 @@ is called at the request's intended time, and cancelled at its timeout."""
 
 Answered = Callable[[int, float, float], None]
 """Told of each answered request (status 200): ``(i, due_s, latency_s)``, its index, when it
-was due (seconds from the first request's due time) and its latency."""
+was due (seconds from the first request's due time) and its latency. It runs on the load's
+event loop, after the request is tallied, and must not raise (an exception ends the load)."""
 
 
 async def run_schedule(
@@ -365,12 +366,12 @@ async def _one(
     ended = loop.time()
     tally.statuses[outcome] += 1
     tally.last_s = max(tally.last_s, ended)
+    if left is not None:
+        tally.lag_s.append(max(0.0, left - due))
     if outcome == "200":
         tally.latency_s.append(ended - due)
         if tally.on_answer is not None:
             tally.on_answer(i, offset, ended - due)
-    if left is not None:
-        tally.lag_s.append(max(0.0, left - due))
 
 
 async def run_load(

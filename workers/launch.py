@@ -55,12 +55,14 @@ def _leave_process_group() -> None:
     itself (pytorch/pytorch#179291, not merged), so it is done here, for exactly the process the
     command names. Registered before the script runs, so it runs after the script's own exit
     handlers (which may still use the group); skipped after a failure (that exit is an error
-    anyway, and a collective a failed rank left pending could block its leaving)."""
+    anyway, and a collective a failed rank left pending could block its leaving). Gloo's
+    groups only: NCCL's leaving waits for its peers by design (pytorch/pytorch#141510), so a
+    finished rank whose peer died would hang at exit instead of ending."""
     dist = sys.modules.get("torch.distributed")
     if not _finished or dist is None:
         return
     try:
-        if dist.is_available() and dist.is_initialized():
+        if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
             dist.destroy_process_group()
     except Exception as err:  # the run is over; leaving the group is best effort
         print(f"orch: could not leave the process group at exit: {err}", file=sys.stderr)

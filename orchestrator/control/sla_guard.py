@@ -113,7 +113,8 @@ class SLAGuard:
         self._watch: dict[str, tuple[int, Watch]] = {}  # (run serial, hysteresis state)
         self._services: dict[str, ServiceLimits] = {}  # scaled services, as their run started
         self._scaled: dict[str, tuple[int, ScaleWatch, bool]] = {}  # (serial, state, capped said)
-        self._ready_at: dict[str, tuple[float, float | None]] = {}  # (resized at, all ready at)
+        # (the resize's time, when the guard saw it, when all its replicas were ready)
+        self._ready_at: dict[str, tuple[float, float, float | None]] = {}
         self._checked = -float("inf")  # the clock of the last check
 
     def watch(self, rec: JobRecord, spec: JobSpec, gpus: int) -> None:
@@ -280,23 +281,25 @@ class SLAGuard:
 
     def _settled(self, run: Run, now: float) -> bool:
         """Whether a service resized in place has had every replica it holds ready for
-        :data:`SETTLE_S` (or waited :data:`READY_WAIT_S` for them): until then its readings
-        are partly of the count before (see :data:`SETTLE_S`). Its ready set is read only
-        while it settles; a store error reads as not ready yet."""
+        :data:`SETTLE_S` (or the guard has waited :data:`READY_WAIT_S` for them since it saw
+        the resize): until then its readings are partly of the count before (see
+        :data:`SETTLE_S`). Its ready set is read only while it settles; a store error reads
+        as not ready yet. Timed on the guard's clock alone (the resize's own time is the
+        runtime's)."""
         at = run.resized_at
         if at is None:
             return True
-        since, ready_at = self._ready_at.get(run.job_id, (at, None))
-        if since != at:
-            ready_at = None
+        resize, seen, ready_at = self._ready_at.get(run.job_id, (None, now, None))
+        if resize != at:
+            seen, ready_at = now, None
         if ready_at is None:
-            if now - at >= READY_WAIT_S:
-                ready_at = at + READY_WAIT_S - SETTLE_S
+            if now - seen >= READY_WAIT_S:
+                ready_at = seen + READY_WAIT_S - SETTLE_S
             else:
                 with contextlib.suppress(redis.RedisError):
                     ready = self.store.ready_replicas(run.job_id)
                     ready_at = now if ready >= len(run.nodes) else None
-            self._ready_at[run.job_id] = (at, ready_at)
+        self._ready_at[run.job_id] = (at, seen, ready_at)
         return ready_at is not None and now - ready_at >= SETTLE_S
 
     def _found(self, job_id: str, f: Finding) -> None:

@@ -118,16 +118,25 @@ class History:
         that met the ceiling with little room misses it on the next stream as often as not
         (``bench/serving/README.md``: a pick at 11.1 ms in its trial measured 25.2 ms on a
         re-run against 20 ms, while a config of the same cost measured 5.7 ms)."""
-        best: TrialRecord | None = None
-        feasible = [r for r in self._by_config.values() if r.verdict.feasible]
-        for r in feasible:
-            if best is None or self.goal.better(r.verdict.value, best.verdict.value):
-                best = r
+        best = self.cheapest
         if best is None or not self.goal.serving:
             return best
-        cheapest = best.verdict.value
-        ties = [r for r in feasible if not self.goal.better(cheapest, r.verdict.value, SERVING_TIE)]
-        return min(ties, key=self._room_key)
+        # a service's goal is a cost, minimised: within the tie of the cheapest
+        limit = best.verdict.value * (1.0 + SERVING_TIE)
+        ties = [r for r in self._by_config.values() if r.verdict.feasible]
+        return min((r for r in ties if r.verdict.value <= limit), key=self._room_key)
+
+    @property
+    def cheapest(self) -> TrialRecord | None:
+        """The feasible trial of the best objective value, ties aside (``None``: none): what
+        the search's progress is measured by (``tuner._progress_mark``)."""
+        best: TrialRecord | None = None
+        for r in self._by_config.values():
+            if r.verdict.feasible and (
+                best is None or self.goal.better(r.verdict.value, best.verdict.value)
+            ):
+                best = r
+        return best
 
     def _room_key(self, r: TrialRecord) -> tuple[float, float]:
         """Most room under the ceiling first (its latency), then the cheaper."""

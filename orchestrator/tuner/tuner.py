@@ -419,7 +419,7 @@ def resume(study: optuna.Study, space: SearchSpace, goal: Goal) -> list[TrialRec
 
 
 def _progress_mark(history: History) -> tuple[bool, float]:
-    best = history.best
+    best = history.cheapest  # the objective's own best: a service's tie-break is not progress
     if best is not None:
         return True, best.verdict.value
     closest = history.closest

@@ -312,7 +312,7 @@ def test_a_service_just_scaled_up_is_not_scaled_again_on_its_lone_replicas_windo
         checks(0.6, 1.2, 2.4, 6.0, 12.0, 20.0)  # not ready yet: however long, no decision
         assert guard.want == {}, store.events(svc)
         _ready(store, svc, 2)
-        checks(21.0, 22.0, 25.0, 20.0 + SETTLE_S)  # ready at 21 s: 5 s of a window of the two
+        checks(21.0, 22.0, 21.0 + SETTLE_S - 0.1)  # ready at 21 s: 5 s of a window of the two
         assert guard.want == {}, store.events(svc)
         checks(21.0 + SETTLE_S, 21.6 + SETTLE_S)  # then its window says more: after the hold
         assert guard.want == {svc: 3}
@@ -322,9 +322,9 @@ def test_a_service_just_scaled_up_is_not_scaled_again_on_its_lone_replicas_windo
         guard.forget(svc)
         guard.watch(store.get(svc), run.launch.spec, 2)
         _ready(store, svc, 1)
-        checks(READY_WAIT_S - 1.0)
+        checks(1.0, READY_WAIT_S)  # the guard waits from when it saw the resize (at 1 s)
         assert guard.want == {}
-        checks(READY_WAIT_S + 0.1, READY_WAIT_S + 0.7)
+        checks(READY_WAIT_S + 1.1, READY_WAIT_S + 1.7)
         assert guard.want == {svc: 3}
     finally:
         loop.release(grace_s=5)

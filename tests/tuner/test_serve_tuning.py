@@ -229,6 +229,8 @@ def test_of_equally_cheap_configs_a_service_runs_the_one_with_most_room_under_it
     h.add(trial(2, 2, 0.0, 3.0, 600.0))  # more room, but twice the GPUs
     h.add(trial(3, 1, 2.0, 25.0, 600.0))  # misses the ceiling
     assert h.best is not None and h.best.number == 1
+    # the search's progress is the objective's own best: a roomier tie is not progress
+    assert h.cheapest is not None and h.cheapest.number == 0
     h.add(trial(4, 1, 5.0, 9.0, 400.0))  # a third dearer (it lost requests' worth of rate)
     assert h.best.number == 1
 
