@@ -5,6 +5,7 @@ accuracy or latency miss is an Optuna constraint."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import optuna
@@ -15,6 +16,7 @@ from orchestrator.runtime.harness_config import job_harness_config, tuned_spec
 from orchestrator.spec import JobSpec, parse_spec
 from orchestrator.store import JobStore
 from orchestrator.tuner.evaluators.serve import ServeEvaluator
+from orchestrator.tuner.history import SERVING_TIE
 from orchestrator.tuner.objective import Goal
 from orchestrator.tuner.service import tune_spec
 from orchestrator.tuner.serving import service_space, service_warm_start
@@ -100,8 +102,12 @@ def test_a_service_is_tuned_by_load_tests_to_the_fewest_gpu_seconds_meeting_p99(
     # each trial served two seeded streams (its figures are the worse of the two)
     assert m.offered == sum(len(serve_arrivals(spec.serve.harness(), 2.0, k)) for k in (0, 1))
     assert best.verdict.value == pytest.approx(1 / m.samples_per_s)  # GPU-s per request
+    # of the feasible, the cheapest within SERVING_TIE, and of those the one with most room
     feasible = [r for r in records if r.verdict.feasible]
-    assert all(best.verdict.value <= r.verdict.value for r in feasible)
+    cheapest = min(r.verdict.value for r in feasible)
+    ties = [r for r in feasible if r.verdict.value <= cheapest * (1 + SERVING_TIE)]
+    assert best in ties
+    assert all(m.p99_ms <= (r.measurement.p99_ms or math.inf) for r in ties)
     # int8 trials carry their measured accuracy, within the tolerance
     int8 = [r for r in records if r.config.quantize == "int8"]
     assert int8 and all(0 < (r.measurement.quant_error or 0) <= 0.05 for r in int8)
