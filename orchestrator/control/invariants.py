@@ -25,7 +25,7 @@ def guarded(policy: SchedulingPolicy) -> SchedulingPolicy:
 
 
 def check_decisions(
-    snapshot: Snapshot, decisions: Iterable[Decision]
+    snapshot: Snapshot, decisions: Iterable[Decision], *, atomic_moves: bool = False
 ) -> tuple[list[Decision], list[tuple[Decision, str]]]:
     """Split decisions (in apply order) into those that keep the contract and the others.
 
@@ -35,6 +35,10 @@ def check_decisions(
     releases before it, and no GPU is newly taken on a node whose GPUs have less memory than
     the job needs or are of a kind it does not allow (``Snapshot.barred``; a resize keeps what
     it holds).
+
+    ``atomic_moves`` (the simulator's ``SimConfig.atomic_moves``, for reproductions of
+    published simulators; never live): every running job a ``RESIZE`` moves lets go of its
+    GPUs before the first decision is applied.
 
     Returns:
         ``(kept, broken)``, ``broken`` pairing each bad decision with what is wrong with it.
@@ -56,6 +60,12 @@ def check_decisions(
     free = Counter(snapshot.free())
     holding = {r.job_id: r.nodes for r in snapshot.running}
     started: set[str] = set()
+    if atomic_moves:
+        for d in decisions:
+            held = holding.get(d.job_id)
+            if d.kind is DecisionKind.RESIZE and held and tuple(d.nodes) != held:
+                free.update(held)
+                holding[d.job_id] = ()
     for d in decisions:
         problem = _problem(d, queued, running, holding, started, free, snapshot)
         if problem:

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from orchestrator.sim.errors import PolicyViolation
 from orchestrator.sim.services import ServiceJobModel
 from orchestrator.sim.simjob import QUEUED, RUNNING, SimJob, placement_of
-from orchestrator.sim.wallclock import WallClockJobModel
 from policies import Decision, DecisionKind, RunEnd, advance
 
 if TYPE_CHECKING:
@@ -110,6 +109,30 @@ class DecisionApplier:
                 else:  # every replica is new: nothing serves until they load
                     job.restart_left = start
 
+    def _release_moves(self, decisions: list[Decision]) -> dict[str, tuple[str, ...]]:
+        """``SimConfig.atomic_moves``: every job the round moves (a ``RESIZE`` to other GPUs)
+        lets go of its GPUs before any decision takes GPUs; returns what each held."""
+        moving: dict[str, tuple[str, ...]] = {}
+        for d in decisions:
+            job = self.by_id.get(d.job_id)
+            if d.kind is not DecisionKind.RESIZE or job is None or job.state != RUNNING:
+                continue
+            if tuple(d.nodes) == job.nodes or isinstance(job.model, ServiceJobModel):
+                continue
+            moving[d.job_id] = job.nodes
+            self._lose_work(job)
+            self._release(job, goes_on=True)
+        return moving
+
+    def _finish_move(self, d: Decision, old: tuple[str, ...]) -> None:
+        """The second half of an atomic move (:meth:`_release_moves`): the job takes its new
+        GPUs."""
+        job = self.by_id[d.job_id]
+        self._take(d, job, old)
+        job.state = RUNNING
+        self.running[d.job_id] = job
+        job.resizes += 1
+
     def _take(
         self, d: Decision, job: SimJob, old: tuple[str, ...], *, in_place: bool = False
     ) -> None:
@@ -139,6 +162,10 @@ class DecisionApplier:
         self._ask(job, gpus if gpus >= job.lo else job.lo, 1)
         job.placement = placement_of(job.nodes)
         job.speed = self._speed_on(job)
+        if not job.model.kind_bound:  # its progress depends on the kind: tell it which
+            kinds = self.kinds
+            on = tuple(kinds.get(n, ("", 1.0))[0] for n in job.nodes)
+            job.model.placed(on, job.placement, resize=bool(old))
         job.view = None
         if in_place:
             job.run_most_gpus = max(job.run_most_gpus, gpus)
@@ -146,11 +173,7 @@ class DecisionApplier:
             return
         job.run_most_gpus, job.run_gpu_s, job.run_since = gpus, 0.0, self.now
         model = job.model
-        job.start_s = (
-            model.start_s(self.config.restart_s)
-            if isinstance(model, WallClockJobModel | ServiceJobModel)
-            else self.config.restart_s
-        )
+        job.start_s = model.start_s(self.config.restart_s)
         job.restart_left = job.start_s
         job.started_at = self.now
         job.since_ckpt = 0.0

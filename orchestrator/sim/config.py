@@ -26,6 +26,11 @@ class SimConfig:
             the whole interval); 0 never stops.
         log_decisions: keep every applied start, preemption and resize, with its time, in
             :attr:`Simulator.applied` (to compare a simulated run with a live one).
+        atomic_moves: the jobs a round moves (``RESIZE`` to other GPUs) all let go of their
+            GPUs before any decision takes GPUs, as the published simulators move GPU ids at
+            once (Sia's artifact, where Gavel swaps jobs between kinds every round); the
+            default, as the live loop, applies decisions one after another, so a cycle of
+            moves is refused. For reproductions only: no live scheduler works so.
         plan_admission: judge deadline jobs against a plan as the live loop does
             (:class:`~policies.scheduling.admission.AdmissionDesk`), the verdicts kept in
             :attr:`Simulator.admissions`; off by default (a plan per round with new jobs).
@@ -42,3 +47,4 @@ class SimConfig:
     stuck_rounds: int = 1000
     log_decisions: bool = False
     plan_admission: bool = False
+    atomic_moves: bool = False

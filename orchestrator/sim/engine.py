@@ -81,7 +81,7 @@ class Simulator(DecisionApplier):
         teams: Sequence[TeamView] = (),
         config: SimConfig | None = None,
         traces_root: str | None = None,
-        models: Mapping[str, ParametricJobModel] | None = None,
+        models: Mapping[str, JobModel] | None = None,
         gpu_memory_gb: Mapping[str, float] | None = None,
         services: Mapping[str, ServiceSpec] | None = None,
         kinds: Mapping[str, tuple[str, float]] | None = None,
@@ -152,7 +152,7 @@ class Simulator(DecisionApplier):
     def _model_of(
         self,
         spec: TraceJob,
-        models: Mapping[str, ParametricJobModel] | None,
+        models: Mapping[str, JobModel] | None,
         traces_root: str | None,
     ) -> JobModel:
         """The job's model: the one given for it, its service's, its Pollux application's
@@ -380,11 +380,16 @@ class Simulator(DecisionApplier):
         else:
             decisions = self.policy.decide(snapshot)
         self.rounds += 1
-        _, broken = check_decisions(snapshot, decisions)
+        atomic = self.config.atomic_moves
+        _, broken = check_decisions(snapshot, decisions, atomic_moves=atomic)
         if broken:  # the live loop logs and drops such a decision; a simulation stops
             raise PolicyViolation(broken[0][1])
+        moving = self._release_moves(decisions) if atomic else {}
         for d in decisions:
-            self._apply(d)
+            if d.job_id in moving:
+                self._finish_move(d, moving[d.job_id])
+            else:
+                self._apply(d)
             if self.config.log_decisions and d.kind is not DecisionKind.WAIT:
                 self.applied.append((self.now, d))
         self.usage.note_entitlement(demand, self.teams, snapshot.total_gpus)
@@ -428,9 +433,9 @@ class Simulator(DecisionApplier):
     def _speedup(self, job: SimJob) -> tuple[float, ...]:
         if job.speedup_final:
             return job.speedup
-        if job.spec.lo == job.spec.hi:
+        if job.spec.lo == job.spec.hi and not job.model.speedup_absolute:
             job.speedup_final = True
-            return ()  # rigid: the policy never needs its curve
+            return ()  # rigid: the policy never needs its relative curve
         speedup = job.model.speedup(job.spec.hi)
         if speedup is not job.speedup:
             job.speedup = speedup

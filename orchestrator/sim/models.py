@@ -28,6 +28,9 @@ class JobModel(abc.ABC):
 
     speedup_changes = True
     """Whether ``speedup`` may change as the job progresses (if not, callers may ask once)."""
+    speedup_absolute = False
+    """Whether ``speedup`` is in an absolute unit (optimizer steps per second) that a policy
+    may compare across jobs: then it is shown even for a rigid job (Gavel's throughputs)."""
     kind_bound = True
     """Whether its progress scales with the speed of the GPU kind it holds (``kinds`` of the
     :class:`~orchestrator.sim.engine.Simulator`)."""
@@ -56,6 +59,19 @@ class JobModel(abc.ABC):
     @abc.abstractmethod
     def fraction_done(self) -> float:
         """Progress as a fraction of the total work, 0..1."""
+
+    def start_s(self, default: float) -> float:
+        """Seconds a start, resize or resume costs it (GPUs held, no progress): ``default``,
+        the simulator's ``restart_s``, unless the model knows its own."""
+        return default
+
+    def placed(self, kinds: tuple[str, ...], placement: tuple[int, ...], resize: bool) -> None:
+        """The job now holds GPUs of ``kinds`` (one entry per GPU) on ``placement`` (GPUs per
+        node), by a start (``resize`` false) or a resize or move. Only a model whose progress
+        depends on the kind itself (``kind_bound`` false, e.g.
+        :class:`~orchestrator.sim.kind_models.FixedBatchKindModel`) is told, before
+        :meth:`start_s` is asked; the others ignore it."""
+        return None
 
 
 def packed(gpus: int, per_node: int = 4) -> tuple[int, ...]:

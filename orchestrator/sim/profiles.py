@@ -308,8 +308,34 @@ def load_app(name: str, root: str | None = None) -> AppProfile:
     if name not in MAX_EPOCHS:
         raise TraceError(f"unknown Pollux application {name!r}; known: {', '.join(MAX_EPOCHS)}")
     base = (Path(root) if root else traces_dir()) / "apps" / name
-    if not (base / "placements.csv").is_file():
-        raise TraceError(f"no profile of {name!r} at {base} (expected placements.csv there)")
+    return read_profile(base, name, root=root, max_local_bsz=MAX_LOCAL_BSZ.get(name))
+
+
+def read_profile(
+    base: Path,
+    name: str,
+    *,
+    suffix: str = "",
+    root: str | None = None,
+    max_local_bsz: int | None = None,
+) -> AppProfile:
+    """One application's profile from its folder: ``placements{suffix}.csv``,
+    ``scalability{suffix}.csv`` and the ``validation-*.csv`` curves (Pollux's layout, and
+    Sia's with a ``-<kind>`` suffix per GPU kind: ``orchestrator.sim.kind_models``).
+
+    Args:
+        base: the application's folder.
+        name: the application (its ``MAX_EPOCHS`` entry).
+        suffix: added to the throughput files' names.
+        root: recorded as :attr:`AppProfile.root` (what derived tables are read from).
+        max_local_bsz: the largest micro-batch (``None``: the largest measured).
+
+    Raises:
+        TraceError: missing data.
+    """
+    placements = base / f"placements{suffix}.csv"
+    if not placements.is_file():
+        raise TraceError(f"no profile of {name!r} at {base} (expected {placements.name} there)")
     curves = []
     for path in sorted(base.glob("validation-*.csv")):
         rows = _rows(path)
@@ -324,7 +350,7 @@ def load_app(name: str, root: str | None = None) -> AppProfile:
     grouped: dict[tuple[int, int, int], list[tuple[float, float]]] = {}
     measured: dict[tuple[int, ...], list[tuple[float, float, float]]] = {}
     local_sizes = []
-    for r in _rows(base / "placements.csv"):
+    for r in _rows(placements):
         placement = tuple(int(c) for c in r["placement"])
         bsz = int(r["local_bsz"])
         local_sizes.append(bsz)
@@ -337,7 +363,7 @@ def load_app(name: str, root: str | None = None) -> AppProfile:
         (float(n), float(r), float(b), _mean(v, 0), _mean(v, 1))
         for (n, r, b), v in sorted(grouped.items())
     ]
-    for r in _rows(base / "scalability.csv"):
+    for r in _rows(base / f"scalability{suffix}.csv"):
         points.append(
             (
                 float(r["num_nodes"]),
@@ -354,7 +380,7 @@ def load_app(name: str, root: str | None = None) -> AppProfile:
         measured=measured,
         points=points,
         max_epochs=MAX_EPOCHS[name],
-        max_local_bsz=MAX_LOCAL_BSZ.get(name, max(local_sizes)),
+        max_local_bsz=max_local_bsz or max(local_sizes),
         min_local_bsz=min(local_sizes),
     )
 

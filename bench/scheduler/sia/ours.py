@@ -57,8 +57,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import variants
 import workload as sia
+from gavel import GavelPolicy
 
-from orchestrator.sim import Simulator, TraceJob
+from orchestrator.sim import SimConfig, Simulator, TraceJob
+from orchestrator.sim.kind_models import FixedBatchKindModel, load_kind_apps
+from orchestrator.sim.models import JobModel
 from orchestrator.sim.profiles import load_app
 
 HERE = Path(__file__).resolve().parent
@@ -68,6 +71,8 @@ UNIT = "aws"
 NAMES = {"aws": "T4", "dgx-ext": "A100", "rtx": "RTX"}
 TRACES = {"philly": 8, "saturn": 10}
 POLICIES = ("shared", "pollux")
+GAVEL_ROUND_S = 360.0
+"""Gavel's round in Sia's runs (``run_experiment.sh``: ``--interval=360``)."""
 NODE_GPUS = 4
 """GPUs per (virtual) node: Pollux's profiles were measured on 4-GPU nodes."""
 
@@ -118,15 +123,66 @@ def build(
     return sorted(trace, key=lambda t: t.submit_time), nodes, kinds
 
 
+def build_rigid(
+    jobs: list[sia.SiaJob], cluster: sia.Cluster, sim_dir: Path
+) -> tuple[
+    list[TraceJob], list[tuple[str, int]], dict[str, tuple[str, float]], dict[str, JobModel]
+]:
+    """Gavel's view of one Sia workload (``--policies gavel``): each job rigid at its row's
+    GPU count and batch, run by :class:`~orchestrator.sim.kind_models.FixedBatchKindModel` on
+    the artifact's per-kind profiles; the cluster's real node shapes (T4 6 x 4, A100 2 x 8,
+    RTX 3 x 8) under the artifact's kind names, whose order Gavel's bookkeeping follows. A
+    job's ``kind_speed`` and speedup give Gavel its steps per second on each kind."""
+    shapes = tuple((k, cluster.gpus_per_node[k]) for k in cluster.nodes)
+    size = {k: cluster.gpus_per_node[k] * n for k, n in cluster.nodes.items()}
+    slowdowns = sia.read_slowdowns(sim_dir)
+    nodes = [
+        (f"{k}-{i}", cluster.gpus_per_node[k]) for k, n in cluster.nodes.items() for i in range(n)
+    ]
+    kinds = {node: (node.rsplit("-", 1)[0], 1.0) for node, _ in nodes}
+    trace, models = [], {}
+    for j in jobs:
+        apps = load_kind_apps(str(sim_dir / "traces"), j.application, shapes)
+        model = FixedBatchKindModel(
+            apps, j.batch_size, slowdowns[j.application], sia.RESCALE_S[j.application]
+        )
+        unit = model.iteration_rate(shapes[0][0], j.num_replicas)
+        speeds = {
+            k: model.iteration_rate(k, j.num_replicas) / unit
+            for k, _ in shapes
+            if size[k] >= j.num_replicas
+        }
+        models[j.name] = model
+        trace.append(
+            TraceJob(
+                name=j.name,
+                submit_time=j.submit_s,
+                team="sia",
+                gpus=j.num_replicas,
+                app=j.application,
+                batch_size=j.batch_size,
+                kind_speed=" ".join(f"{k}:{s!r}" for k, s in speeds.items()),
+            )
+        )
+    return sorted(trace, key=lambda t: t.submit_time), nodes, kinds, models
+
+
 def run_one(artifact: str, trace: str, n: int, policy: str) -> dict[str, Any]:
     """Simulate one workload under one policy; its JCTs, mean, p99 and makespan (s)."""
     sim_dir = Path(artifact) / "sia-simulator"
     jobs, cluster, apps = sia.read_trace(
         sim_dir, sim_dir / "workloads" / trace / f"workload-{n}.csv"
     )
-    trace_jobs, nodes, kinds = build(jobs, cluster, apps)
     t0 = time.perf_counter()
-    result = Simulator(trace_jobs, variants.create(policy), nodes, kinds=kinds).run()
+    if policy == "gavel":
+        trace_jobs, nodes, kinds, models = build_rigid(jobs, cluster, sim_dir)
+        gavel = GavelPolicy(interval_s=GAVEL_ROUND_S)
+        config = SimConfig(interval_s=GAVEL_ROUND_S, atomic_moves=True)
+        sim = Simulator(trace_jobs, gavel, nodes, config=config, kinds=kinds, models=models)
+        result = sim.run()
+    else:
+        trace_jobs, nodes, kinds = build(jobs, cluster, apps)
+        result = Simulator(trace_jobs, variants.create(policy), nodes, kinds=kinds).run()
     wall = time.perf_counter() - t0
     done = [r for r in result.records if r.completed_at is not None]
     jcts = sorted(r.completed_at - r.submit_time for r in done)  # type: ignore[operator]
@@ -155,18 +211,20 @@ def pooled(rows: list[dict[str, Any]]) -> tuple[float, float, float]:
 
 
 def print_tables(rows: list[dict[str, Any]], reference: list[dict[str, Any]]) -> None:
-    """Per workload, then per trace: ours and the artifact's Sia and Gavel, in hours."""
+    """Per workload, then per trace: ours and the artifact's runs, in hours; then, for each
+    policy both ran, ours over the artifact's per workload (the reproduction gate)."""
     ref = {(r["trace"], r["policy"], r["workload"]): r for r in reference if r["rc"] == 0}
-    policies = [*dict.fromkeys(r["policy"] for r in rows), "sia", "gavel"]
-    head = " | ".join(f"{p} mean / p99 / span" for p in policies)
-    print(f"| trace | wl | {head} |")
-    print("| --- | --- |" + " --- |" * len(policies))
     mine = {(r["trace"], r["policy"], r["workload"]): r for r in rows}
+    ours_p = list(dict.fromkeys(r["policy"] for r in rows))
+    cols = [("ours", p, mine) for p in ours_p] + [("artifact", p, ref) for p in ("sia", "gavel")]
+    head = " | ".join(f"{w} {p} mean / p99 / span" for w, p, _ in cols)
+    print(f"| trace | wl | {head} |")
+    print("| --- | --- |" + " --- |" * len(cols))
     keys = sorted({(r["trace"], r["workload"]) for r in rows})
     for trace, n in keys:
         cells = []
-        for p in policies:
-            r = mine.get((trace, p, n)) or ref.get((trace, p, n))
+        for _, p, src in cols:
+            r = src.get((trace, p, n))
             cells.append(
                 f"{r['mean_jct_s'] / 3600:.2f} / {r['p99_jct_s'] / 3600:.1f} / "
                 f"{r['makespan_s'] / 3600:.1f}"
@@ -178,13 +236,22 @@ def print_tables(rows: list[dict[str, Any]], reference: list[dict[str, Any]]) ->
     print("| trace | policy | workloads | mean JCT (h) | p99 JCT (h) | makespan (h) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for trace in sorted({t for t, _ in keys}):
-        wls = {n for t, n in keys if t == trace}
-        for p in policies:
-            src = [(mine.get((trace, p, n)) or ref.get((trace, p, n))) for n in sorted(wls)]
-            got = [r for r in src if r]
+        wls = sorted(n for t, n in keys if t == trace)
+        for who, p, src in cols:
+            got = [r for r in (src.get((trace, p, n)) for n in wls) if r]
             if got:
                 m, p99, span = pooled(got)
-                print(f"| {trace} | {p} | {len(got)} | {m:.2f} | {p99:.1f} | {span:.1f} |")
+                print(f"| {trace} | {who} {p} | {len(got)} | {m:.2f} | {p99:.1f} | {span:.1f} |")
+    both = [p for p in ours_p if any((t, p, n) in ref for t, n in keys)]
+    for p in both:
+        print(f"\nours {p} over the artifact's {p}, per workload (mean JCT, p99 JCT, makespan):")
+        print("| trace | wl | mean | p99 | makespan |")
+        print("| --- | --- | --- | --- | --- |")
+        for trace, n in keys:
+            a, b = mine.get((trace, p, n)), ref.get((trace, p, n))
+            if a and b:
+                ratios = [a[f] / b[f] for f in ("mean_jct_s", "p99_jct_s", "makespan_s")]
+                print(f"| {trace} | {n} | " + " | ".join(f"{x:.3f}" for x in ratios) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
