@@ -173,8 +173,10 @@ class DecisionApplier:
             return
         job.run_most_gpus, job.run_gpu_s, job.run_since = gpus, 0.0, self.now
         model = job.model
-        job.start_s = model.start_s(self.config.restart_s)
-        job.restart_left = job.start_s
+        start = model.start_s(self.config.restart_s)
+        if start <= 0 and old:  # a move its model says costs nothing: its last start goes on
+            start = job.restart_left
+        job.start_s = job.restart_left = start
         job.started_at = self.now
         job.since_ckpt = 0.0
 

@@ -27,11 +27,20 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import numpy as np
+
 from orchestrator.sim.errors import TraceError
 from orchestrator.sim.models import JobModel
 from orchestrator.sim.profiles import AppProfile, canonical_placement, read_profile
+from policies.scheduling.pollux_fit import (
+    GradParams,
+    PerfParams,
+    best_goodput,
+    fit_perf_params,
+    optimize,
+)
 
-__all__ = ["FixedBatchKindModel", "KindApp", "load_kind_apps"]
+__all__ = ["AdaptiveKindModel", "FixedBatchKindModel", "KindApp", "load_kind_apps"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,20 @@ class KindApp:
         """``gpus`` packed onto whole nodes of this kind."""
         full, rest = divmod(gpus, self.per_node)
         return (self.per_node,) * full + ((rest,) if rest else ())
+
+    def timed(self, placement: tuple[int, ...]) -> tuple[int, ...]:
+        """The placement the profile times ``placement`` as: itself where measured (or
+        within the multi-node measurements), else its GPUs packed on whole nodes. The
+        artifact's own policies only make measured shapes; a policy that spreads a job over
+        more nodes than anything measured on the kind gets the packed shape's time, which is
+        optimistic for it (counted: :attr:`FixedBatchKindModel.unmeasured`)."""
+        try:
+            top = self.max_local_bsz(placement)
+            self.profile.step_time(placement, self.profile.min_local_bsz)
+            self.profile.step_time(placement, top)
+        except TraceError:
+            return self.packed(sum(placement))
+        return placement
 
 
 @cache
@@ -127,8 +150,10 @@ class FixedBatchKindModel(JobModel):
         self.slowdown = slowdown
         self.rescale_s = rescale_s
         self.kind = next(iter(self.apps))
-        self._placement: tuple[int, ...] = ()
+        self._placement: tuple[int, ...] = ()  # as held
+        self._timed: tuple[int, ...] = ()  # as the profile times it (KindApp.timed)
         self._same = False
+        self.unmeasured = 0  # placements timed as packed (KindApp.timed)
         self.progress = 0.0
         self.epoch = 0
         first = next(iter(self.apps.values())).profile
@@ -148,6 +173,8 @@ class FixedBatchKindModel(JobModel):
         # job.py ``reallocate``): a move to other GPUs of the same kind and shape goes on
         self._same = resize and (kinds[0], placement) == (self.kind, self._placement)
         self.kind, self._placement = kinds[0], placement
+        self._timed = self.apps[self.kind].timed(placement)
+        self.unmeasured += self._timed != placement
 
     def start_s(self, default: float) -> float:
         """Seconds a start, resize or move costs: the application's checkpoint-restore, none
@@ -211,6 +238,7 @@ class FixedBatchKindModel(JobModel):
         """See :meth:`JobModel.advance` (epoch boundaries in whole seconds, as the artifact)."""
         used = 0.0
         targets = self.epoch_progress
+        placement = self._timed or placement
         while seconds > 0:
             rate = self.goodput(self.kind, placement)
             target = targets[self.epoch]
@@ -248,9 +276,199 @@ class FixedBatchKindModel(JobModel):
 
     def remaining_time(self, placement: tuple[int, ...]) -> float:
         """See :meth:`JobModel.remaining_time` (current epoch's goodput throughout)."""
+        placement = self._timed or placement
         return (self.epoch_progress[-1] - self.progress) / self.goodput(self.kind, placement)
 
     @property
     def fraction_done(self) -> float:
         """See :attr:`JobModel.fraction_done`."""
         return self.progress / self.epoch_progress[-1]
+
+
+class AdaptiveKindModel(FixedBatchKindModel):
+    """A job that adapts its batch as Sia's jobs do, its step time measured per GPU kind.
+
+    Sia's artifact (``job.py``, batch-size tuning on) runs each adaptive job at the batch its
+    own *fitted* throughput model finds best: the job keeps, per kind, every (nodes, GPUs,
+    micro-batch) it has run with its measured step and sync time, refits Pollux's model on that
+    kind at each new one (:func:`~policies.scheduling.pollux_fit.fit_perf_params`, tolerance
+    ``1e-5`` as there), and keeps the gradient statistics of its latest step. Before its first
+    fit on the kind it runs on, its batch is ``max(B0, smallest micro-batch x GPUs)``. The
+    batch is re-chosen whenever it is placed and after every step of :meth:`advance` (each
+    epoch's end and each round's end). Progress, restarts and free same-shape moves are as
+    :class:`FixedBatchKindModel`'s.
+
+    What a policy reads (Sia's view of the job, ``cluster.py`` ``get_sia_multi_job_info``):
+    :attr:`perf` (the fitted model per kind, ``None`` where it has not run), :attr:`grad`,
+    :attr:`restarts` and :meth:`max_profiled`.
+
+    Args:
+        apps, slowdown, rescale_s: as :class:`FixedBatchKindModel`.
+        batch_size: the workload's batch (the largest batch its speedup function weighs, as
+            the artifact's ``get_speedup_fn`` takes it; its own batch choice ranges to the
+            application's largest).
+    """
+
+    speedup_changes = True
+    speedup_absolute = False
+
+    def __init__(
+        self, apps: Mapping[str, KindApp], batch_size: int, slowdown: float, rescale_s: float
+    ) -> None:
+        super().__init__(apps, batch_size, slowdown, rescale_s)
+        self.observed: dict[str, dict[tuple[int, int, int], tuple[float, float]]] = {
+            k: {} for k in self.apps
+        }
+        self.perf: dict[str, PerfParams | None] = dict.fromkeys(self.apps)
+        self.grad: GradParams | None = None
+        self.restarts: int | None = None
+        self.micro = 0
+        self.accum = 0
+
+    def max_local(self, kind: str) -> int:
+        """The application's largest micro-batch on ``kind`` (``applications.py``: the largest
+        measured; deepspeech2 on RTX 2080Ti: 57)."""
+        app = self.apps[kind]
+        return (
+            57 if (app.profile.name, kind) == ("deepspeech2", "rtx") else app.profile.max_local_bsz
+        )
+
+    def max_profiled(self, kind: str) -> int:
+        """The most GPUs the job has run on on ``kind`` (0: none)."""
+        return max((r for _, r, _ in self.observed[kind]), default=0)
+
+    def placed(self, kinds: tuple[str, ...], placement: tuple[int, ...], resize: bool) -> None:
+        """See :meth:`JobModel.placed`: a restart unless a move to the same kind and shape
+        (counted as the artifact counts them), then the batch for the new placement."""
+        super().placed(kinds, placement, resize)
+        if not self._same:
+            self.restarts = 0 if self.restarts is None else self.restarts + 1
+        self._rebatch()
+
+    def _rebatch(self) -> None:
+        """The artifact's ``Job.update_local_bsz`` with batch-size tuning on."""
+        app = self.apps[self.kind]
+        prof = app.profile
+        placement = self._timed
+        nodes, replicas = len(placement), sum(placement)
+        max_local = app.max_local_bsz(placement)
+        perf = self.perf[self.kind]
+        if self.grad is None or perf is None:
+            batch = max(prof.init_batch_size, prof.min_local_bsz * replicas)
+            local = math.ceil(batch / replicas - 1e-8)
+            accum = math.ceil(local / max_local - 1e-8) - 1
+            if replicas == 1 and batch > prof.init_batch_size:
+                accum = max(1, accum)
+            micro = math.ceil(local / (accum + 1) - 1e-8)
+        else:
+            _, m, a = optimize(
+                perf,
+                self.grad,
+                np.array([float(nodes)]),
+                np.array([float(replicas)]),
+                (prof.init_batch_size, prof.max_batch_size),
+                (prof.min_local_bsz, max_local),
+            )
+            micro, accum = int(m[0]), int(a[0])
+        cap = app.micro_cap(replicas)
+        if cap is not None:
+            micro = min(micro, cap)
+        self.micro = min(micro, int(prof.max_batch_size / (replicas * (accum + 1))))
+        self.accum = accum
+
+    def config(self, kind: str, placement: tuple[int, ...]) -> tuple[int, int]:
+        """The micro-batch and accumulation it runs at now (chosen by :meth:`_rebatch`)."""
+        return self.micro, self.accum
+
+    def advance(self, placement: tuple[int, ...], seconds: float) -> float | None:
+        """See :meth:`JobModel.advance`: the artifact's ``Job.step``, each step measuring
+        (and fitting) before it runs, the batch re-chosen after it."""
+        used = 0.0
+        targets = self.epoch_progress
+        prof = self.apps[self.kind].profile
+        placement = self._timed or placement
+        replicas = sum(placement)
+        while seconds > 0:
+            micro, accum = self.micro, self.accum
+            batch = replicas * micro * (accum + 1)
+            sqr, var = prof.grad_stats(batch, self.epoch)
+            scale = batch / prof.init_batch_size
+            gain = (var + sqr) / (var / scale + sqr)
+            step, sync = prof.step_time(placement, micro)
+            self._measured(len(placement), replicas, micro, step, sync, sqr, var)
+            rate = gain / (step + (step - sync) * accum) / self.slowdown
+            target = targets[self.epoch]
+            if self.progress + rate * seconds < target:
+                self.progress += rate * seconds
+                self._rebatch()
+                return None
+            delta = float(round((target - self.progress) / rate))
+            self.progress = target
+            self.epoch += 1
+            used += delta
+            seconds -= delta
+            if self.epoch >= len(targets):
+                return used
+            self._rebatch()
+        return None
+
+    def _measured(
+        self,
+        nodes: int,
+        replicas: int,
+        micro: int,
+        step: float,
+        sync: float,
+        sqr: float,
+        var: float,
+    ) -> None:
+        """The artifact's ``Job.update_params``: keep the gradient statistics; a new
+        configuration on this kind refits the kind's model."""
+        self.grad = GradParams(sqr, var)
+        seen = self.observed[self.kind]
+        key = (nodes, replicas, micro)
+        if key in seen:
+            return
+        seen[key] = (step, sync)
+        cols = np.array(list(seen), dtype=np.float64)
+        times = np.array(list(seen.values()), dtype=np.float64)
+        self.perf[self.kind] = fit_perf_params(
+            cols[:, 0], cols[:, 1], cols[:, 2], times[:, 0] - times[:, 1], times[:, 0], tol=1e-5
+        )
+
+    def speedup(self, max_gpus: int) -> tuple[float, ...]:
+        """What the job's own measurements say of it, as Sia bootstraps the kinds it has not
+        run on: its fitted goodput on 1..``max_gpus`` GPUs packed on the nodes of the first
+        kind it has a fit on (in the pool's order), relative to one GPU there; linear before
+        any fit (Pollux's view of a job not yet measured). A policy reads the kinds apart by
+        the job's ``kind_speed`` (its application's one-GPU throughput per kind)."""
+        fitted = next((k for k, p in self.perf.items() if p is not None), None)
+        if fitted is None or self.grad is None:
+            return tuple(float(n) for n in range(1, max_gpus + 1))
+        perf = self.perf[fitted]
+        assert perf is not None
+        prof = self.apps[fitted].profile
+        gpus = np.arange(1, max_gpus + 1, dtype=np.float64)
+        nodes = np.ceil(gpus / self.apps[fitted].per_node)
+        good = best_goodput(
+            perf,
+            self.grad,
+            nodes,
+            gpus,
+            (prof.init_batch_size, self.batch_size),
+            (prof.min_local_bsz, self.max_local(fitted)),
+        )
+        base = float(good[0])
+        if base <= 0:
+            return tuple(float(n) for n in range(1, max_gpus + 1))
+        return tuple(float(v) / base for v in good)
+
+    def remaining_time(self, placement: tuple[int, ...]) -> float:
+        """See :meth:`JobModel.remaining_time` (the current batch's rate throughout)."""
+        prof = self.apps[self.kind].profile
+        placement = self._timed or placement
+        replicas = sum(placement)
+        batch = replicas * self.micro * (self.accum + 1)
+        step, sync = prof.step_time(placement, self.micro)
+        rate = prof.gain(batch, self.epoch) / (step + (step - sync) * self.accum) / self.slowdown
+        return (self.epoch_progress[-1] - self.progress) / rate

@@ -91,6 +91,7 @@ def fit_perf_params(
     local_bsz: NDArray[np.float64],
     compute_time: NDArray[np.float64],
     step_time: NDArray[np.float64],
+    tol: float | None = None,
 ) -> PerfParams:
     """Fit :class:`PerfParams` to observations, one per (nodes, GPUs, micro-batch) run on.
 
@@ -98,7 +99,8 @@ def fit_perf_params(
     ``alpha_c`` at half the mean compute time when a single micro-batch was seen, the
     inter-node pair at the bound with no multi-node observation, the intra-node pair with no
     one-node multi-GPU one, both ``beta`` with no run on more than 2 GPUs; then the prior
-    (see the module docstring).
+    (see the module docstring). ``tol``: the optimiser's tolerance (Sia's artifact fits with
+    ``1e-5``; Pollux's with scipy's default).
     """
     from scipy.optimize import minimize  # heavy: only when a job is first measured
 
@@ -124,6 +126,7 @@ def fit_perf_params(
         jac=True,
         method="L-BFGS-B",
         bounds=list(zip(lower, upper, strict=True)),
+        tol=tol,
     )
     p = [float(v) for v in result.x]
     if not np.any(nodes > 1):  # the prior: inter-node costs at least 1.1 x intra-node
@@ -194,6 +197,20 @@ def best_goodput(
     batch sizes geometric from ``max(B0, min_local x replicas)`` to the largest, accumulation
     steps so a micro-batch fits (at least 1 on one GPU above ``B0``), micro-batches outside
     ``local_range`` worth nothing."""
+    return optimize(params, grad, nodes, replicas, batch_range, local_range)[0]
+
+
+def optimize(
+    params: PerfParams,
+    grad: GradParams,
+    nodes: NDArray[np.float64],
+    replicas: NDArray[np.float64],
+    batch_range: tuple[int, int],
+    local_range: tuple[int, int],
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """:func:`best_goodput` with the configuration that reaches it: ``(goodput, micro-batch,
+    accumulation steps)`` per (nodes, replicas), the first best of the candidates, as
+    ``GoodputFunction.optimize`` returns them (what a job then runs at)."""
     init_bsz, max_bsz = batch_range
     lo, hi = local_range
     eps = 1e-8
@@ -213,8 +230,9 @@ def best_goodput(
         gain = np.where(denom > 0, (grad.var + grad.sqr) / denom, 1.0)
     goodput = used / (accum * compute + step) * gain / scale
     goodput = np.where((lo <= atomic) & (atomic <= hi), goodput, 0.0)
-    out: NDArray[np.float64] = goodput.max(axis=0)
-    return out
+    best = np.argmax(goodput, axis=0)
+    cols = np.arange(goodput.shape[1])
+    return goodput[best, cols], atomic[best, cols], accum[best, cols]
 
 
 def speedup_table(

@@ -293,8 +293,10 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         for row in rnd.queued_bulk:
             # GPUs it could ever have: the pool, less the nodes too small for its memory
             most = capacity(snapshot, row[0])
-            if row[1] <= most:
+            if row[2] <= most:
                 queued.append(row)
+            elif row[1] <= most:  # no more than its largest kind holds: a gang takes one kind
+                queued.append((row[0], row[1], most))
             else:
                 reason = f"needs {row[1]} GPUs; the pool has {total}"
                 if most < total and (note := why_barred(snapshot, row[0])):
@@ -308,6 +310,11 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             if gone
             else rnd.running_bulk
         )
+        if snapshot.mixed:  # a grow stays on the kind it runs on: no more than that kind holds
+            kept = [
+                (r, lo, min(hi, max(capacity(snapshot, r), gpus)), gpus)
+                for r, lo, hi, gpus in kept
+            ]
         sizes = self._bulk_sizes(rnd, queued, kept, ent, bulk_pool)
         return queued, kept, sizes
 

@@ -3,6 +3,7 @@ loop drops it (and keeps going), the simulator stops with it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,28 @@ def test_gpus_freed_earlier_in_the_round_may_be_taken() -> None:
     assert check_decisions(full, ok) == (ok, [])
     kept, broken = check_decisions(full, ok[1:])
     assert not kept and "1 GPUs on n0, 0 free" in broken[0][1]
+
+
+def test_a_cycle_of_moves_keeps_the_contract_only_when_moves_are_atomic() -> None:
+    # two jobs swap nodes: one after the other, the first finds the other's GPUs taken; the
+    # simulator's atomic_moves (reproductions of published simulators) frees both first
+    nodes = (NodeView("a", 2, 0), NodeView("b", 2, 0))
+    running = (
+        RunningJob("x", "bulk", "t", ("a", "a"), seq=0),
+        RunningJob("y", "bulk", "t", ("b", "b"), seq=1),
+    )
+    swap = [
+        Decision(DecisionKind.RESIZE, "x", nodes=("b", "b")),
+        Decision(DecisionKind.RESIZE, "y", nodes=("a", "a")),
+    ]
+    snap = Snapshot(nodes, (), running)
+    kept, broken = check_decisions(snap, swap)
+    assert kept == [] and "2 GPUs on b, 0 free" in broken[0][1]
+    assert check_decisions(snap, swap, atomic_moves=True) == (swap, [])
+    # atomic or not, a move may not take GPUs nobody lets go of
+    grab = [Decision(DecisionKind.RESIZE, "x", nodes=("b", "b", "a", "a"))]
+    wide = Snapshot(nodes, (), (replace(running[0], max_gpus=4), running[1]))
+    assert check_decisions(wide, grab, atomic_moves=True)[1]
 
 
 def test_both_worlds_run_the_policy_inside_the_team_caps() -> None:

@@ -74,6 +74,23 @@ def test_a_gang_larger_than_any_kind_waits_and_says_so() -> None:
     assert wait.kind is DecisionKind.WAIT and "largest kind has 8" in wait.reason
 
 
+def test_an_elastic_job_that_could_use_more_than_any_kind_starts_within_one() -> None:
+    # up to 16 GPUs (the pool's total) but 8 of each kind: it starts on an idle pool, on
+    # one kind, rather than wait for a size no kind holds (it waited forever once)
+    elastic = _bulk("el", 1, min_gpus=1, max_gpus=16, speedup=tuple(map(float, range(1, 17))))
+    snap = Snapshot(POOL, (elastic,), now=100.0)
+    (start,) = SCHEDULING_POLICIES.create("shared").decide(snap)
+    assert start.kind is DecisionKind.START and len(start.nodes) == 8
+    assert _kinds_of(snap, start.nodes) == {"H100"}
+    # running on one kind, it grows to what that kind holds (before: it did not grow at all)
+    running = RunningJob("el", "bulk", "t", ("l0", "l0"), min_gpus=1, max_gpus=16)
+    nodes = (dataclasses.replace(L4[0], free_gpus=2), L4[1], *H100)
+    snap = Snapshot(nodes, (), (running,), now=1000.0)
+    (grow,) = SCHEDULING_POLICIES.create("shared").decide(snap)
+    assert grow.kind is DecisionKind.RESIZE and len(grow.nodes) == 8
+    assert _kinds_of(snap, grow.nodes) == {"L4"}
+
+
 def test_bulk_takes_the_kind_it_is_fastest_on() -> None:
     # the kinds' speeds say H100; this job's own measured speeds say L4 (memory-bound, say)
     fast_on_l4 = _bulk("j", 2, kind_speed=(("L4", 1.5), ("H100", 1.2)))

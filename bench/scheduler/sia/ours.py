@@ -1,44 +1,42 @@
-"""The project's simulator on Sia's heterogeneous cluster and workloads (issue 40), beside the
-artifact's own Sia and Gavel runs.
+"""The project's simulator on Sia's heterogeneous cluster and workloads (issue 40, item 4):
+the artifact's Sia and Gavel reproduced, and the project's policies beside them.
 
-    .venv/bin/python bench/scheduler/sia/ours.py --artifact /tmp/sia           # all 18 workloads
-    .venv/bin/python bench/scheduler/sia/ours.py --artifact /tmp/sia --traces philly --workloads 1
+    .venv/bin/python bench/scheduler/sia/ours.py --artifact /tmp/sia   # all 18: sia, gavel, shared
+    .venv/bin/python bench/scheduler/sia/ours.py --traces philly --workloads 1 --policies gavel
 
-A first approximation, not a reproduction of Sia (the project has no Sia or Gavel policy):
+The jobs run the artifact's own job model, per GPU kind, in the project's engine
+(:mod:`orchestrator.sim.kind_models`: the per-kind profiles of ``traces/<app>/``, the training
+curves, the calibration slowdowns and checkpoint-restore times), on the cluster's real node
+shapes (T4 6 x 4, A100 2 x 8, RTX 3 x 8, under the artifact's kind names ``aws``, ``dgx-ext``,
+``rtx``):
 
-* each job of a Sia workload (``workloads/{philly,saturn}/workload-N.csv``) becomes a
-  :class:`~orchestrator.sim.TraceJob` as the Pollux runs make them adaptive
-  (:func:`~orchestrator.sim.pollux_workload`): ``app`` its application (every Sia application,
-  cifar10, deepspeech2, bert, yolov3, imagenet, has a Pollux profile, so no job uses
-  ``duration``), elastic from 1 GPU to what its largest batch can use, the batch adapted (0);
-  the workload's tuned ``num_replicas`` and ``batch_size`` (Gavel's TunedJobs) are not used;
-* the cluster is Sia's (``simulator_config.py``: T4 6 x 4, A100 2 x 8, RTX 3 x 8), each node
-  with its kind, each 8-GPU node shown as two 4-GPU nodes (16 nodes of 4, the shape of Pollux's
-  testbed, as Sia's own heterogeneity-unaware runs show it): the Pollux profiles hold 4-GPU
-  nodes only, and :class:`~orchestrator.sim.profiles.ProfileJobModel` refuses a placement
-  outside them (``cifar10: no measurement near 3 nodes, 16 GPUs``); the unit is T4 (speed
-  1.0): Pollux's profiles are T4 measurements (its
-  ``placements.csv`` equals Sia's ``placements-aws.csv``, byte for byte, for all five
-  applications);
-* each job's ``kind_speed`` is its application's 1-GPU throughput on the kind over that on T4,
-  the ratio Sia bootstraps unseen kinds with (:attr:`workload.KindProfile.one_gpu_throughput`);
-  a node kind's own ``speed`` (the fallback no job here uses) is the geometric mean of those
-  ratios over the five applications.
+* ``gavel``: each job rigid at its row's GPU count and batch
+  (:class:`~orchestrator.sim.kind_models.FixedBatchKindModel`), under :mod:`gavel` (the
+  artifact's Gavel, 360 s rounds);
+* ``sia``: each job adaptive, its batch its own fitted model's choice
+  (:class:`~orchestrator.sim.kind_models.AdaptiveKindModel`), under :mod:`sia_policy` (the
+  artifact's Sia, 60 s rounds);
+* any other name (``shared``, the default, or a registered policy or a :mod:`variants` name):
+  the same adaptive jobs, 1 GPU to what the largest batch can use, under that policy as it
+  runs live (60 s rounds, decisions applied one after another). Each job shows the policy
+  what Sia's bootstrap knows: its fitted goodput curve on the first kind it has run on
+  (``speedup``) and its application's one-GPU throughput per kind over that on T4
+  (``kind_speed``).
 
-So a job's speedup curve on every kind is its T4 curve scaled by one factor, whereas Sia's
-ground truth has a measured curve per kind (A100's NVLink scales differently from T4's PCIe);
-and the batch limits per kind (RTX's 11 GB) are not modelled. Policies: ``shared`` (the default:
-each gang on the one kind where the job is fastest) and ``pollux`` (the registered reproduction
-of Pollux, heterogeneity-unaware: it may span kinds, and then steps at the slowest kind held;
-it sees the true speedup, not the fitted view ``bench/scheduler/pollux.py`` gives it). Settings
-as the Pollux runs: :class:`~orchestrator.sim.SimConfig` defaults (60 s rounds, 30 s restart).
-
+Gavel and Sia run with the simulator's ``atomic_moves`` (the artifact moves GPU ids at once).
 Metrics as the artifact's ``print_run_stats.py`` (and ``artifact.py``): mean JCT, p99 JCT
 ``sorted(jcts)[int(0.99 n)]``, makespan (first submission to last completion); per trace, JCTs
-pooled over the workloads and makespans averaged. Writes ``results/ours.json``.
+pooled over the workloads and makespans averaged. Writes ``results/<--out>.json``.
 """
 
 from __future__ import annotations
+
+import os
+
+# one BLAS thread: the throughput-model fits are small, and OpenBLAS's threads make each one
+# several times slower on a few cores (README.md, "Speed"); set before numpy loads
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
 import json
@@ -58,69 +56,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import variants
 import workload as sia
 from gavel import GavelPolicy
+from sia_policy import SiaPolicy
 
 from orchestrator.sim import SimConfig, Simulator, TraceJob
-from orchestrator.sim.kind_models import FixedBatchKindModel, load_kind_apps
+from orchestrator.sim.kind_models import AdaptiveKindModel, FixedBatchKindModel, load_kind_apps
 from orchestrator.sim.models import JobModel
-from orchestrator.sim.profiles import load_app
+from policies.scheduling.base import SchedulingPolicy
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 UNIT = "aws"
-"""The unit kind (speed 1.0): T4, on which Pollux's profiles were measured."""
-NAMES = {"aws": "T4", "dgx-ext": "A100", "rtx": "RTX"}
+"""The unit kind of ``kind_speed`` (1.0): T4."""
 TRACES = {"philly": 8, "saturn": 10}
-POLICIES = ("shared", "pollux")
+POLICIES = ("sia", "gavel", "shared")
+SIA_ROUND_S = 60.0
+"""Sia's round (``run_experiment.sh``: ``--interval=60``)."""
 GAVEL_ROUND_S = 360.0
 """Gavel's round in Sia's runs (``run_experiment.sh``: ``--interval=360``)."""
-NODE_GPUS = 4
-"""GPUs per (virtual) node: Pollux's profiles were measured on 4-GPU nodes."""
-
-
-def kind_speeds(apps: dict[str, sia.Application]) -> dict[str, dict[str, float]]:
-    """Per application, per kind (project name), its 1-GPU throughput over that on T4."""
-    return {
-        name: {
-            NAMES[k]: p.one_gpu_throughput / app.profiles[UNIT].one_gpu_throughput
-            for k, p in app.profiles.items()
-        }
-        for name, app in apps.items()
-    }
-
-
-def build(
-    jobs: list[sia.SiaJob], cluster: sia.Cluster, apps: dict[str, sia.Application]
-) -> tuple[list[TraceJob], list[tuple[str, int]], dict[str, tuple[str, float]]]:
-    """The project's trace, nodes and node kinds for one Sia workload."""
-    speeds = kind_speeds(apps)
-    nodes: list[tuple[str, int]] = []
-    kinds: dict[str, tuple[str, float]] = {}
-    for k, count in cluster.nodes.items():
-        name = NAMES[k]
-        mean = math.exp(sum(math.log(s[name]) for s in speeds.values()) / len(speeds))
-        halves = cluster.gpus_per_node[k] // NODE_GPUS
-        for i in range(count * halves):
-            node = f"{name.lower()}-{i // halves}" + (f"{'ab'[i % halves]}" if halves > 1 else "")
-            nodes.append((node, NODE_GPUS))
-            kinds[node] = (name, mean)
-    trace = []
-    for j in jobs:
-        profile = load_app(j.application)
-        hi = min(64, profile.max_batch_size // profile.min_local_bsz)
-        trace.append(
-            TraceJob(
-                name=j.name,
-                submit_time=j.submit_s,
-                team="sia",
-                gpus=1,
-                min_gpus=1,
-                max_gpus=hi,
-                app=j.application,
-                batch_size=0,
-                kind_speed=" ".join(f"{k}:{s:.4f}" for k, s in speeds[j.application].items()),
-            )
-        )
-    return sorted(trace, key=lambda t: t.submit_time), nodes, kinds
 
 
 def build_rigid(
@@ -167,6 +119,67 @@ def build_rigid(
     return sorted(trace, key=lambda t: t.submit_time), nodes, kinds, models
 
 
+def build_adaptive(
+    jobs: list[sia.SiaJob], cluster: sia.Cluster, sim_dir: Path, apps: dict[str, sia.Application]
+) -> tuple[
+    list[TraceJob],
+    list[tuple[str, int]],
+    dict[str, tuple[str, float]],
+    dict[str, JobModel],
+    SiaPolicy,
+]:
+    """The adaptive jobs of one workload (Sia's, and the project's policies'): each from 1 GPU
+    to what its largest batch can use (at most 64), run by
+    :class:`~orchestrator.sim.kind_models.AdaptiveKindModel` on the artifact's per-kind
+    profiles, ``kind_speed`` its application's one-GPU throughput per kind over T4's; the
+    cluster's real node shapes (a kind's own ``speed``, which no job here falls back on, the
+    geometric mean over the applications); and the Sia policy reading those models."""
+    shapes = tuple((k, cluster.gpus_per_node[k]) for k in cluster.nodes)
+    slowdowns = sia.read_slowdowns(sim_dir)
+    one_gpu = {
+        name: {k: prof.one_gpu_throughput for k, prof in app.profiles.items()}
+        for name, app in apps.items()
+    }
+    ratio = {name: {k: v / by[UNIT] for k, v in by.items()} for name, by in one_gpu.items()}
+    nodes = [
+        (f"{k}-{i}", cluster.gpus_per_node[k]) for k, n in cluster.nodes.items() for i in range(n)
+    ]
+    mean = {
+        k: math.exp(sum(math.log(r[k]) for r in ratio.values()) / len(ratio)) for k in cluster.nodes
+    }
+    kinds = {node: (node.rsplit("-", 1)[0], mean[node.rsplit("-", 1)[0]]) for node, _ in nodes}
+    trace, models = [], {}
+    for j in jobs:
+        kind_apps = load_kind_apps(str(sim_dir / "traces"), j.application, shapes)
+        models[j.name] = AdaptiveKindModel(
+            kind_apps, j.batch_size, slowdowns[j.application], sia.RESCALE_S[j.application]
+        )
+        hi = min(
+            64,
+            max(a.profile.max_batch_size // a.profile.min_local_bsz for a in kind_apps.values()),
+        )
+        trace.append(
+            TraceJob(
+                name=j.name,
+                submit_time=j.submit_s,
+                team="sia",
+                gpus=1,
+                min_gpus=1,
+                max_gpus=hi,
+                app=j.application,
+                batch_size=j.batch_size,
+                kind_speed=" ".join(f"{k}:{v!r}" for k, v in ratio[j.application].items()),
+            )
+        )
+    policy = SiaPolicy(
+        models,
+        tuple((k, n, cluster.gpus_per_node[k]) for k, n in cluster.nodes.items()),
+        one_gpu,
+    )
+    ordered = sorted(trace, key=lambda t: t.submit_time)
+    return ordered, nodes, kinds, dict(models), policy
+
+
 def run_one(artifact: str, trace: str, n: int, policy: str) -> dict[str, Any]:
     """Simulate one workload under one policy; its JCTs, mean, p99 and makespan (s)."""
     sim_dir = Path(artifact) / "sia-simulator"
@@ -179,10 +192,16 @@ def run_one(artifact: str, trace: str, n: int, policy: str) -> dict[str, Any]:
         gavel = GavelPolicy(interval_s=GAVEL_ROUND_S)
         config = SimConfig(interval_s=GAVEL_ROUND_S, atomic_moves=True)
         sim = Simulator(trace_jobs, gavel, nodes, config=config, kinds=kinds, models=models)
-        result = sim.run()
     else:
-        trace_jobs, nodes, kinds = build(jobs, cluster, apps)
-        result = Simulator(trace_jobs, variants.create(policy), nodes, kinds=kinds).run()
+        trace_jobs, nodes, kinds, models, sia_policy = build_adaptive(jobs, cluster, sim_dir, apps)
+        if policy == "sia":
+            config = SimConfig(interval_s=SIA_ROUND_S, atomic_moves=True)
+            chosen: SchedulingPolicy = sia_policy
+        else:
+            config = SimConfig(interval_s=SIA_ROUND_S)
+            chosen = variants.create(policy)
+        sim = Simulator(trace_jobs, chosen, nodes, config=config, kinds=kinds, models=models)
+    result = sim.run()
     wall = time.perf_counter() - t0
     done = [r for r in result.records if r.completed_at is not None]
     jcts = sorted(r.completed_at - r.submit_time for r in done)  # type: ignore[operator]
