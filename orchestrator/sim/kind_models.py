@@ -439,16 +439,18 @@ class AdaptiveKindModel(FixedBatchKindModel):
     def speedup(self, max_gpus: int) -> tuple[float, ...]:
         """What the job's own measurements say of it, as Sia bootstraps the kinds it has not
         run on: its fitted goodput on 1..``max_gpus`` GPUs packed on the nodes of the first
-        kind it has a fit on (in the pool's order), relative to one GPU there; linear before
-        any fit (Pollux's view of a job not yet measured). A policy reads the kinds apart by
-        the job's ``kind_speed`` (its application's one-GPU throughput per kind)."""
+        kind it has a fit on (in the pool's order), relative to one GPU there, trusted up to
+        twice the most GPUs it has run on (Pollux's and Sia's ramp) and flat beyond; before
+        any fit, nothing beyond one GPU. A policy reads the kinds apart by the job's
+        ``kind_speed`` (its application's one-GPU throughput per kind)."""
         fitted = next((k for k, p in self.perf.items() if p is not None), None)
         if fitted is None or self.grad is None:
-            return tuple(float(n) for n in range(1, max_gpus + 1))
+            return (1.0,) * max_gpus
         perf = self.perf[fitted]
         assert perf is not None
+        trusted = min(max_gpus, max(1, 2 * max(self.max_profiled(k) for k in self.apps)))
         prof = self.apps[fitted].profile
-        gpus = np.arange(1, max_gpus + 1, dtype=np.float64)
+        gpus = np.arange(1, trusted + 1, dtype=np.float64)
         nodes = np.ceil(gpus / self.apps[fitted].per_node)
         good = best_goodput(
             perf,
@@ -460,8 +462,9 @@ class AdaptiveKindModel(FixedBatchKindModel):
         )
         base = float(good[0])
         if base <= 0:
-            return tuple(float(n) for n in range(1, max_gpus + 1))
-        return tuple(float(v) / base for v in good)
+            return (1.0,) * max_gpus
+        curve = [float(v) / base for v in good]
+        return tuple(curve + [curve[-1]] * (max_gpus - trusted))
 
     def remaining_time(self, placement: tuple[int, ...]) -> float:
         """See :meth:`JobModel.remaining_time` (the current batch's rate throughout)."""
