@@ -79,6 +79,7 @@ def test_a_move_to_the_same_kind_and_shape_costs_no_restart(traces: str) -> None
 
 def test_an_adaptive_job_fits_the_kind_it_ran_on_and_counts_its_restarts(traces: str) -> None:
     m = AdaptiveKindModel(load_kind_apps(traces, "cifar10", SHAPES), 256, SLOWDOWN, RESCALE_S)
+    assert m.speedup(3) == (1.0, 1.0, 1.0)  # nothing measured: nothing beyond one GPU
     m.placed(("slow",), (1,), resize=False)
     assert (m.micro, m.accum) == (64, 1) and m.restarts == 0  # the smallest batch, before a fit
     assert m.advance((1,), 30.0) is None
@@ -86,6 +87,10 @@ def test_an_adaptive_job_fits_the_kind_it_ran_on_and_counts_its_restarts(traces:
     assert m.max_profiled("slow") == 1 and m.max_profiled("fast") == 0
     m.placed(("fast",), (2,), resize=True)
     assert m.restarts == 1
+    # what a policy is shown: its fit on the first fitted kind, trusted to twice the most
+    # GPUs it has run on (here 2), flat beyond
+    view = m.speedup(4)
+    assert view[0] == 1.0 and view[2] == view[3] == view[1] and view[1] > 1.0
     assert (m.micro, m.accum) == (64, 0)  # no fit on this kind yet: the smallest batch again
     m.placed(("fast",), (2,), resize=True)  # same kind and shape: no restart counted
     assert m.restarts == 1

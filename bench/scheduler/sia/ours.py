@@ -216,6 +216,8 @@ def run_one(artifact: str, trace: str, n: int, policy: str) -> dict[str, Any]:
         "makespan_s": max(r.completed_at for r in done)  # type: ignore[type-var]
         - min(r.submit_time for r in result.records),
         "preemptions": sum(r.preemptions for r in result.records),
+        # placements the kind's profile could not time, timed as packed (KindApp.timed)
+        "unmeasured": sum(getattr(m, "unmeasured", 0) for m in models.values()),
         "resizes": sum(r.resizes for r in result.records),
         "wall_s": round(wall, 1),
         "jcts_s": jcts,
