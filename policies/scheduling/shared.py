@@ -312,8 +312,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         )
         if snapshot.mixed:  # a grow stays on the kind it runs on: no more than that kind holds
             kept = [
-                (r, lo, min(hi, max(capacity(snapshot, r), gpus)), gpus)
-                for r, lo, hi, gpus in kept
+                (r, lo, min(hi, max(capacity(snapshot, r), gpus)), gpus) for r, lo, hi, gpus in kept
             ]
         sizes = self._bulk_sizes(rnd, queued, kept, ent, bulk_pool)
         return queued, kept, sizes
