@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from policies.decisions import Decision, DecisionKind
-from policies.eligibility import grow_barred, place, why_barred
+from policies.eligibility import grow_barred, kind_order, place, place_on, why_barred
 from policies.placement import FreeIndex, Placement
 from policies.scheduling.churn import unused_preemptions
 from policies.scheduling.resize import drop_gpus, grow_gpus
@@ -40,6 +40,7 @@ def apply_sizes(
     touched: set[str],
     placement: Placement,
     snapshot: Snapshot,
+    kinds: dict[str, str] | None = None,
 ) -> Applied:
     """Decisions that bring the bulk jobs to ``sizes``.
 
@@ -55,26 +56,33 @@ def apply_sizes(
         touched: running jobs shrunk so far this round (updated).
         placement: where new GPUs go.
         snapshot: the round's snapshot.
+        kinds: the kind each bulk job is to run on, where the round chose kinds with the
+            counts (:mod:`~policies.scheduling.kind_plan`): a job starts there, and a running
+            job on another kind moves there (before any other grow or start, on the GPUs free
+            once preemptions and shrinks are done; what it leaves is free after the moves).
     """
     growing, shrinks = _release(
-        sizes, queued, kept, hold, free, preempted, touched, placement, snapshot
+        sizes, queued, kept, hold, free, preempted, touched, placement, snapshot, kinds
     )
     # up to hundreds of gangs placed one after another (with its kinds' free GPUs kept, in a
     # pool of several kinds: the round's own index, kept since its start, where it has one)
     if type(free) is not FreeIndex:
         free = FreeIndex(free, snapshot.kind_map if snapshot.mixed else None)
+    moves: list[Decision] = []
+    if kinds:
+        moves = _moves(growing, sizes, kinds, hold, free, placement, snapshot)
     # grows and starts, largest first (placement quality), then priority order; then the
     # preemptions whose GPUs nobody took are undone; jobs preempted recently last (they
     # take only what the others leave)
     growing.sort(key=lambda j: -sizes[j.job_id])
     first = [j for j in growing if j.job_id not in late] if late else growing
-    grows = place_growth(first, sizes, hold, free, placement, snapshot)
+    grows = moves + place_growth(first, sizes, hold, free, placement, snapshot, kinds)
     if preempted:
         undone = unused_preemptions(preempted, snapshot, free)
         preempted[:] = [job_id for job_id in preempted if job_id not in undone]
     if late:
         grows += place_growth(
-            [j for j in growing if j.job_id in late], sizes, hold, free, placement, snapshot
+            [j for j in growing if j.job_id in late], sizes, hold, free, placement, snapshot, kinds
         )
     started = {d.job_id for d in grows}
     waits: list[Decision] = []
@@ -102,6 +110,7 @@ def _release(
     touched: set[str],
     placement: Placement,
     snapshot: Snapshot,
+    kinds: dict[str, str] | None = None,
 ) -> tuple[list[QueuedJob | RunningJob], list[Decision]]:
     """The GPUs of preempted and shrinking jobs back to ``free`` (see :func:`apply_sizes`);
     returns the jobs to grow or start (queued ones first, in order) and the shrinks, one per
@@ -111,11 +120,14 @@ def _release(
             free[n] += 1
     # bulk shrinks and preemptions release first; the jobs to grow or start are noted
     growing: list[QueuedJob | RunningJob] = [q for q, _, _ in queued if sizes.get(q.job_id, 0) > 0]
+    kind_of = snapshot.kind_of
     for r, _, _, _ in kept:
         job_id = r.job_id
         target = sizes.get(job_id, 0)
         holds = len(hold[job_id])
-        if target == 0:
+        if target and kinds and job_id in kinds and kind_of(hold[job_id][0]) != kinds[job_id]:
+            growing.append(r)  # a move to another kind (_moves), whatever its size there
+        elif target == 0:
             preempted.append(job_id)
             for n in hold.pop(job_id):
                 free[n] += 1
@@ -140,6 +152,89 @@ def _release(
     return growing, shrinks
 
 
+def _moves(
+    growing: list[QueuedJob | RunningJob],
+    sizes: dict[str, int],
+    kinds: dict[str, str],
+    hold: dict[str, Sequence[str]],
+    free: dict[str, int],
+    placement: Placement,
+    snapshot: Snapshot,
+) -> list[Decision]:
+    """Running jobs whose chosen kind is not the one they run on, moved there at their size
+    (largest first); taken out of ``growing``. Each move frees what the job held, for the moves
+    after it (the round's decisions apply one after another); those that found no room are
+    tried again while a pass moves any. One that never finds room stays as it is."""
+    kind_of = snapshot.kind_of
+    moving = [
+        j
+        for j in growing
+        if isinstance(j, RunningJob)
+        and j.job_id in kinds
+        and hold.get(j.job_id)
+        and kind_of(hold[j.job_id][0]) != kinds[j.job_id]
+    ]
+    if not moving:
+        return []
+    gone = {j.job_id for j in moving}
+    growing[:] = [j for j in growing if j.job_id not in gone]
+    moving.sort(key=lambda j: -sizes[j.job_id])
+    out: list[Decision] = []
+    while moving:  # passes: a move may need the GPUs another move leaves
+        stuck: list[RunningJob] = []
+        for j in moving:
+            nodes, here, there = _move(
+                j, sizes[j.job_id], kinds[j.job_id], hold, free, placement, snapshot
+            )
+            if nodes is None:
+                stuck.append(j)
+                continue
+            for n in hold[j.job_id]:
+                if n in free:  # a node gone from the pool frees nothing
+                    free[n] += 1
+            hold[j.job_id] = nodes
+            out.append(
+                Decision(
+                    DecisionKind.RESIZE,
+                    j.job_id,
+                    nodes=nodes,
+                    strategy=placement.ray_strategy,
+                    reason=f"moves from {here} to {there} on {len(nodes)} GPUs: kind and count "
+                    "chosen together for goodput",
+                )
+            )
+        if len(stuck) == len(moving):
+            break  # the rest stay as they are (a cycle of moves, or no room on nodes they may use)
+        moving = stuck
+    return out
+
+
+def _move(
+    job: RunningJob,
+    gpus: int,
+    there: str,
+    hold: dict[str, Sequence[str]],
+    free: dict[str, int],
+    placement: Placement,
+    snapshot: Snapshot,
+) -> tuple[tuple[str, ...] | None, str, str]:
+    """Nodes for ``job`` on ``gpus`` GPUs of ``there`` (taken from ``free``), else of a kind
+    faster for it than its own where it fits (the plan counts a kind's GPUs, not the nodes a
+    job may use); ``None``: nowhere now. Returns the nodes, its kind and theirs."""
+    here = snapshot.kind_of(hold[job.job_id][0])
+    nodes = place_on(placement, gpus, free, snapshot, job, there)
+    if nodes is None:
+        order = kind_order(snapshot, job)
+        for there in order[: order.index(here)] if here in order else ():
+            nodes = place_on(placement, gpus, free, snapshot, job, there)
+            if nodes is not None:
+                break
+    if nodes is not None:
+        for n in nodes:
+            free[n] -= 1
+    return nodes, here, there
+
+
 def place_growth(
     jobs: Sequence[QueuedJob | RunningJob],
     sizes: dict[str, int],
@@ -147,9 +242,11 @@ def place_growth(
     free: dict[str, int],
     placement: Placement,
     snapshot: Snapshot,
+    kinds: dict[str, str] | None = None,
 ) -> list[Decision]:
     """Grow running ``jobs`` and start queued ones to their ``sizes``, in order, on ``free``
-    (updated); a job that does not fit is left out (it waits)."""
+    (updated); a job that does not fit is left out (it waits). A queued job with a kind in
+    ``kinds`` starts there when it fits there, else where :func:`place` finds room."""
     grows: list[Decision] = []
     for j in jobs:
         have = hold.get(j.job_id, ())
@@ -168,7 +265,12 @@ def place_growth(
                 )
             )
         else:
-            nodes = place(placement, extra, free, snapshot, j)
+            there = kinds.get(j.job_id) if kinds else None
+            nodes = (
+                place_on(placement, extra, free, snapshot, j, there) if there is not None else None
+            )
+            if nodes is None:
+                nodes = place(placement, extra, free, snapshot, j)
             if nodes is None:
                 continue
             for n in nodes:

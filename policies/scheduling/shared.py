@@ -6,9 +6,11 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
+from typing import cast
 
 from policies.decisions import Decision, DecisionKind
-from policies.elastic import ELASTIC, ElasticAllocation
+from policies.elastic import ELASTIC, ElasticAllocation, ElasticJob
+from policies.elastic.search import SearchElastic
 from policies.eligibility import capacity, off_kind, place, why_barred
 from policies.placement import PLACEMENTS, Placement, without
 from policies.placement.base import FreeIndex
@@ -20,6 +22,7 @@ from policies.scheduling.bulk_apply import apply_sizes
 from policies.scheduling.churn import late_window
 from policies.scheduling.deadlines import deadline_class
 from policies.scheduling.kind_moves import kind_moves
+from policies.scheduling.kind_plan import plan_kinds, stuck_moves
 from policies.scheduling.room import Room
 from policies.scheduling.services import resize_services, services_to_resize
 from policies.sharing import SHARINGS, TeamSharing
@@ -101,8 +104,19 @@ class SharedSchedulingPolicy(SchedulingPolicy):
        Measured on the mixed benchmark with tight deadlines (bench/scheduler/README.md): 51.5%
        of deadlines met before, about 90% after (at most 90.6% can be met at all).
 
-    Decisions come in apply order: preemptions, shrinks, interactive starts, then bulk grows
-    and starts, then waits.
+       **Kinds with counts** (issue 40; :mod:`~policies.scheduling.kind_plan`). In a pool of
+       several GPU kinds the same objective chooses each bulk job's kind and count together,
+       a kind's GPUs its own resource, the job's speed per kind (``speed_on``) scaling its
+       curve: exactly by a dynamic programme over the GPUs used per kind where that is small
+       (Sia's 64-GPU clusters), else by a price per kind. A running job planned on another
+       kind moves there (a restart the penalty has weighed). Placing homogeneous counts kind
+       by kind (fastest with room first, then ``kind_moves``) let the first jobs grow over the
+       fast kind while the rest grew on the slow one: on Sia's job model and workloads mean JCT
+       0.914 / 0.946 h (philly / saturn) before, against Sia's 0.658 / 0.739
+       (bench/scheduler/sia/README.md).
+
+    Decisions come in apply order: preemptions, shrinks, interactive starts, then bulk moves,
+    grows and starts, then waits.
 
     Args:
         placement: placement policy (default ``topology``: fewest nodes per job).
@@ -149,6 +163,9 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             running best effort (0: off). Without it, with tight deadlines, jobs of a minute or
             two waited behind the class for 39 minutes on average (issue 26, mixed benchmark:
             bulk mean JCT 7,198 s against 7,452 s, the same deadlines met; README).
+        kind_plan: in a pool of several kinds, choose bulk jobs' kinds with their counts (see
+            above; needs ``elastic="search"``). ``False``: counts as in one kind, placed on the
+            fastest kind with room, then :func:`~policies.scheduling.kind_moves.kind_moves`.
     """
 
     def __init__(
@@ -170,6 +187,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         defer: bool = False,
         plan: bool = False,
         short_first_s: float = 300.0,
+        kind_plan: bool = True,
     ) -> None:
         self.placement = PLACEMENTS.create(placement) if isinstance(placement, str) else placement
         self.preemption = (
@@ -192,6 +210,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         self.defer = defer
         self.binds_admission = plan
         self.short_first_s = short_first_s
+        self.kind_plan = kind_plan and isinstance(self.elastic, SearchElastic)
 
     # ---- the round -------------------------------------------------------------------------
 
@@ -214,8 +233,11 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             rnd.touched,
             self.placement,
             snapshot,
+            rnd.kinds,
         )
         out = done.preempts + done.shrinks + rnd.starts + done.grows
+        if rnd.kinds is not None:  # kinds chosen with the counts: moves among them
+            return out + rnd.waits + done.waits
         # in a pool of several kinds: running jobs moved to a faster kind where it pays
         # (policies.scheduling.kind_moves), after every other decision of the round
         return out + kind_moves(snapshot, out, self.placement) + rnd.waits + done.waits
@@ -374,10 +396,57 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         jobs, late_jobs = admission.jobs(be_pool)
         if dl_jobs:
             jobs = dl_jobs + jobs
+        if self.kind_plan and snapshot.mixed:
+            return self._kind_sizes(rnd, queued, running, jobs, late_jobs)
         sizes = self.elastic.allocate(jobs, bulk_pool, snapshot.restart_cost_s)
         if late_jobs:  # preempted recently: the GPUs the others leave
             left = bulk_pool - sum(sizes.values())
             sizes.update(self.elastic.allocate(late_jobs, left, snapshot.restart_cost_s))
+        return sizes
+
+    def _kind_sizes(
+        self,
+        rnd: _Round,
+        queued: Sequence[tuple[QueuedJob, int, int]],
+        running: Sequence[_Running],
+        jobs: list[ElasticJob],
+        late_jobs: list[ElasticJob],
+    ) -> dict[str, int]:
+        """GPUs per bulk job in a pool of several kinds, each job's kind chosen with its count
+        (:func:`~policies.scheduling.kind_plan.plan_kinds`; ``rnd.kinds``): each kind holds
+        its free GPUs once interactive jobs have theirs, and what bulk jobs hold there."""
+        snapshot = rnd.snapshot
+        caps: Counter[str] = Counter({n: f for n, f in rnd.free.items() if f > 0})
+        of: dict[str, QueuedJob | RunningJob] = {q.job_id: q for q, _, _ in queued}
+        for r, _, _, _ in running:
+            of[r.job_id] = r
+            caps.update(n for n in rnd.hold.get(r.job_id, ()) if n in snapshot.kind_map)
+        search = cast(SearchElastic, self.elastic)
+        restart = snapshot.restart_cost_s
+        # a move that cannot happen (two jobs swapping kinds) would hold GPUs the plan gave
+        # others: plan again with those jobs kept on their kind
+        kind_of = snapshot.kind_of
+        held = {
+            r.job_id: (kind_of(h[0]), len(h)) for r, _, _, _ in running if (h := rnd.hold[r.job_id])
+        }
+        free: Counter[str] = Counter()
+        for n, f in rnd.free.items():
+            free[kind_of(n)] += f
+        fixed = set(rnd.touched)
+        for _ in range(3):
+            sizes, kinds = plan_kinds(jobs, of, caps, restart, snapshot, search, fixed)
+            stuck = stuck_moves(sizes, kinds, held, free)
+            if not stuck:
+                break
+            fixed |= stuck
+        if late_jobs:  # preempted recently: the GPUs the others leave, kind by kind
+            for job_id, got in sizes.items():
+                if got and job_id in kinds:
+                    _take(caps, snapshot.kind_nodes[kinds[job_id]], got)
+            more, more_kinds = plan_kinds(late_jobs, of, caps, restart, snapshot, search)
+            sizes.update(more)
+            kinds.update(more_kinds)
+        rnd.kinds = kinds
         return sizes
 
     def _rows(
@@ -463,6 +532,7 @@ class _Round:
     preempted: list[str] = field(default_factory=list)
     gone: set[str] = field(default_factory=set)  # the same jobs as ``preempted``, for lookups
     touched: set[str] = field(default_factory=set)  # shrunk for an interactive job: no regrowth
+    kinds: dict[str, str] | None = None  # bulk jobs' kinds, where chosen with their counts
 
 
 def _read(snapshot: Snapshot) -> _Round:
@@ -511,6 +581,17 @@ def _read(snapshot: Snapshot) -> _Round:
     return _Round(
         snapshot, free, hold, demand, inter, queued_bulk, late, inter_held, running_bulk, waits
     )
+
+
+def _take(caps: Counter[str], nodes: Sequence[str], gpus: int) -> None:
+    """``gpus`` GPUs out of ``caps`` on ``nodes``, in order (what a kind's planned jobs take
+    before the late jobs' plan)."""
+    for n in nodes:
+        got = min(caps[n], gpus)
+        caps[n] -= got
+        gpus -= got
+        if gpus <= 0:
+            return
 
 
 def _bounds(job: QueuedJob | RunningJob, gpus: int) -> tuple[int, int]:

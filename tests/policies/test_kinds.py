@@ -83,12 +83,19 @@ def test_an_elastic_job_that_could_use_more_than_any_kind_starts_within_one() ->
     assert start.kind is DecisionKind.START and len(start.nodes) == 8
     assert _kinds_of(snap, start.nodes) == {"H100"}
     # running on one kind, it grows to what that kind holds (before: it did not grow at all)
-    running = RunningJob("el", "bulk", "t", ("l0", "l0"), min_gpus=1, max_gpus=16)
+    running = RunningJob(
+        "el", "bulk", "t", ("l0", "l0"), min_gpus=1, max_gpus=16, checkpoint_at=990.0
+    )
     nodes = (dataclasses.replace(L4[0], free_gpus=2), L4[1], *H100)
     snap = Snapshot(nodes, (), (running,), now=1000.0)
-    (grow,) = SCHEDULING_POLICIES.create("shared").decide(snap)
+    (grow,) = SCHEDULING_POLICIES.create("shared", kind_plan=False).decide(snap)
     assert grow.kind is DecisionKind.RESIZE and len(grow.nodes) == 8
     assert _kinds_of(snap, grow.nodes) == {"L4"}
+    # with kinds chosen with the counts (the default), it moves to the idle faster kind, 8
+    # GPUs there, in the same round
+    (move,) = SCHEDULING_POLICIES.create("shared").decide(snap)
+    assert move.kind is DecisionKind.RESIZE and len(move.nodes) == 8
+    assert _kinds_of(snap, move.nodes) == {"H100"} and "moves from L4 to H100" in move.reason
 
 
 def test_bulk_takes_the_kind_it_is_fastest_on() -> None:
@@ -113,11 +120,12 @@ def test_interactive_takes_the_cheapest_kind_that_meets_its_latency() -> None:
 
 
 def test_a_grow_stays_on_the_kind_the_job_runs_on() -> None:
-    # an elastic job on 2 L4 GPUs with H100s idle: it grows on L4 only
+    # an elastic job on 2 L4 GPUs with H100s idle: a grow is on L4 only (a change of kind is a
+    # move, a restart: with kinds planned with counts it moves, see the test above)
     running = RunningJob("el", "bulk", "t", ("l0", "l0"), min_gpus=1, max_gpus=8)
     nodes = (dataclasses.replace(L4[0], free_gpus=2), L4[1], *H100)
     snap = Snapshot(nodes, (), (running,), now=1000.0)
-    decisions = SCHEDULING_POLICIES.create("shared").decide(snap)
+    decisions = SCHEDULING_POLICIES.create("shared", kind_plan=False).decide(snap)
     (grow,) = [d for d in decisions if d.job_id == "el"]
     assert grow.kind is DecisionKind.RESIZE and len(grow.nodes) > 2
     assert _kinds_of(snap, grow.nodes) == {"L4"}
