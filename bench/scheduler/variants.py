@@ -43,6 +43,10 @@ BENCHMARKS.md, raw figures in ``results/``:
   ``shared-minrt0``: no minimum run time; ``shared-minrt60``, ``shared-minrt180``: 60 s and
   180 s; ``shared-served8h``: the served weight's scale at 8 GPU-hours (default 4).
   Variants are ``shared`` with one change from its current default.
+* ``shared-kinds-placed``: in a pool of several kinds, the homogeneous search's counts placed
+  kind by kind, then ``kind_moves`` (``kind_plan=False``: ``shared`` before its kinds were
+  chosen with the counts, issue 40); ``shared-search-half``: the search's power mean at
+  ``p=-0.5`` (Sia's).
 """
 
 from __future__ import annotations
@@ -90,6 +94,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "shared-minrt60": ("shared", {"min_runtime_s": 60.0}),
     "shared-minrt180": ("shared", {"min_runtime_s": 180.0}),
     "shared-served8h": ("shared", {"elastic": SearchElastic(served_scale_s=8 * 3600.0)}),
+    "shared-kinds-placed": ("shared", {"kind_plan": False}),
+    "shared-search-half": ("shared", {"elastic": SearchElastic(p=-0.5)}),
     "shared-issue25": (
         "shared",
         {"edf": False, "guarantee_growth": True, "elastic": GoodputElastic(count_lost=False)},

@@ -15,13 +15,16 @@ time its work left, as long again as it has run, takes after the restart: a job 
 does not move to a kind 4x as fast for a 90 s restart, where Pollux's ``run / (run + lost)``
 would move it), with the job's speed on each kind (``speed_on``: its own measurement per kind, else
 the kind's) multiplying its speedup curve. Each kind holds what its GPUs hold, so the
-single-resource knapsack becomes one with a resource per kind: solved by Lagrangian relaxation
-with a price per kind (each price bisected in turn until its kind's demand fits, a few sweeps),
-then repaired (a kind still over: the change that frees its GPUs at the least cost per GPU, to a
-smaller count or a kind with room) and filled (a kind's spare GPUs to the best cost drop per
-GPU). No library solves this: Sia's integer programme (HiGHS in the bench's port) costs tens of
-milliseconds a round at the artifact's sizes and grows with the jobs; a price per kind is the
-search's own method, one price per kind.
+single-resource knapsack becomes one with a resource per kind, solved exactly by a dynamic
+programme over the GPUs used of each kind (every combination: 10,625 states on Sia's 64-GPU
+cluster of three kinds; about 20 ms a round there). A larger programme (a pool of thousands of
+GPUs) is not solved here: :func:`plan_kinds` says so, and ``shared`` places the homogeneous
+search's counts kind by kind and moves jobs to faster kinds with room
+(:mod:`~policies.scheduling.kind_moves`), as before. A price per kind (Lagrangian, as the
+search's own large tables) was tried: 88% of small problems optimal, the worst 0.72x the best,
+and 200 ms a round at 1,000 queued jobs on 2,000 GPUs (the homogeneous round: about 40 ms), so
+it is not shipped. No library solves this: Sia's integer programme (HiGHS in the bench's port)
+is the same problem, at tens of milliseconds a round at the artifact's sizes.
 
 Admission is the search's (:func:`~policies.elastic.base.growth_left`: floors, then minimums,
 then urgent jobs); a job whose minimum no kind can hold gets nothing. A job kept by the
@@ -48,15 +51,12 @@ if TYPE_CHECKING:
 
 __all__ = ["plan_kinds", "stuck_moves"]
 
-EXACT_CELLS = 20_000_000
-"""Largest dynamic programme (GPUs used per kind, every combination, times the cells) solved
-exactly: Sia's clusters (64 GPUs of 3 kinds, 10,625 states) with up to about 2,000 cells."""
+EXACT_CELLS = 60_000_000
+"""Largest dynamic programme solved (every combination of GPUs used per kind, times the cells
+bounded as :func:`plan_kinds` bounds them): Sia's cluster (64 GPUs of 3 kinds, 10,625 states)
+with up to about 5,600 cells, 88 jobs that may each grow to any count of any kind."""
 SKIP = 1e6
 """The exact programme's cost of leaving an admitted job out (only when no kind holds it)."""
-SWEEPS = 4
-"""Rounds of the per-kind price bisection (each kind in turn)."""
-STEPS = 24
-"""Bisection steps per kind and sweep."""
 
 
 def plan_kinds(
@@ -68,9 +68,10 @@ def plan_kinds(
     search: SearchElastic,
     fixed: Collection[str] = (),
     exact_cells: int = EXACT_CELLS,
-) -> tuple[dict[str, int], dict[str, str]]:
+) -> tuple[dict[str, int], dict[str, str]] | None:
     """GPUs per job (0: none) and the kind each admitted job runs on (a job left as it is, on
-    nodes the pool no longer has or across kinds, has its GPUs and no kind).
+    nodes the pool no longer has or across kinds, has its GPUs and no kind); ``None`` when the
+    programme would be larger than ``exact_cells``.
 
     Args:
         jobs: the bulk jobs in admission order (as ``ElasticAllocation.allocate`` takes them).
@@ -81,8 +82,8 @@ def plan_kinds(
         search: the objective's parameters (``p``, the served weight, ``count_lost``).
         fixed: jobs that stay on their kind whatever it costs (besides those the admission
             keeps, and tuning gangs: their trials measure the kind they got).
-        exact_cells: the largest ``states x cells`` solved exactly (``states``: every count
-            of used GPUs per kind); larger problems by the prices.
+        exact_cells: the largest ``states x cells`` solved (``states``: every count of used
+            GPUs per kind).
     """
     import numpy as np
 
@@ -101,6 +102,17 @@ def plan_kinds(
     kidx = {k: i for i, k in enumerate(kinds)}
     cap = np.array([caps[k] for k in kinds], dtype=np.int64)
     speeds = snapshot.kinds
+    # the programme's size, bounded before any cell is built: every count of each kind's GPUs
+    # used, times each admitted job's cells (a count per kind from its minimum)
+    states = math.prod(caps[k] + 1 for k in kinds)
+    most = max(caps.values(), default=0)
+    cells = sum(
+        len(kinds) * (min(j.hi if j.job_id in growable else least, most) - least + 1)
+        for j in jobs
+        if (least := size[j.job_id]) > 0
+    )
+    if states * cells > exact_cells:
+        return None
     fair = math.ceil(sum(caps.values()) / max(1, sum(1 for v in size.values() if v)))
     out = dict.fromkeys(size, 0)
     rows: list[ElasticJob] = []
@@ -170,14 +182,7 @@ def plan_kinds(
     kk = np.array(k_, dtype=np.int64)
     nn = np.array(n_, dtype=np.int64)
     cost = np.array(c_, dtype=np.float64)
-    states = int(np.prod(cap + 1))
-    if states * len(cost) <= exact_cells:
-        at = _exact(row, kk, nn, cost, cap, len(rows))
-    else:
-        at = _priced(row, kk, nn, cost, cap, len(rows))
-        at = _repair(row, kk, nn, cost, cap, at)
-        at = _fill(row, kk, nn, cost, cap, at)
-        at = _improve(row, kk, nn, cost, cap, at)
+    at = _exact(row, kk, nn, cost, cap, len(rows))
     for i, j in enumerate(rows):
         cell = at[i]
         if cell >= 0:
@@ -282,163 +287,4 @@ def _exact(
         if cell >= 0:
             at[i] = cell
             state[int(kk[cell])] -= int(nn[cell])
-    return at
-
-
-def _pick(
-    row: NDArray, kk: NDArray, nn: NDArray, cost: NDArray, price: NDArray, jobs: int
-) -> NDArray:
-    """Each job's cell of least ``cost + price[kind] * count`` (its first, in cell order; a
-    job's cells are contiguous, in row order)."""
-    import numpy as np
-
-    s = cost + price[kk] * nn
-    starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
-    least = np.minimum.reduceat(s, starts)
-    at = np.where(s == least[row], np.arange(len(s)), len(s))
-    out: NDArray = np.minimum.reduceat(at, starts)
-    return out
-
-
-def _demand(kk: NDArray, nn: NDArray, at: NDArray, kinds: int) -> NDArray:
-    """GPUs per kind the chosen cells take."""
-    import numpy as np
-
-    taken = at[at >= 0]
-    return np.bincount(kk[taken], weights=nn[taken], minlength=kinds).astype(np.int64)
-
-
-def _priced(
-    row: NDArray, kk: NDArray, nn: NDArray, cost: NDArray, cap: NDArray, jobs: int
-) -> NDArray:
-    """A price per kind, each bisected in turn to the lowest at which its kind's demand fits,
-    for a few sweeps; the cells chosen at the last prices."""
-    import numpy as np
-
-    kinds = len(cap)
-    price = np.zeros(kinds)
-    at = _pick(row, kk, nn, cost, price, jobs)
-    if (_demand(kk, nn, at, kinds) <= cap).all():
-        return at
-    spread = float(np.ptp(cost[np.isfinite(cost)])) + 1.0 if len(cost) else 1.0
-    for _ in range(SWEEPS):
-        for k in range(kinds):
-            if _demand(kk, nn, at, kinds)[k] <= cap[k] and price[k] == 0.0:
-                continue
-            low, high = 0.0, spread
-            for _ in range(STEPS):
-                mid = (low + high) / 2
-                price[k] = mid
-                trial = _pick(row, kk, nn, cost, price, jobs)
-                if _demand(kk, nn, trial, kinds)[k] <= cap[k]:
-                    high = mid
-                else:
-                    low = mid
-            price[k] = high
-            at = _pick(row, kk, nn, cost, price, jobs)
-        if (_demand(kk, nn, at, kinds) <= cap).all():
-            break
-    return at
-
-
-def _repair(
-    row: NDArray, kk: NDArray, nn: NDArray, cost: NDArray, cap: NDArray, at: NDArray
-) -> NDArray:
-    """While a kind holds more than its GPUs: the change that frees its GPUs at the least cost
-    per GPU freed (a smaller count there, or a kind with room); none left: the job whose
-    leaving costs least gets nothing."""
-    import numpy as np
-
-    kinds = len(cap)
-    while True:
-        demand = _demand(kk, nn, at, kinds)
-        over = demand - cap
-        if (over <= 0).all():
-            return at
-        k = int(np.argmax(over))
-        cur = np.where(at[row] >= 0, at[row], 0)
-        on_k = (at[row] >= 0) & (kk[cur] == k)
-        room = cap - demand
-        same = kk == k
-        freed = np.where(same, nn[cur] - nn, nn[cur])
-        fits = np.where(same, True, nn <= room[kk])
-        ok = on_k & fits & (freed > 0)
-        if ok.any():
-            with np.errstate(invalid="ignore", divide="ignore"):
-                score = np.where(ok, (cost - cost[cur]) / np.maximum(freed, 1), np.inf)
-            cell = int(np.argmin(score))
-            at[row[cell]] = cell
-            continue
-        # nothing frees GPUs of this kind but leaving it: the job that costs least to drop
-        jobs_on = np.flatnonzero((at >= 0) & (kk[np.maximum(at, 0)] == k))
-        drop = jobs_on[np.argmin(-cost[at[jobs_on]])]
-        at[drop] = -1
-
-
-def _fill(
-    row: NDArray, kk: NDArray, nn: NDArray, cost: NDArray, cap: NDArray, at: NDArray
-) -> NDArray:
-    """Each kind's spare GPUs to the best cost drop per GPU added (a larger count on the same
-    kind, a jump across a dip included)."""
-    import numpy as np
-
-    kinds = len(cap)
-    while True:
-        room = cap - _demand(kk, nn, at, kinds)
-        if (room <= 0).all():
-            return at
-        placed = at[row] >= 0
-        cur = np.where(placed, at[row], 0)
-        ahead = nn - nn[cur]
-        ok = placed & (kk == kk[cur]) & (ahead > 0) & (ahead <= room[kk])
-        if not ok.any():
-            return at
-        with np.errstate(invalid="ignore"):
-            gain = np.where(ok, (cost[cur] - cost) / np.maximum(ahead, 1), -np.inf)
-        cell = int(np.argmax(gain))
-        if gain[cell] <= 1e-12:
-            return at
-        at[row[cell]] = cell
-
-
-def _improve(
-    row: NDArray, kk: NDArray, nn: NDArray, cost: NDArray, cap: NDArray, at: NDArray
-) -> NDArray:
-    """Each job's best cell with the others' fixed, where it fits what they leave (a job left
-    out by the repair first), for a few passes: the price jumps across a gap (a job going from
-    three GPUs of a fast kind to three of a slow one where two of the fast kind were best)."""
-    import numpy as np
-
-    kinds = len(cap)
-    for _ in range(3):
-        demand = _demand(kk, nn, at, kinds)
-        placed = at >= 0
-        cur = np.where(placed, at, 0)
-        own_k = np.where(placed, kk[cur], -1)
-        own_n = np.where(placed, nn[cur], 0)
-        room = cap[kk] - demand[kk] + np.where(own_k[row] == kk, own_n[row], 0)
-        now = np.where(placed, cost[cur], np.inf)
-        better = (nn <= room) & (cost < now[row] - 1e-12)
-        if not better.any():
-            return at
-        cells = np.flatnonzero(better)
-        gain = np.where(np.isinf(now[row[cells]]), np.inf, now[row[cells]] - cost[cells])
-        changed = False
-        used = demand.tolist()
-        done: set[int] = set()
-        for cell in cells[np.lexsort((cost[cells], -gain))].tolist():
-            i, k, n = int(row[cell]), int(kk[cell]), int(nn[cell])
-            if i in done:
-                continue
-            give = int(own_n[i]) if int(own_k[i]) == k else 0
-            if used[k] - give + n > cap[k]:
-                continue
-            if own_k[i] >= 0:
-                used[int(own_k[i])] -= int(own_n[i])
-            used[k] += n
-            at[i] = cell
-            done.add(i)
-            changed = True
-        if not changed:
-            return at
     return at

@@ -107,8 +107,8 @@ class SharedSchedulingPolicy(SchedulingPolicy):
        **Kinds with counts** (issue 40; :mod:`~policies.scheduling.kind_plan`). In a pool of
        several GPU kinds the same objective chooses each bulk job's kind and count together,
        a kind's GPUs its own resource, the job's speed per kind (``speed_on``) scaling its
-       curve: exactly by a dynamic programme over the GPUs used per kind where that is small
-       (Sia's 64-GPU clusters), else by a price per kind. A running job planned on another
+       curve, exactly, by a dynamic programme over the GPUs used per kind (Sia's 64-GPU
+       clusters; a pool too large for it goes on as below). A running job planned on another
        kind moves there (a restart the penalty has weighed). Placing homogeneous counts kind
        by kind (fastest with room first, then ``kind_moves``) let the first jobs grow over the
        fast kind while the rest grew on the slow one: on Sia's job model and workloads mean JCT
@@ -397,7 +397,9 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         if dl_jobs:
             jobs = dl_jobs + jobs
         if self.kind_plan and snapshot.mixed:
-            return self._kind_sizes(rnd, queued, running, jobs, late_jobs)
+            planned = self._kind_sizes(rnd, queued, running, jobs, late_jobs)
+            if planned is not None:
+                return planned
         sizes = self.elastic.allocate(jobs, bulk_pool, snapshot.restart_cost_s)
         if late_jobs:  # preempted recently: the GPUs the others leave
             left = bulk_pool - sum(sizes.values())
@@ -411,10 +413,11 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         running: Sequence[_Running],
         jobs: list[ElasticJob],
         late_jobs: list[ElasticJob],
-    ) -> dict[str, int]:
+    ) -> dict[str, int] | None:
         """GPUs per bulk job in a pool of several kinds, each job's kind chosen with its count
         (:func:`~policies.scheduling.kind_plan.plan_kinds`; ``rnd.kinds``): each kind holds
-        its free GPUs once interactive jobs have theirs, and what bulk jobs hold there."""
+        its free GPUs once interactive jobs have theirs, and what bulk jobs hold there.
+        ``None``: too large a programme for this round."""
         snapshot = rnd.snapshot
         caps: Counter[str] = Counter({n: f for n, f in rnd.free.items() if f > 0})
         of: dict[str, QueuedJob | RunningJob] = {q.job_id: q for q, _, _ in queued}
@@ -434,7 +437,10 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             free[kind_of(n)] += f
         fixed = set(rnd.touched)
         for _ in range(3):
-            sizes, kinds = plan_kinds(jobs, of, caps, restart, snapshot, search, fixed)
+            plan = plan_kinds(jobs, of, caps, restart, snapshot, search, fixed)
+            if plan is None:  # too large a programme: the homogeneous search, kind_moves
+                return None
+            sizes, kinds = plan
             stuck = stuck_moves(sizes, kinds, held, free)
             if not stuck:
                 break
@@ -443,9 +449,11 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             for job_id, got in sizes.items():
                 if got and job_id in kinds:
                     _take(caps, snapshot.kind_nodes[kinds[job_id]], got)
-            more, more_kinds = plan_kinds(late_jobs, of, caps, restart, snapshot, search)
-            sizes.update(more)
-            kinds.update(more_kinds)
+            late = plan_kinds(late_jobs, of, caps, restart, snapshot, search)
+            if late is None:
+                return None
+            sizes.update(late[0])
+            kinds.update(late[1])
         rnd.kinds = kinds
         return sizes
 
