@@ -56,7 +56,10 @@ EXACT_CELLS = 60_000_000
 bounded as :func:`plan_kinds` bounds them): Sia's cluster (64 GPUs of 3 kinds, 10,625 states)
 with up to about 5,600 cells, 88 jobs that may each grow to any count of any kind."""
 SKIP = 1e6
-"""The exact programme's cost of leaving an admitted job out (only when no kind holds it)."""
+"""The exact programme's cost of leaving out the last admitted job (only when its kinds cannot
+hold it); each job before it costs twice the one after (``2**900`` at most): a kind too full
+for every job it may take leaves out the latest in admission order (LAS, then submission), as
+admission does, never an earlier one to fit later ones."""
 
 
 def plan_kinds(
@@ -254,7 +257,8 @@ def _exact(
 ) -> NDArray:
     """The dynamic programme over every count of used GPUs per kind: ``best[u]``, the least
     cost of the jobs so far using exactly ``u[k]`` GPUs of each kind; each job's choice per
-    state kept to walk back from the best. A job no state can hold is left out (``SKIP``)."""
+    state kept to walk back from the best. A job no state can hold is left out (``SKIP``, more
+    for an earlier job)."""
     import numpy as np
 
     shape = tuple(int(c) + 1 for c in cap)
@@ -263,7 +267,7 @@ def _exact(
     choices = []
     starts = np.searchsorted(row, np.arange(jobs + 1))
     for i in range(jobs):
-        new = best + SKIP
+        new = best + SKIP * 2.0 ** min(jobs - 1 - i, 900)
         choice = np.full(shape, -1, dtype=np.int64)
         for cell in range(int(starts[i]), int(starts[i + 1])):
             k, n = int(kk[cell]), int(nn[cell])

@@ -195,3 +195,18 @@ def test_too_large_a_programme_is_declined_and_shared_places_as_one_kind_then_mo
     # shared's round goes on without it: every job starts, each on one kind
     decisions = SCHEDULING_POLICIES.create("shared").decide(snap)
     assert sorted(d.job_id for d in decisions if d.kind is DecisionKind.START) == ["j0", "j1", "j2"]
+
+
+def test_a_full_kind_leaves_out_the_later_job_in_admission_order() -> None:
+    # two jobs that may run only on F (4 GPUs): the first takes 3, the second needs 2; the
+    # programme leaves out the second (admission's order), never the first to fit the second
+    first = QueuedJob("first", "bulk", "t", 3, 0, 0.0, gpu_kinds=("F",))
+    second = QueuedJob("second", "bulk", "t", 2, 1, 0.0, gpu_kinds=("F",))
+    snap = Snapshot((*SLOW, *FAST), (first, second), now=10.0)
+    elastic = [ElasticJob(q.job_id, q.gpus, q.gpus, q.gpus) for q in (first, second)]
+    caps = {n.node_id: n.free_gpus for n in snap.nodes}
+    plan = plan_kinds(elastic, {"first": first, "second": second}, caps, 30.0, snap, PLAIN)
+    assert plan == ({"first": 3, "second": 0}, {"first": "F"})
+    # in the other order, the other one
+    plan = plan_kinds(elastic[::-1], {"first": first, "second": second}, caps, 30.0, snap, PLAIN)
+    assert plan == ({"second": 2, "first": 0}, {"second": "F"})
