@@ -54,7 +54,12 @@ __all__ = ["plan_kinds", "stuck_moves"]
 EXACT_CELLS = 60_000_000
 """Largest dynamic programme solved (every combination of GPUs used per kind, times the cells
 bounded as :func:`plan_kinds` bounds them): Sia's cluster (64 GPUs of 3 kinds, 10,625 states)
-with up to about 5,600 cells, 88 jobs that may each grow to any count of any kind."""
+with up to about 5,600 cells, 88 jobs that may each grow to any count of any kind; at most
+about 0.2 s of numpy a round on this VM."""
+MAX_STATES = 50_000
+"""Most combinations of GPUs used per kind (memory: a small int per state per admitted job,
+and admitted jobs are at most the GPUs): Sia's cluster has 10,625, two kinds of 200 GPUs
+40,401."""
 SKIP = 1e6
 """The exact programme's cost of leaving out the last admitted job (only when its kinds cannot
 hold it); each job before it costs twice the one after (``2**900`` at most): a kind too full
@@ -114,7 +119,7 @@ def plan_kinds(
         for j in jobs
         if (least := size[j.job_id]) > 0
     )
-    if states * cells > exact_cells:
+    if states > MAX_STATES or states * cells > exact_cells:
         return None
     fair = math.ceil(sum(caps.values()) / max(1, sum(1 for v in size.values() if v)))
     out = dict.fromkeys(size, 0)
@@ -266,9 +271,10 @@ def _exact(
     best[(0,) * len(shape)] = 0.0
     choices = []
     starts = np.searchsorted(row, np.arange(jobs + 1))
+    index = np.int16 if len(cost) < 2**15 else np.int32  # a cell per state and job, kept
     for i in range(jobs):
         new = best + SKIP * 2.0 ** min(jobs - 1 - i, 900)
-        choice = np.full(shape, -1, dtype=np.int64)
+        choice = np.full(shape, -1, dtype=index)
         for cell in range(int(starts[i]), int(starts[i + 1])):
             k, n = int(kk[cell]), int(nn[cell])
             if n >= shape[k]:
