@@ -28,10 +28,13 @@ is the same problem, at tens of milliseconds a round at the artifact's sizes.
 
 Admission is the search's (:func:`~policies.elastic.base.growth_left`: floors, then minimums,
 then urgent jobs); a job whose minimum no kind can hold gets nothing. A job kept by the
-admission (young, say) keeps at least its GPUs, on any kind where the gain pays the restart; a
-run with no step yet, one shrunk for an interactive job this round and a tuning gang stay on
-their kind. A running job's restart is the longer of the pool's and its own start-up (its first
-step less its start, as measured).
+admission (young, say) keeps at least its GPUs, on any kind where the gain pays the restart. A
+run with no step yet, one shrunk for an interactive job this round, a tuning gang and a job
+across kinds (or on a node gone from the pool) stay exactly as they are, their GPUs out of what
+the programme shares, so no job before them in admission order takes them. When a kind cannot
+hold every job that may only use it, the latest in admission order is left out, and the rest
+are planned again without it. A running job's restart is the longer of the pool's and its own
+start-up (its first step less its start, as measured).
 """
 
 from __future__ import annotations
@@ -99,12 +102,33 @@ def plan_kinds(
     from policies.scheduling.pollux_search import EPSILON
 
     kind_of = snapshot.kind_of
+    node_caps = dict(node_caps)
+    size: dict[str, int] = {}
+    growth_left(jobs, sum(node_caps.values()), size)
+    # jobs left as they are (across kinds, or on nodes gone from the pool) and jobs that stay
+    # as they are on their kind (no step yet, shrunk for an interactive job, a tuning gang,
+    # ``fixed``): constants, their GPUs out of what the programme shares
+    out = dict.fromkeys(size, 0)
+    chosen_kind: dict[str, str] = {}
+    pinned: set[str] = set()
+    for j in jobs:
+        job = of[j.job_id]
+        if size[j.job_id] <= 0 or not isinstance(job, RunningJob) or not job.nodes:
+            continue
+        on = {kind_of(n) for n in job.nodes}
+        alone = len(on) != 1 or not on <= snapshot.kinds.keys()
+        if alone or job.tuning or j.job_id in fixed or not job.stepped(snapshot.now):
+            pinned.add(j.job_id)
+            out[j.job_id] = j.current
+            if not alone:
+                chosen_kind[j.job_id] = on.pop()
+            for n in job.nodes:
+                if node_caps.get(n, 0) > 0:
+                    node_caps[n] -= 1
     caps: dict[str, int] = {}
     for n, c in node_caps.items():
         k = kind_of(n)
         caps[k] = caps.get(k, 0) + c
-    size: dict[str, int] = {}
-    growth_left(jobs, sum(caps.values()), size)
     growable = {j.job_id for j in jobs if 0 < size[j.job_id] < j.hi and not j.urgent}
     kinds = [k for k in snapshot.kinds if caps.get(k, 0) > 0]
     kidx = {k: i for i, k in enumerate(kinds)}
@@ -115,37 +139,23 @@ def plan_kinds(
     states = math.prod(caps[k] + 1 for k in kinds)
     most = max(caps.values(), default=0)
     cells = sum(
-        len(kinds) * (min(j.hi if j.job_id in growable else least, most) - least + 1)
+        len(kinds) * max(0, min(j.hi if j.job_id in growable else least, most) - least + 1)
         for j in jobs
-        if (least := size[j.job_id]) > 0
+        if (least := size[j.job_id]) > 0 and j.job_id not in pinned
     )
     if states > MAX_STATES or states * cells > exact_cells:
         return None
-    fair = math.ceil(sum(caps.values()) / max(1, sum(1 for v in size.values() if v)))
-    out = dict.fromkeys(size, 0)
+    fair = math.ceil(sum(node_caps.values()) / max(1, sum(1 for v in size.values() if v)))
     rows: list[ElasticJob] = []
     r_, k_, n_, c_ = [], [], [], []
     for j in jobs:
         lo = size.get(j.job_id, 0)
-        if lo <= 0:
+        if lo <= 0 or j.job_id in pinned:
             continue
         job = of[j.job_id]
-        here = None
-        if isinstance(job, RunningJob) and job.nodes:
-            on = {kind_of(n) for n in job.nodes}
-            if len(on) != 1 or not on <= speeds.keys():  # across kinds, or off the pool
-                out[j.job_id] = j.current
-                continue
-            here = on.pop()
+        here = kind_of(job.nodes[0]) if isinstance(job, RunningJob) and job.nodes else None
         hi = j.hi if j.job_id in growable else lo
-        stays = isinstance(job, RunningJob) and (
-            job.tuning or j.job_id in fixed or not job.stepped(snapshot.now)
-        )
-        allowed = (
-            ((here,) if here in kidx else ())
-            if stays
-            else tuple(k for k in kind_order(snapshot, job) if k in kidx)
-        )
+        allowed = tuple(k for k in kind_order(snapshot, job) if k in kidx)
         barred = snapshot.barred(job)
         limit = (
             {
@@ -183,7 +193,6 @@ def plan_kinds(
                 c_.append(_cost(s + EPSILON, search.p) * served_w)
         if len(r_) and r_[-1] == ri:
             rows.append(j)
-    chosen_kind: dict[str, str] = {}
     if not rows:
         return out, chosen_kind
     row = np.array(r_, dtype=np.int64)
@@ -191,6 +200,15 @@ def plan_kinds(
     nn = np.array(n_, dtype=np.int64)
     cost = np.array(c_, dtype=np.float64)
     at = _exact(row, kk, nn, cost, cap, len(rows))
+    if (at < 0).any():  # some left out: the others planned again without them, exactly (the
+        # cost of leaving one out dwarfs the rest, which its rounding would otherwise lose)
+        keep = at[row] >= 0
+        ids = np.cumsum(at >= 0) - 1
+        kept = np.flatnonzero(at >= 0)
+        again = _exact(ids[row[keep]], kk[keep], nn[keep], cost[keep], cap, len(kept))
+        kept_cells = np.flatnonzero(keep)
+        at = np.full(len(rows), -1, dtype=np.int64)
+        at[kept] = np.where(again >= 0, kept_cells[np.maximum(again, 0)], -1)
     for i, j in enumerate(rows):
         cell = at[i]
         if cell >= 0:

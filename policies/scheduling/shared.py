@@ -424,11 +424,12 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         for r, _, _, _ in running:
             of[r.job_id] = r
             caps.update(n for n in rnd.hold.get(r.job_id, ()) if n in snapshot.kind_map)
+        kind_of = snapshot.kind_of
         search = cast(SearchElastic, self.elastic)
         restart = snapshot.restart_cost_s
         # a move that cannot happen (two jobs swapping kinds) would hold GPUs the plan gave
-        # others: plan again with those jobs kept on their kind
-        kind_of = snapshot.kind_of
+        # others: plan again with those jobs kept on their kind, until none is stuck (the
+        # kept set only grows)
         held = {
             r.job_id: (kind_of(h[0]), len(h)) for r, _, _, _ in running if (h := rnd.hold[r.job_id])
         }
@@ -436,7 +437,7 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         for n, f in rnd.free.items():
             free[kind_of(n)] += f
         fixed = set(rnd.touched)
-        for _ in range(3):
+        while True:
             plan = plan_kinds(jobs, of, caps, restart, snapshot, search, fixed)
             if plan is None:  # too large a programme: the homogeneous search, kind_moves
                 return None
@@ -449,6 +450,8 @@ class SharedSchedulingPolicy(SchedulingPolicy):
             for job_id, got in sizes.items():
                 if got and job_id in kinds:
                     _take(caps, snapshot.kind_nodes[kinds[job_id]], got)
+                elif got:  # left as it is, across kinds: the GPUs it holds
+                    caps.subtract(n for n in rnd.hold.get(job_id, ()) if caps[n] > 0)
             late = plan_kinds(late_jobs, of, caps, restart, snapshot, search)
             if late is None:
                 return None

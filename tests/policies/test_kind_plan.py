@@ -210,3 +210,79 @@ def test_a_full_kind_leaves_out_the_later_job_in_admission_order() -> None:
     # in the other order, the other one
     plan = plan_kinds(elastic[::-1], {"first": first, "second": second}, caps, 30.0, snap, PLAIN)
     assert plan == ({"second": 2, "first": 0}, {"second": "F"})
+
+
+def test_a_run_with_no_step_is_never_left_out_for_a_job_before_it() -> None:
+    # N holds every A GPU and has done no step; D, due soon and only on A, comes first in
+    # admission (the deadline class): D waits, N is not preempted (B is idle, D may not use it)
+    a = (NodeView("a0", 4, 0, 80.0, "A", 2.0), NodeView("a1", 4, 0, 80.0, "A", 2.0))
+    b = (NodeView("b0", 4, 4, 80.0, "B", 1.0), NodeView("b1", 4, 4, 80.0, "B", 1.0))
+    n = RunningJob("n", "bulk", "t", ("a0",) * 4 + ("a1",) * 4, started_at=90.0, first_step_at=None)
+    d = QueuedJob(
+        "d", "bulk", "t", 8, 1, 0.0, deadline=400.0, gpu_kinds=("A",), remaining_work=300.0
+    )
+    decisions = SCHEDULING_POLICIES.create("shared").decide(
+        Snapshot((*a, *b), (d,), (n,), now=100.0)
+    )
+    assert not [x for x in decisions if x.job_id == "n"], decisions
+    assert [x.kind for x in decisions if x.job_id == "d"] == [DecisionKind.WAIT]
+
+
+def test_the_gpus_of_a_job_across_kinds_are_not_given_to_another() -> None:
+    # X holds 2 GPUs of F and 2 of S (across kinds: left as it is); Q, only on F, takes the
+    # 2 F GPUs that are free, not 4 it could never get
+    x = RunningJob("x", "bulk", "t", ("f0", "f0", "s0", "s0"), started_at=0.0)
+    q = QueuedJob(
+        "q",
+        "bulk",
+        "t",
+        2,
+        1,
+        0.0,
+        min_gpus=2,
+        max_gpus=4,
+        gpu_kinds=("F",),
+        speedup=_curve(0.9, 4),
+    )
+    nodes = (
+        dataclasses.replace(SLOW[0], free_gpus=2),
+        SLOW[1],
+        dataclasses.replace(FAST[0], free_gpus=2),
+    )
+    decisions = SCHEDULING_POLICIES.create("shared").decide(Snapshot(nodes, (q,), (x,), now=100.0))
+    (start,) = [d for d in decisions if d.job_id == "q"]
+    assert start.kind is DecisionKind.START and start.nodes == ("f0", "f0")
+
+
+def test_after_a_job_is_left_out_the_others_are_still_planned_exactly() -> None:
+    # F holds the first job (4 GPUs); the second, only on F too, is left out; fifty jobs that
+    # each gain from a second S GPU all get two (the cost of leaving one out once rounded
+    # their choices away: they got one each, leaving 50 S GPUs idle)
+    s_nodes = tuple(NodeView(f"s{i}", 4, 4, 24.0, "S", 1.0) for i in range(25))
+    on_f = [
+        QueuedJob(f"f{i}", "bulk", "t", g, i, 0.0, gpu_kinds=("F",)) for i, g in enumerate((4, 2))
+    ]
+    on_s = [
+        QueuedJob(
+            f"j{i}",
+            "bulk",
+            "t",
+            1,
+            2 + i,
+            0.0,
+            min_gpus=1,
+            max_gpus=2,
+            speedup=(1.0, 1.5),
+            gpu_kinds=("S",),
+        )
+        for i in range(50)
+    ]
+    jobs = on_f + on_s
+    snap = Snapshot((*s_nodes, *FAST), tuple(jobs), now=10.0)
+    elastic = [ElasticJob(q.job_id, q.lo, q.hi, q.gpus, 0, q.speedup) for q in jobs]
+    caps = {n.node_id: n.free_gpus for n in snap.nodes}
+    plan = plan_kinds(elastic, {q.job_id: q for q in jobs}, caps, 30.0, snap, PLAIN)
+    assert plan is not None
+    sizes, kinds = plan
+    assert (sizes["f0"], sizes["f1"]) == (4, 0)
+    assert all(sizes[q.job_id] == 2 and kinds[q.job_id] == "S" for q in on_s), sizes
