@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from policies.scheduling.bulk_apply import apply_sizes
 from policies.scheduling.churn import late_window
 from policies.scheduling.deadlines import deadline_class
 from policies.scheduling.kind_moves import kind_moves
-from policies.scheduling.kind_plan import plan_kinds, stuck_moves
+from policies.scheduling.kind_plan import MAX_STATES, plan_kinds, stuck_moves
 from policies.scheduling.room import Room
 from policies.scheduling.services import resize_services, services_to_resize
 from policies.sharing import SHARINGS, TeamSharing
@@ -419,6 +420,8 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         its free GPUs once interactive jobs have theirs, and what bulk jobs hold there.
         ``None``: too large a programme for this round."""
         snapshot = rnd.snapshot
+        if math.prod(g + 1 for g in snapshot.kind_gpus.values()) > MAX_STATES:
+            return None  # a large pool: declined before anything is built (every round)
         caps: Counter[str] = Counter({n: f for n, f in rnd.free.items() if f > 0})
         of: dict[str, QueuedJob | RunningJob] = {q.job_id: q for q, _, _ in queued}
         for r, _, _, _ in running:
