@@ -40,6 +40,7 @@ start-up (its first step less its start, as measured).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from policies.elastic.search import SearchElastic
     from policies.snapshot import QueuedJob, Snapshot
 
-__all__ = ["plan_kinds", "stuck_moves"]
+__all__ = ["plan_kinds", "plan_round", "stuck_moves"]
 
 EXACT_CELLS = 60_000_000
 """Largest dynamic programme solved (every combination of GPUs used per kind, times the cells
@@ -68,6 +69,83 @@ SKIP = 1e6
 hold it); each job before it costs twice the one after (``2**900`` at most): a kind too full
 for every job it may take leaves out the latest in admission order (LAS, then submission), as
 admission does, never an earlier one to fit later ones."""
+
+
+def plan_round(
+    snapshot: Snapshot,
+    free: Mapping[str, int],
+    hold: Mapping[str, Sequence[str]],
+    of: Mapping[str, QueuedJob | RunningJob],
+    jobs: Sequence[ElasticJob],
+    late_jobs: Sequence[ElasticJob],
+    search: SearchElastic,
+    touched: Collection[str] = (),
+) -> tuple[dict[str, int], dict[str, str]] | None:
+    """A ``shared`` round's plan: GPUs and kind per bulk job (:func:`plan_kinds`), each kind
+    holding its free GPUs once interactive jobs have theirs and what bulk jobs hold there;
+    ``None`` for a pool too large (declined before anything is built: this runs every round).
+
+    A move no order of moves can make (two jobs swapping kinds, :func:`stuck_moves`) would
+    hold GPUs the plan gave others: the round is planned again with those jobs kept on their
+    kind, until none is stuck (the kept set only grows). Late jobs (preempted recently) are
+    planned last, on what the others leave, kind by kind.
+
+    Args:
+        snapshot: the round's snapshot.
+        free: free GPUs per node once interactive jobs have theirs.
+        hold: the GPUs each running job holds now.
+        of: each bulk job id's snapshot job.
+        jobs, late_jobs: the bulk jobs in admission order, and the late ones.
+        search: the objective's parameters.
+        touched: jobs shrunk for an interactive job this round (they stay as they are).
+    """
+    if math.prod(g + 1 for g in snapshot.kind_gpus.values()) > MAX_STATES:
+        return None
+    kind_of = snapshot.kind_of
+    caps: Counter[str] = Counter({n: f for n, f in free.items() if f > 0})
+    held: dict[str, tuple[str, int]] = {}
+    for job_id, job in of.items():
+        h = hold.get(job_id, ()) if isinstance(job, RunningJob) else ()
+        caps.update(n for n in h if n in snapshot.kind_map)
+        if h:
+            held[job_id] = (kind_of(h[0]), len(h))
+    by_kind: Counter[str] = Counter()
+    for n, f in free.items():
+        by_kind[kind_of(n)] += f
+    restart = snapshot.restart_cost_s
+    fixed = set(touched)
+    while True:
+        plan = plan_kinds(jobs, of, caps, restart, snapshot, search, fixed)
+        if plan is None:
+            return None
+        sizes, kinds = plan
+        stuck = stuck_moves(sizes, kinds, held, by_kind)
+        if not stuck:
+            break
+        fixed |= stuck
+    if late_jobs:
+        for job_id, got in sizes.items():
+            if got and job_id in kinds:
+                _take(caps, snapshot.kind_nodes[kinds[job_id]], got)
+            elif got:  # left as it is, across kinds: the GPUs it holds
+                caps.subtract(n for n in hold.get(job_id, ()) if caps[n] > 0)
+        late = plan_kinds(late_jobs, of, caps, restart, snapshot, search)
+        if late is None:
+            return None
+        sizes.update(late[0])
+        kinds.update(late[1])
+    return sizes, kinds
+
+
+def _take(caps: Counter[str], nodes: Sequence[str], gpus: int) -> None:
+    """``gpus`` GPUs out of ``caps`` on ``nodes``, in order (what a kind's planned jobs take
+    before the late jobs' plan)."""
+    for n in nodes:
+        got = min(caps[n], gpus)
+        caps[n] -= got
+        gpus -= got
+        if gpus <= 0:
+            return
 
 
 def plan_kinds(
@@ -99,15 +177,88 @@ def plan_kinds(
     import numpy as np
 
     from policies.eligibility import kind_order
-    from policies.scheduling.pollux_search import EPSILON
 
     kind_of = snapshot.kind_of
     node_caps = dict(node_caps)
     size: dict[str, int] = {}
     growth_left(jobs, sum(node_caps.values()), size)
-    # jobs left as they are (across kinds, or on nodes gone from the pool) and jobs that stay
-    # as they are on their kind (no step yet, shrunk for an interactive job, a tuning gang,
-    # ``fixed``): constants, their GPUs out of what the programme shares
+    out, chosen_kind, pinned = _pin(jobs, of, size, node_caps, snapshot, fixed)
+    caps: dict[str, int] = {}
+    for n, c in node_caps.items():
+        k = kind_of(n)
+        caps[k] = caps.get(k, 0) + c
+    growable = {j.job_id for j in jobs if 0 < size[j.job_id] < j.hi and not j.urgent}
+    kinds = [k for k in snapshot.kinds if caps.get(k, 0) > 0]
+    kidx = {k: i for i, k in enumerate(kinds)}
+    # the programme's size, bounded before any cell is built: every count of each kind's GPUs
+    # used, times each admitted job's cells (a count per kind from its minimum)
+    states = math.prod(caps[k] + 1 for k in kinds)
+    most = max(caps.values(), default=0)
+    cells = sum(
+        len(kinds) * max(0, min(j.hi if j.job_id in growable else least, most) - least + 1)
+        for j in jobs
+        if (least := size[j.job_id]) > 0 and j.job_id not in pinned
+    )
+    if states > MAX_STATES or states * cells > exact_cells:
+        return None
+    fair = math.ceil(sum(node_caps.values()) / max(1, sum(1 for v in size.values() if v)))
+    rows: list[ElasticJob] = []
+    r_: list[int] = []
+    k_: list[int] = []
+    n_: list[int] = []
+    c_: list[float] = []
+    for j in jobs:
+        lo = size.get(j.job_id, 0)
+        if lo <= 0 or j.job_id in pinned:
+            continue
+        job = of[j.job_id]
+        hi = j.hi if j.job_id in growable else lo
+        allowed = tuple(k for k in kind_order(snapshot, job) if k in kidx)
+        barred = snapshot.barred(job)
+        limit = (
+            {
+                k: sum(c for n, c in node_caps.items() if kind_of(n) == k and n not in barred)
+                for k in allowed
+            }
+            if barred
+            else caps
+        )
+        options = [(k, cnt) for k in allowed for cnt in range(lo, min(hi, limit[k]) + 1)]
+        if not options:
+            continue
+        costs = _job_costs(j, job, options, min(fair, max(hi, 1)), restart_cost_s, snapshot, search)
+        r_.extend([len(rows)] * len(options))
+        k_.extend(kidx[k] for k, _ in options)
+        n_.extend(cnt for _, cnt in options)
+        c_.extend(costs)
+        rows.append(j)
+    if not rows:
+        return out, chosen_kind
+    nn = np.array(n_, dtype=np.int64)
+    kk = np.array(k_, dtype=np.int64)
+    cap = np.array([caps[k] for k in kinds], dtype=np.int64)
+    at = _solve(np.array(r_, dtype=np.int64), kk, nn, np.array(c_), cap, len(rows))
+    for i, j in enumerate(rows):
+        cell = at[i]
+        if cell >= 0:
+            out[j.job_id] = int(nn[cell])
+            chosen_kind[j.job_id] = kinds[int(kk[cell])]
+    return out, chosen_kind
+
+
+def _pin(
+    jobs: Sequence[ElasticJob],
+    of: Mapping[str, QueuedJob | RunningJob],
+    size: Mapping[str, int],
+    node_caps: dict[str, int],
+    snapshot: Snapshot,
+    fixed: Collection[str],
+) -> tuple[dict[str, int], dict[str, str], set[str]]:
+    """Every job's GPUs to start from (0), and the admitted running jobs that stay exactly as
+    they are: across kinds or on nodes gone from the pool (no kind), or on their kind with no
+    step yet, shrunk for an interactive job, a tuning gang, or ``fixed``. Their GPUs are taken
+    out of ``node_caps`` (what the programme shares). Returns sizes, kinds and those jobs."""
+    kind_of = snapshot.kind_of
     out = dict.fromkeys(size, 0)
     chosen_kind: dict[str, str] = {}
     pinned: set[str] = set()
@@ -125,96 +276,69 @@ def plan_kinds(
             for n in job.nodes:
                 if node_caps.get(n, 0) > 0:
                     node_caps[n] -= 1
-    caps: dict[str, int] = {}
-    for n, c in node_caps.items():
-        k = kind_of(n)
-        caps[k] = caps.get(k, 0) + c
-    growable = {j.job_id for j in jobs if 0 < size[j.job_id] < j.hi and not j.urgent}
-    kinds = [k for k in snapshot.kinds if caps.get(k, 0) > 0]
-    kidx = {k: i for i, k in enumerate(kinds)}
-    cap = np.array([caps[k] for k in kinds], dtype=np.int64)
+    return out, chosen_kind, pinned
+
+
+def _job_costs(
+    j: ElasticJob,
+    job: QueuedJob | RunningJob,
+    options: list[tuple[str, int]],
+    at_fair: int,
+    restart_cost_s: float,
+    snapshot: Snapshot,
+    search: SearchElastic,
+) -> list[float]:
+    """The objective's term for one job on each ``(kind, count)`` option: the search's, its
+    goodput (speed per GPU there times its speedup curve) over its best on ``at_fair`` GPUs,
+    a change of a running job's kind or count scaled by the restart penalty, weighted by what
+    it has attained."""
+    from policies.scheduling.pollux_search import EPSILON
+
     speeds = snapshot.kinds
-    # the programme's size, bounded before any cell is built: every count of each kind's GPUs
-    # used, times each admitted job's cells (a count per kind from its minimum)
-    states = math.prod(caps[k] + 1 for k in kinds)
-    most = max(caps.values(), default=0)
-    cells = sum(
-        len(kinds) * max(0, min(j.hi if j.job_id in growable else least, most) - least + 1)
-        for j in jobs
-        if (least := size[j.job_id]) > 0 and j.job_id not in pinned
+    here = snapshot.kind_of(job.nodes[0]) if isinstance(job, RunningJob) and job.nodes else None
+    best = max(job.speed_on(k, speeds[k]) for k, _ in options)
+    fair_rate = max(best * j.rate(at_fair), 1e-12)
+    served_w = (
+        (1.0 + j.served / search.served_scale_s) ** -search.served_power
+        if search.reads_served
+        else 1.0
     )
-    if states > MAX_STATES or states * cells > exact_cells:
-        return None
-    fair = math.ceil(sum(node_caps.values()) / max(1, sum(1 for v in size.values() if v)))
-    rows: list[ElasticJob] = []
-    r_, k_, n_, c_ = [], [], [], []
-    for j in jobs:
-        lo = size.get(j.job_id, 0)
-        if lo <= 0 or j.job_id in pinned:
-            continue
-        job = of[j.job_id]
-        here = kind_of(job.nodes[0]) if isinstance(job, RunningJob) and job.nodes else None
-        hi = j.hi if j.job_id in growable else lo
-        allowed = tuple(k for k in kind_order(snapshot, job) if k in kidx)
-        barred = snapshot.barred(job)
-        limit = (
-            {
-                k: sum(c for n, c in node_caps.items() if kind_of(n) == k and n not in barred)
-                for k in allowed
-            }
-            if barred
-            else caps
-        )
-        best = max((job.speed_on(k, speeds[k]) for k in allowed), default=0.0)
-        fair_rate = max(best * j.rate(min(fair, max(hi, 1))), 1e-12)
-        served_w = (
-            (1.0 + j.served / search.served_scale_s) ** -search.served_power
-            if search.reads_served
-            else 1.0
-        )
-        lost = max(restart_cost_s, _startup(job)) + (j.lost_s if search.reads_lost else 0.0)
-        lost *= search.restart_weight
-        # a change's penalty: the work it has left (as long again as its run so far, Pollux's
-        # horizon) done at the cell's rate after the restart, against the time it would take
-        # where it is: ``run / (run + lost)`` for a change at the same rate (the search's)
-        moving = bool(j.current) and lost > 0
-        horizon = j.run_s * (job.speed_on(here, speeds[here]) if here else 1.0) * j.rate(j.current)
-        ri = len(rows)
-        for k in allowed:
-            speed = job.speed_on(k, speeds[k])
-            for cnt in range(lo, min(hi, limit[k]) + 1):
-                rate = speed * j.rate(cnt)
-                s = rate / fair_rate
-                if moving and not (k == here and cnt == j.current):
-                    s *= horizon / (horizon + lost * rate) if horizon > 0 else 0.0
-                r_.append(ri)
-                k_.append(kidx[k])
-                n_.append(cnt)
-                c_.append(_cost(s + EPSILON, search.p) * served_w)
-        if len(r_) and r_[-1] == ri:
-            rows.append(j)
-    if not rows:
-        return out, chosen_kind
-    row = np.array(r_, dtype=np.int64)
-    kk = np.array(k_, dtype=np.int64)
-    nn = np.array(n_, dtype=np.int64)
-    cost = np.array(c_, dtype=np.float64)
-    at = _exact(row, kk, nn, cost, cap, len(rows))
-    if (at < 0).any():  # some left out: the others planned again without them, exactly (the
-        # cost of leaving one out dwarfs the rest, which its rounding would otherwise lose)
-        keep = at[row] >= 0
-        ids = np.cumsum(at >= 0) - 1
-        kept = np.flatnonzero(at >= 0)
-        again = _exact(ids[row[keep]], kk[keep], nn[keep], cost[keep], cap, len(kept))
-        kept_cells = np.flatnonzero(keep)
-        at = np.full(len(rows), -1, dtype=np.int64)
-        at[kept] = np.where(again >= 0, kept_cells[np.maximum(again, 0)], -1)
-    for i, j in enumerate(rows):
-        cell = at[i]
-        if cell >= 0:
-            out[j.job_id] = int(nn[cell])
-            chosen_kind[j.job_id] = kinds[int(kk[cell])]
-    return out, chosen_kind
+    lost = max(restart_cost_s, _startup(job)) + (j.lost_s if search.reads_lost else 0.0)
+    lost *= search.restart_weight
+    # a change's penalty: the work it has left (as long again as its run so far, Pollux's
+    # horizon) done at the option's rate after the restart, against the time it would take
+    # where it is: ``run / (run + lost)`` for a change at the same rate (the search's)
+    moving = bool(j.current) and lost > 0
+    horizon = j.run_s * (job.speed_on(here, speeds[here]) if here else 1.0) * j.rate(j.current)
+    costs = []
+    for k, cnt in options:
+        rate = job.speed_on(k, speeds[k]) * j.rate(cnt)
+        s = rate / fair_rate
+        if moving and not (k == here and cnt == j.current):
+            s *= horizon / (horizon + lost * rate) if horizon > 0 else 0.0
+        costs.append(_cost(s + EPSILON, search.p) * served_w)
+    return costs
+
+
+def _solve(
+    row: NDArray, kk: NDArray, nn: NDArray, cost: NDArray, cap: NDArray, jobs: int
+) -> NDArray:
+    """Each job's cell by the exact programme; when some are left out, the others planned
+    again without them (the cost of leaving one out dwarfs the rest, which its rounding would
+    otherwise lose)."""
+    import numpy as np
+
+    at = _exact(row, kk, nn, cost, cap, jobs)
+    if not (at < 0).any():
+        return at
+    keep = at[row] >= 0
+    ids = np.cumsum(at >= 0) - 1
+    kept = np.flatnonzero(at >= 0)
+    again = _exact(ids[row[keep]], kk[keep], nn[keep], cost[keep], cap, len(kept))
+    kept_cells = np.flatnonzero(keep)
+    out: NDArray = np.full(jobs, -1, dtype=np.int64)
+    out[kept] = np.where(again >= 0, kept_cells[np.maximum(again, 0)], -1)
+    return out
 
 
 def stuck_moves(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from policies.scheduling.bulk_apply import apply_sizes
 from policies.scheduling.churn import late_window
 from policies.scheduling.deadlines import deadline_class
 from policies.scheduling.kind_moves import kind_moves
-from policies.scheduling.kind_plan import MAX_STATES, plan_kinds, stuck_moves
+from policies.scheduling.kind_plan import plan_round
 from policies.scheduling.room import Room
 from policies.scheduling.services import resize_services, services_to_resize
 from policies.sharing import SHARINGS, TeamSharing
@@ -416,51 +415,17 @@ class SharedSchedulingPolicy(SchedulingPolicy):
         late_jobs: list[ElasticJob],
     ) -> dict[str, int] | None:
         """GPUs per bulk job in a pool of several kinds, each job's kind chosen with its count
-        (:func:`~policies.scheduling.kind_plan.plan_kinds`; ``rnd.kinds``): each kind holds
-        its free GPUs once interactive jobs have theirs, and what bulk jobs hold there.
+        (:func:`~policies.scheduling.kind_plan.plan_round`, kinds kept in ``rnd.kinds``);
         ``None``: too large a programme for this round."""
-        snapshot = rnd.snapshot
-        if math.prod(g + 1 for g in snapshot.kind_gpus.values()) > MAX_STATES:
-            return None  # a large pool: declined before anything is built (every round)
-        caps: Counter[str] = Counter({n: f for n, f in rnd.free.items() if f > 0})
         of: dict[str, QueuedJob | RunningJob] = {q.job_id: q for q, _, _ in queued}
-        for r, _, _, _ in running:
-            of[r.job_id] = r
-            caps.update(n for n in rnd.hold.get(r.job_id, ()) if n in snapshot.kind_map)
-        kind_of = snapshot.kind_of
+        of.update((r.job_id, r) for r, _, _, _ in running)
         search = cast(SearchElastic, self.elastic)
-        restart = snapshot.restart_cost_s
-        # a move that cannot happen (two jobs swapping kinds) would hold GPUs the plan gave
-        # others: plan again with those jobs kept on their kind, until none is stuck (the
-        # kept set only grows)
-        held = {
-            r.job_id: (kind_of(h[0]), len(h)) for r, _, _, _ in running if (h := rnd.hold[r.job_id])
-        }
-        free: Counter[str] = Counter()
-        for n, f in rnd.free.items():
-            free[kind_of(n)] += f
-        fixed = set(rnd.touched)
-        while True:
-            plan = plan_kinds(jobs, of, caps, restart, snapshot, search, fixed)
-            if plan is None:  # too large a programme: the homogeneous search, kind_moves
-                return None
-            sizes, kinds = plan
-            stuck = stuck_moves(sizes, kinds, held, free)
-            if not stuck:
-                break
-            fixed |= stuck
-        if late_jobs:  # preempted recently: the GPUs the others leave, kind by kind
-            for job_id, got in sizes.items():
-                if got and job_id in kinds:
-                    _take(caps, snapshot.kind_nodes[kinds[job_id]], got)
-                elif got:  # left as it is, across kinds: the GPUs it holds
-                    caps.subtract(n for n in rnd.hold.get(job_id, ()) if caps[n] > 0)
-            late = plan_kinds(late_jobs, of, caps, restart, snapshot, search)
-            if late is None:
-                return None
-            sizes.update(late[0])
-            kinds.update(late[1])
-        rnd.kinds = kinds
+        plan = plan_round(
+            rnd.snapshot, rnd.free, rnd.hold, of, jobs, late_jobs, search, rnd.touched
+        )
+        if plan is None:
+            return None
+        sizes, rnd.kinds = plan
         return sizes
 
     def _rows(
@@ -595,17 +560,6 @@ def _read(snapshot: Snapshot) -> _Round:
     return _Round(
         snapshot, free, hold, demand, inter, queued_bulk, late, inter_held, running_bulk, waits
     )
-
-
-def _take(caps: Counter[str], nodes: Sequence[str], gpus: int) -> None:
-    """``gpus`` GPUs out of ``caps`` on ``nodes``, in order (what a kind's planned jobs take
-    before the late jobs' plan)."""
-    for n in nodes:
-        got = min(caps[n], gpus)
-        caps[n] -= got
-        gpus -= got
-        if gpus <= 0:
-            return
 
 
 def _bounds(job: QueuedJob | RunningJob, gpus: int) -> tuple[int, int]:
